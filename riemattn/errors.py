@@ -1,0 +1,26 @@
+"""The package's error types.
+
+Every documented entry point raises one of these for bad input, with a message that names
+the argument, what was expected and what was received. They subclass the built-in
+``ValueError`` / ``TypeError`` so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RiemattnError", "ValidationError", "InputTypeError", "IntegrationError"]
+
+
+class RiemattnError(Exception):
+    """Base class of every error riemattn raises on purpose."""
+
+
+class ValidationError(RiemattnError, ValueError):
+    """An argument has the right type but a wrong value (shape, range, not on the manifold...)."""
+
+
+class InputTypeError(RiemattnError, TypeError):
+    """An argument has the wrong type (e.g. a string where an array or callable is expected)."""
+
+
+class IntegrationError(RiemattnError, RuntimeError):
+    """An integration did not reach its final time (raised only when asked for)."""
