@@ -1,0 +1,118 @@
+"""The ``riemattn`` command line: parse, dispatch, nothing else.
+
+    riemattn list
+    riemattn reproduce NAME [NAME ...] | --all  [--quick] [--out DIR] [--workers N] [--force]
+    riemattn simulate CONFIG.toml [--out DIR]
+    riemattn loop --model gpt2 ...            (needs the ``llm`` extra)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .errors import RiemattnError
+
+
+def _cmd_list(args) -> int:
+    from .experiments import available
+
+    for name, module in available().items():
+        print(f"{name:<16} {module.PAPER} {module.FIGURE}: {module.DESCRIPTION}")
+    return 0
+
+
+def _cmd_reproduce(args) -> int:
+    from .experiments import available, reproduce
+
+    modules = available()
+    if args.all:
+        names = list(modules)
+    elif args.names:
+        unknown = [n for n in args.names if n not in modules]
+        if unknown:
+            raise RiemattnError(f"unknown reproduction(s) {unknown}; `riemattn list` shows {sorted(modules)}.")
+        names = args.names
+    else:
+        raise RiemattnError("give reproduction NAMEs or --all (see `riemattn list`).")
+    summaries = reproduce(
+        names, quick=args.quick, out=args.out, workers=args.workers, progress=not args.no_progress,
+        force=args.force,
+    )
+    failed = 0
+    for s in summaries:
+        status = "PASS" if s["passed"] else "FAIL"
+        failed += not s["passed"]
+        extra = " (cached)" if s.get("cached") else f" ({s.get('runtime_s', 0):.1f} s)" if "runtime_s" in s else ""
+        print(f"{status} {s['name']}{extra} -> {os.path.join(args.out, s['name'])}")
+        if "error" in s:
+            print(f"    error: {s['error']}")
+        for cname, c in s["claims"].items():
+            mark = "ok " if c["passed"] else "NOT"
+            print(f"    [{mark}] {cname}: {c['description']} (value {c['value']})")
+    return 1 if failed else 0
+
+
+def _cmd_simulate(args) -> int:
+    from .simulate import simulate_file
+
+    summary = simulate_file(args.config, out=args.out, progress=not args.no_progress)
+    print(f"wrote {args.out}: " + ", ".join(summary["files"]))
+    return 0
+
+
+def _cmd_loop(args) -> int:
+    from .llm import run_loop_command
+
+    return run_loop_command(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="riemattn", description="The geometry of attention: simulate, reproduce the papers' figures."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list the reproducible figures")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("reproduce", help="reproduce figures: PNG/PDF + NetCDF data + summary.json")
+    p.add_argument("names", nargs="*", metavar="NAME", help="reproduction names (see `riemattn list`)")
+    p.add_argument("--all", action="store_true", help="run every reproduction")
+    p.add_argument("--quick", action="store_true", help="smaller sizes that keep each figure's meaning")
+    p.add_argument("--out", default="results", help="output directory (default: results)")
+    p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
+    p.add_argument("--force", action="store_true", help="recompute figures that are already finished")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_reproduce)
+
+    p = sub.add_parser("simulate", help="simulate any model described by a TOML file")
+    p.add_argument("config", help="TOML configuration (see docs/simulate.md)")
+    p.add_argument("--out", default="simulation", help="output directory (default: simulation)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("loop", help="loop a real transformer (GPT-2, GPT-Neo, MiniLM); needs riemattn[llm]")
+    try:
+        from .llm import add_loop_arguments
+
+        add_loop_arguments(p)
+    except ImportError:  # the llm module is optional
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_loop)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except RiemattnError as exc:
+        print(f"riemattn: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

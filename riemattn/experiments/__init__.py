@@ -1,0 +1,52 @@
+"""Reproductions of the papers' figures: one module per figure.
+
+Each module defines ``NAME`` (the CLI name), ``PAPER``, ``FIGURE``, ``DESCRIPTION`` and
+
+- ``config(quick=False) -> dict``: a JSON-serializable configuration (with its ``seed``);
+- ``run(config) -> xarray.Dataset``: the simulation, seeded, no global state;
+- ``plot(ds) -> matplotlib.figure.Figure``;
+- ``claims(ds) -> dict``: ``{name: {"passed": bool, "value": ..., "description": str}}``, the paper's
+  claims checked on the data.
+
+Modules are discovered automatically (every non-underscore module of this package with a ``NAME``).
+:func:`riemattn.experiments.reproduce` runs them and writes PNG/PDF, NetCDF and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
+
+from ..errors import ValidationError
+
+__all__ = ["available", "get", "reproduce"]
+
+_REQUIRED = ("NAME", "PAPER", "FIGURE", "DESCRIPTION", "config", "run", "plot", "claims")
+
+
+def available() -> dict[str, ModuleType]:
+    """All reproduction modules, by CLI name, in a stable order (paper, then name)."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if all(hasattr(module, attr) for attr in _REQUIRED):
+            found[module.NAME] = module
+    return dict(sorted(found.items(), key=lambda kv: (getattr(kv[1], "ORDER", 100), kv[0])))
+
+
+def get(name: str) -> ModuleType:
+    """The reproduction module called ``name`` (see ``riemattn list``)."""
+    modules = available()
+    if name not in modules:
+        raise ValidationError(f"unknown reproduction {name!r}; choose one of {sorted(modules)}.")
+    return modules[name]
+
+
+def reproduce(*args, **kwargs):
+    """Run reproductions and write their outputs; see :func:`riemattn.experiments._runner.reproduce`."""
+    from ._runner import reproduce as _reproduce
+
+    return _reproduce(*args, **kwargs)

@@ -1,0 +1,43 @@
+"""Matrices printed in the papers (ARXIV section 7; the ICML version prints them to two decimals).
+
+Source: Rodriguez Abella, Silvestre, Tabuada, "Asymptotic behavior of continuous-time attention"
+(arXiv long version of "Consensus is all you get", ICML 2025), section 7.1-7.3.
+"""
+
+import numpy as np
+
+#: ARXIV section 7.1 (Figure 1): SPD P of the gradient-flow example, tokens on E_P.
+P_FIG1 = np.array(
+    [[0.9432, 0.0587, -0.1813], [0.0587, 0.8450, -0.1013], [-0.1813, -0.1013, 0.5519]]
+)
+
+#: ARXIV section 7.2 (Figures 2-3): P'_1 and P'_2 of the two-head hemisphere example.
+P1_FIG23 = np.array(
+    [[0.0805, -0.1929, 0.1991], [-0.2312, 0.3131, -0.2335], [0.1788, -0.1732, -0.1594]]
+)
+P2_FIG23 = np.array(
+    [[-0.3067, 0.0349, 0.1107], [0.0572, -0.0557, 0.1343], [0.1375, 0.1083, 0.1018]]
+)
+
+#: ARXIV section 7.3 (Figure 4): P' and the symmetric U of the causal example.
+P_FIG4 = np.array(
+    [[0.3598, 0.4150, 0.1319], [0.0971, -0.0668, -0.2046], [0.1548, -0.2102, 0.1220]]
+)
+U_FIG4 = np.array(
+    [[-0.2590, 0.4965, 0.5609], [0.4965, -0.7174, -0.5003], [0.5609, -0.5003, -0.0247]]
+)
+
+
+def D1(t):
+    """D_1(t) = 2 diag(cos 10 pi t, sin 10 pi t, cos 6 pi t) (ARXIV section 7.2-7.3)."""
+    return 2.0 * np.diag([np.cos(10 * np.pi * t), np.sin(10 * np.pi * t), np.cos(6 * np.pi * t)])
+
+
+def D2(t):
+    """D_2(t) = 2 diag(cos 6 pi t, sin 6 pi t, cos 4 pi t) (ARXIV section 7.2)."""
+    return 2.0 * np.diag([np.cos(6 * np.pi * t), np.sin(6 * np.pi * t), np.cos(4 * np.pi * t)])
+
+
+def hemisphere_P(t):
+    """P_eta(t) = D_eta(t) P'_eta, shape (2, 3, 3): the two heads of ARXIV Figures 2-3."""
+    return np.stack([D1(t) @ P1_FIG23, D2(t) @ P2_FIG23])
