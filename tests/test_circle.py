@@ -1,0 +1,110 @@
+"""GLPR's circle case (eq. 7.1): angles vs the d = 2 sphere simulation, Kuramoto at beta = 0, energy."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import riemattn as ra
+from riemattn import gradient_flow as gf
+from riemattn.circle import CircleField, from_points, to_points, wrap
+from riemattn.errors import InputTypeError, ValidationError
+
+SEEDS = st.integers(0, 2**32 - 1)
+MODELS = st.sampled_from(["sa", "usa"])
+BETAS = st.sampled_from([0.0, 0.1, 1.0, 5.0])
+
+
+def sphere_field(beta, model):
+    return (ra.sa if model == "sa" else ra.usa)(beta, 2)
+
+
+@pytest.mark.parametrize(
+    "beta, model", [(0.0, "sa"), (1.0, "sa"), (5.0, "sa"), (0.0, "usa"), (1.0, "usa")]
+)
+def test_circle_agrees_with_sphere_simulation_at_t5(beta, model):
+    """Angles from atan2 of the d = 2 sphere simulation (riemattn dopri5, rtol 1e-13) match the angular
+    ODE (SciPy DOP853, rtol 1e-13) at t = 5 to 1e-10. (USA at beta = 5 is left out: its e^5 coupling
+    makes a 1e-12-accurate sphere run take ~10^4 steps.)"""
+    rng = np.random.default_rng(7)
+    theta0 = rng.uniform(-np.pi, np.pi, (3, 8))
+    _, theta = CircleField(beta, model).solve(theta0, (0.0, 5.0), rtol=1e-13, atol=1e-13)
+    sol = ra.integrate(sphere_field(beta, model), to_points(theta0), (0.0, 5.0), stepper="dopri5",
+                       rtol=1e-13, atol=1e-13)
+    assert sol.success
+    err = np.max(np.abs(wrap(from_points(sol.y[-1]) - theta[-1])))
+    assert err <= 1e-10
+    # the configuration actually moved (the test compares dynamics, not two resting states)
+    assert np.max(np.abs(wrap(theta[-1] - theta0))) > 0.1
+
+
+@given(n=st.integers(2, 8), seed=SEEDS, beta=BETAS, model=MODELS)
+def test_angular_field_is_sphere_field_in_angles(n, seed, beta, model):
+    """dtheta_i/dt = x_i^perp . F_i(x), x_i^perp = (-sin, cos): eq. (7.1) pointwise."""
+    rng = np.random.default_rng(seed)
+    theta = rng.uniform(-np.pi, np.pi, n)
+    F = sphere_field(beta, model)(0.0, to_points(theta))
+    expected = -np.sin(theta) * F[:, 0] + np.cos(theta) * F[:, 1]
+    got = CircleField(beta, model)(0.0, theta)
+    assert np.max(np.abs(got - expected)) <= 1e-12 * max(1.0, np.exp(beta))
+
+
+@given(n=st.integers(2, 8), seed=SEEDS, model=MODELS)
+def test_beta_zero_is_kuramoto(n, seed, model):
+    rng = np.random.default_rng(seed)
+    theta = rng.uniform(-np.pi, np.pi, (2, n))
+    kuramoto = np.array([[np.mean([np.sin(th[j] - th[i]) for j in range(n)]) for i in range(n)] for th in theta])
+    np.testing.assert_allclose(CircleField(0.0, model)(0.0, theta), kuramoto, atol=1e-14)
+    # Kuramoto energy 1/(2n^2) sum cos(theta_i - theta_j) = |order parameter|^2 / 2
+    r = np.abs(np.mean(np.exp(1j * theta), axis=-1))
+    np.testing.assert_allclose(CircleField(0.0, model).energy(theta), r**2 / 2, atol=1e-14)
+
+
+@given(n=st.integers(2, 8), seed=SEEDS, beta=st.sampled_from([0.1, 1.0, 5.0]))
+def test_energy_and_gradient_structure(n, seed, beta):
+    rng = np.random.default_rng(seed)
+    theta = rng.uniform(-np.pi, np.pi, n)
+    sa, usa = CircleField(beta, "sa"), CircleField(beta, "usa")
+    assert sa.energy(theta) == pytest.approx(float(gf.energy(to_points(theta), beta)), rel=1e-13)
+    dE = sa.energy_gradient(theta)
+    # dE/dtheta by a 5-point finite difference, per coordinate
+    h = 1e-3
+    eye = np.eye(n)
+    fd = np.array([(8 * (sa.energy(theta + h * e) - sa.energy(theta - h * e))
+                    - (sa.energy(theta + 2 * h * e) - sa.energy(theta - 2 * h * e))) / (12 * h) for e in eye])
+    assert np.max(np.abs(fd - dE)) <= 1e-8 * np.exp(beta) / n
+    # USA = n grad E; SA = (n^2 / Z_i) dE/dtheta_i
+    np.testing.assert_allclose(usa(0.0, theta), n * dE, atol=1e-13 * np.exp(beta))
+    Z = np.exp(beta * np.cos(theta[:, None] - theta[None, :])).sum(axis=1)
+    np.testing.assert_allclose(sa(0.0, theta), n**2 / Z * dE, atol=1e-13 * np.exp(beta))
+
+
+@pytest.mark.parametrize("model", ["sa", "usa"])
+def test_energy_increases_along_circle_solutions(model):
+    rng = np.random.default_rng(11)
+    theta0 = rng.uniform(-np.pi, np.pi, (4, 10))
+    cf = CircleField(1.0, model)
+    _, theta = cf.solve(theta0, (0.0, 10.0), t_eval=np.linspace(0, 10, 101), rtol=1e-10, atol=1e-12)
+    E = cf.energy(theta)  # (time, batch)
+    assert np.all(np.diff(E, axis=0) >= -1e-12)
+    assert np.all(E[-1] > E[0])
+
+
+def test_points_roundtrip_and_errors():
+    theta = np.array([[0.1, -3.0, 3.1, 2.0]])
+    np.testing.assert_allclose(from_points(to_points(theta)), theta, atol=1e-15)
+    assert wrap(2 * np.pi + 0.5) == pytest.approx(0.5)
+    with pytest.raises(ValidationError, match="beta must be >= 0"):
+        CircleField(-1.0)
+    with pytest.raises(InputTypeError, match="beta must be a finite real"):
+        CircleField(float("nan"))
+    with pytest.raises(ValidationError, match="model must be one of"):
+        CircleField(1.0, "kuramoto")
+    with pytest.raises(ValidationError, match="x must have shape"):
+        from_points(np.ones((3, 3)))
+    with pytest.raises(ValidationError, match="theta contains 1 NaN"):
+        CircleField(1.0)(0.0, [0.0, np.nan])
+    with pytest.raises(ValidationError, match="USA weights overflow"):
+        CircleField(1000.0, "usa")(0.0, [0.0, 1.0])
+    # SA is safe at any beta
+    assert np.all(np.isfinite(CircleField(1000.0, "sa")(0.0, [0.0, 1.0])))
