@@ -168,22 +168,27 @@ class AttentionField(Field):
             )
         return y
 
+    # Internal layout of scores and attention: [..., i, eta, j] (token, head, neighbour). With it every
+    # product below is one BLAS call on contiguous operands: (l*h, d) @ (d, l) for the scores and
+    # (l, l*h) @ (l*h, d) for the mixing, per trajectory.
     def _scores(self, t: float, y: np.ndarray) -> np.ndarray:
-        """S[..., eta, i, j] = y_i^T beta P_eta(t) y_j."""
+        """S[..., i, eta, j] = y_i^T beta P_eta(t) y_j."""
         yT = np.swapaxes(y, -1, -2)
         if self._scalar_P is not None:
-            return (self._scalar_P * (y @ yT))[..., None, :, :]
+            return (self._scalar_P * (y @ yT))[..., :, None, :]
         cols = self._Pcols if self._Pcols is not None else _stack_columns(self.beta * self._P(t))
         h = cols.shape[1] // self.d
-        yP = (y.reshape(-1, self.d) @ cols).reshape(y.shape[:-1] + (h, self.d))
-        return np.swapaxes(yP, -2, -3) @ yT[..., None, :, :]
+        n = y.shape[-2]
+        yP = (y.reshape(-1, self.d) @ cols).reshape(y.shape[:-2] + (n * h, self.d))
+        return (yP @ yT).reshape(y.shape[:-2] + (n, h, n))
 
     def _causal(self, n: int) -> np.ndarray:
         if n not in self._tril:
-            self._tril[n] = np.tril(np.ones((n, n), dtype=bool))
+            self._tril[n] = np.tril(np.ones((n, n), dtype=bool))[:, None, :]
         return self._tril[n]
 
     def _attention(self, t: float, y: np.ndarray) -> np.ndarray:
+        """alpha[..., i, eta, j] (internal layout)."""
         S = self._scores(t, y)
         n = y.shape[-2]
         if self.mask == "causal":
@@ -205,20 +210,24 @@ class AttentionField(Field):
     def attention(self, t: float, y) -> np.ndarray:
         """Attention matrices alpha_ij^eta(t, y), shape (..., h, l, l)."""
         y = self._check_y(y)
-        A = self._attention(t, y)
-        return np.broadcast_to(A, y.shape[:-2] + (self.h,) + A.shape[-2:]).copy()
+        A = np.swapaxes(self._attention(t, y), -2, -3)
+        return np.ascontiguousarray(np.broadcast_to(A, y.shape[:-2] + (self.h,) + A.shape[-2:]))
 
     def drive(self, t: float, y) -> np.ndarray:
         """Un-projected update f_i = sum_eta sum_j alpha_ij^eta U_eta y_j, shape (..., l, d)."""
         y = self._check_y(y)
-        A = self._attention(t, y)
+        A = self._attention(t, y)  # (..., l, hP, l)
+        n = y.shape[-2]
         if self._U is None:
-            return (A.sum(axis=-3) if A.shape[-3] > 1 else A[..., 0, :, :]) @ y
+            return (A.sum(axis=-2) if A.shape[-2] > 1 else A[..., 0, :]) @ y
         cols = self._Ucols if self._Ucols is not None else _stack_columns(
             np.swapaxes(self._U(t), -1, -2))
         hU = cols.shape[1] // self.d
-        Uy = np.swapaxes((y.reshape(-1, self.d) @ cols).reshape(y.shape[:-1] + (hU, self.d)), -2, -3)
-        return np.sum(A @ Uy, axis=-3)
+        Uy = (y.reshape(-1, self.d) @ cols).reshape(y.shape[:-2] + (n * hU, self.d))  # rows (j, eta)
+        if A.shape[-2] != hU:  # one P shared by several U heads
+            A = np.broadcast_to(A, A.shape[:-2] + (hU, n))
+        A = np.swapaxes(A, -1, -2).reshape(A.shape[:-3] + (n, n * hU))  # columns (j, eta)
+        return A @ Uy
 
     def __call__(self, t: float, y) -> np.ndarray:
         """Tangent field F_i = (I - y_i y_i^T W) f_i, shape (..., l, d)."""
