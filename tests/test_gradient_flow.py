@@ -281,3 +281,30 @@ def test_errors_name_the_argument():
         gf.GradientField(V_of(P), "sphere")
     with pytest.raises(ValidationError, match="model must be one of"):
         gf.energy_field(1.0, 3, "xx")
+
+
+# --------------------------------------------------------------------------------------------
+# reproduction: ARXIV Figure 1
+def test_arxiv_fig1_quick(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from riemattn.experiments import arxiv_fig1 as fig1
+    from riemattn.experiments._papers import P_FIG1
+
+    cfg = fig1.config(quick=True)
+    assert cfg["tokens"] == 10 and np.allclose(cfg["P"], P_FIG1)
+    ds = fig1.run(cfg)
+    # tokens stay on E_P; claims are computed from the data and all hold
+    y = ds.y.values
+    np.testing.assert_allclose(np.einsum("...i,ij,...j->...", y, P_FIG1, y), 1.0, atol=1e-12)
+    result = fig1.claims(ds)
+    assert set(result) >= {"potential_non_increasing", "converges_to_equilibrium", "equilibrium_is_consensus"}
+    assert all(c["passed"] for c in result.values()), result
+    # the same seed gives the same data; NetCDF3 (scipy) round trip
+    ds.to_netcdf(tmp_path / "fig1.nc", engine="scipy")
+    assert fig1.plot(ds).axes
+    # claims can fail: a trajectory whose V goes up is flagged
+    bad = ds.copy(deep=True)
+    bad["V"][5] = bad["V"][4] + 1.0
+    assert not fig1.claims(bad)["potential_non_increasing"]["passed"]
