@@ -32,13 +32,15 @@ from scipy.integrate import solve_ivp
 from ._validation import as_float_array, check_choice, check_finite
 from .errors import InputTypeError, IntegrationError, ValidationError
 
-__all__ = ["CircleField", "to_points", "from_points", "wrap"]
+__all__ = ["CircleField", "from_points", "to_points", "wrap"]
 
 
 def _angles(theta, name: str = "theta") -> np.ndarray:
     theta = check_finite(as_float_array(theta, name), name)
     if theta.ndim < 1 or theta.shape[-1] == 0:
-        raise ValidationError(f"{name} must have shape (..., n) with n >= 1 angles, got shape {theta.shape}.")
+        raise ValidationError(
+            f"{name} must have shape (..., n) with n >= 1 angles, got shape {theta.shape}."
+        )
     return theta
 
 
@@ -52,7 +54,9 @@ def from_points(x) -> np.ndarray:
     """Angles atan2(x_i2, x_i1) in (-pi, pi] of points (..., n, 2), shape (..., n)."""
     x = check_finite(as_float_array(x, "x"), "x")
     if x.ndim < 2 or x.shape[-1] != 2:
-        raise ValidationError(f"x must have shape (..., n, 2) (points in R^2), got shape {x.shape}.")
+        raise ValidationError(
+            f"x must have shape (..., n, 2) (points in R^2), got shape {x.shape}."
+        )
     return np.arctan2(x[..., 1], x[..., 0])
 
 
@@ -99,7 +103,9 @@ class CircleField:
             try:
                 return np.exp(self.beta * np.cos(diff)) / theta.shape[-1], diff
             except FloatingPointError:
-                raise ValidationError(f"USA weights overflow at beta = {self.beta}; use model='sa'.") from None
+                raise ValidationError(
+                    f"USA weights overflow at beta = {self.beta}; use model='sa'."
+                ) from None
 
     def __call__(self, t: float, theta) -> np.ndarray:
         """dtheta/dt, shape (..., n)."""
@@ -110,7 +116,8 @@ class CircleField:
     def energy(self, theta) -> np.ndarray:
         """E_beta(theta) = 1/(2 beta n^2) sum_{i,j} e^{beta cos(theta_i - theta_j)}, shape (...).
 
-        At beta = 0 the limit of E_beta - 1/(2 beta), the Kuramoto energy 1/(2n^2) sum cos(theta_i - theta_j).
+        At beta = 0 the limit of E_beta - 1/(2 beta), the Kuramoto energy
+        1/(2n^2) sum cos(theta_i - theta_j).
         Equal to :func:`riemattn.gradient_flow.energy` of :func:`to_points` (theta).
         """
         theta = _angles(theta)
@@ -121,7 +128,9 @@ class CircleField:
         return np.sum(np.exp(self.beta * c), axis=(-2, -1)) / (2.0 * self.beta * n * n)
 
     def energy_gradient(self, theta) -> np.ndarray:
-        """dE_beta/dtheta_i = (1/n^2) sum_j e^{beta cos(theta_i - theta_j)} sin(theta_j - theta_i), shape (..., n).
+        """dE_beta/dtheta_i = (1/n^2) sum_j e^{beta cos(theta_i - theta_j)} sin(theta_j - theta_i).
+
+        Shape (..., n).
 
         So USA = n * this and SA = (n^2 / Z_{beta,i}) * this (a gradient ascent in a weighted metric).
         """
@@ -130,8 +139,16 @@ class CircleField:
         diff = theta[..., None, :] - theta[..., :, None]
         return np.sum(np.exp(self.beta * np.cos(diff)) * np.sin(diff), axis=-1) / (n * n)
 
-    def solve(self, theta0, t_span, t_eval=None, *, rtol: float = 1e-12, atol: float = 1e-12,
-              method: str = "DOP853"):
+    def solve(
+        self,
+        theta0,
+        t_span,
+        t_eval=None,
+        *,
+        rtol: float = 1e-12,
+        atol: float = 1e-12,
+        method: str = "DOP853",
+    ):
         """Integrate the angles with SciPy's ``solve_ivp`` (all configurations at once).
 
         Parameters
@@ -155,8 +172,15 @@ class CircleField:
         if t_eval is None:
             t_eval = np.array([t0, t1])
         shape = theta0.shape
-        sol = solve_ivp(lambda t, z: self(t, z.reshape(shape)).ravel(), (t0, t1), theta0.ravel(),
-                        method=method, t_eval=np.asarray(t_eval, dtype=float), rtol=rtol, atol=atol)
+        sol = solve_ivp(
+            lambda t, z: self(t, z.reshape(shape)).ravel(),
+            (t0, t1),
+            theta0.ravel(),
+            method=method,
+            t_eval=np.asarray(t_eval, dtype=float),
+            rtol=rtol,
+            atol=atol,
+        )
         if not sol.success:
             raise IntegrationError(f"solve_ivp failed on the circle equations: {sol.message}")
         return sol.t, sol.y.T.reshape((len(sol.t),) + shape)

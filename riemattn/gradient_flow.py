@@ -22,8 +22,8 @@ place in riemattn that imports autograd); the rest is plain NumPy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from numbers import Real
-from typing import Callable
 
 import autograd.numpy as anp
 import numpy as np
@@ -38,18 +38,18 @@ from .manifolds import Ellipsoid, Sphere
 
 __all__ = [
     "METRIC_NORMALIZATIONS",
-    "normalizers",
-    "metric",
-    "potential",
-    "tangent_projection",
-    "ambient_gradient",
-    "riemannian_gradient",
-    "energy",
-    "energy_weights",
     "GradientField",
+    "ambient_gradient",
     "arxiv_field",
-    "potential_field",
+    "energy",
     "energy_field",
+    "energy_weights",
+    "metric",
+    "normalizers",
+    "potential",
+    "potential_field",
+    "riemannian_gradient",
+    "tangent_projection",
 ]
 
 #: Choices of Z_i in the metric: "paper" sqrt(d) sum_j e^{x_i^T P x_j}, "softmax" sum_j e^{...},
@@ -67,9 +67,13 @@ def _tokens(x, name: str, d: int | None = None):
         return x
     x = check_finite(as_float_array(x, name), name)
     if x.ndim < 2 or x.shape[-2] == 0:
-        raise ValidationError(f"{name} must have shape (..., l, d) with l >= 1, got shape {x.shape}.")
+        raise ValidationError(
+            f"{name} must have shape (..., l, d) with l >= 1, got shape {x.shape}."
+        )
     if d is not None and x.shape[-1] != d:
-        raise ValidationError(f"{name} has tokens in R^{x.shape[-1]} but P is {d} x {d} (shape {x.shape}).")
+        raise ValidationError(
+            f"{name} has tokens in R^{x.shape[-1]} but P is {d} x {d} (shape {x.shape})."
+        )
     return x
 
 
@@ -224,7 +228,7 @@ def _euclidean_gradient(f: Callable, x: np.ndarray) -> np.ndarray:
         raise InputTypeError(f"f must be a callable f(x) -> scalar(s), got {type(f).__name__}.")
     try:
         G = grad(lambda z: anp.sum(f(z)))(x)
-    except Exception as exc:  # noqa: BLE001 - re-raised with context
+    except Exception as exc:
         raise ValidationError(
             f"autograd could not differentiate f at x of shape {x.shape}: {exc!r}. Write f with "
             "autograd.numpy (import autograd.numpy as anp) and return shape x.shape[:-2] or a scalar."
@@ -277,7 +281,8 @@ def riemannian_gradient(f: Callable, x, P, normalization: str = "paper") -> np.n
         Configuration(s) on (E_P)^l (|x_i^T P x_i - 1| <= 1e-8).
     P : array_like, shape (d, d), symmetric positive definite
     normalization : {"paper", "softmax", "none"}
-        The Z_i of the metric. With ``"paper"``, ``riemannian_gradient(lambda x: potential(x, P), y, P)``
+        The Z_i of the metric. With ``"paper"``,
+        ``riemannian_gradient(lambda x: potential(x, P), y, P)``
         equals ``-AttentionField(P, W=P)(0, y)`` (Theorem 3.1); with ``"none"`` and P = I it is the
         gradient for the standard metric of (S^(d-1))^l.
 
@@ -334,7 +339,9 @@ def energy(x, beta, *, centered: bool = False):
         E = anp.expm1(beta * G) if centered else anp.exp(beta * G)
         out = anp.sum(E, axis=(-2, -1)) / (2.0 * beta * n * n)
     if not isbox(out) and not np.all(np.isfinite(out)):
-        raise ValidationError(f"energy overflowed: beta <x_i, x_j> reaches {beta * float(np.max(G)):.4g}.")
+        raise ValidationError(
+            f"energy overflowed: beta <x_i, x_j> reaches {beta * float(np.max(G)):.4g}."
+        )
     return out
 
 
@@ -368,7 +375,13 @@ def energy_weights(x, beta) -> np.ndarray:
     beta = _beta(beta)
     x = _tokens(x, "x")
     n = x.shape[-2]
-    return np.sum(np.exp(beta * (x @ np.swapaxes(x, -1, -2))), axis=-1) / (n * n)
+    with np.errstate(over="ignore"):
+        c = np.sum(np.exp(beta * (x @ np.swapaxes(x, -1, -2))), axis=-1) / (n * n)
+    if not np.all(np.isfinite(c)):
+        raise ValidationError(
+            f"energy_weights overflowed at beta = {beta}: exp(beta <x_i, x_j>) exceeds the float range."
+        )
+    return c
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,13 +412,19 @@ class GradientField(Field):
     ARXIV, section 3.2; GLPR, Remark 3.8 and section 3.4.
     """
 
-    def __init__(self, f: Callable, manifold, weights: Callable | None = None, *, ascent: bool = False):
+    def __init__(
+        self, f: Callable, manifold, weights: Callable | None = None, *, ascent: bool = False
+    ):
         if not callable(f):
             raise InputTypeError(f"f must be callable as f(x), got {type(f).__name__}.")
         if not isinstance(manifold, (Sphere, Ellipsoid)):
-            raise InputTypeError(f"manifold must be a riemattn Sphere or Ellipsoid, got {type(manifold).__name__}.")
+            raise InputTypeError(
+                f"manifold must be a riemattn Sphere or Ellipsoid, got {type(manifold).__name__}."
+            )
         if weights is not None and not callable(weights):
-            raise InputTypeError(f"weights must be None or callable as weights(y), got {type(weights).__name__}.")
+            raise InputTypeError(
+                f"weights must be None or callable as weights(y), got {type(weights).__name__}."
+            )
         self.f = f
         self.manifold = manifold
         self.weights = weights
@@ -431,13 +450,16 @@ class GradientField(Field):
         return G - self.manifold.inner(y, G)[..., None] * y
 
     def __repr__(self) -> str:
-        return f"GradientField({'ascent' if self.sign > 0 else 'descent'}, manifold={self.manifold!r})"
+        return (
+            f"GradientField({'ascent' if self.sign > 0 else 'descent'}, manifold={self.manifold!r})"
+        )
 
 
 def arxiv_field(P) -> AttentionField:
     """The ARXIV section 3 attention field: h = 1, U = I, constant SPD P, tokens on E_P (W = P).
 
-    dy_i/dt = sum_j alpha_ij (y_j - (y_i^T P y_j) y_i), alpha_ij = e^{y_i^T P y_j} / (sqrt(d) sum_k e^{y_i^T P y_k})
+    dy_i/dt = sum_j alpha_ij (y_j - (y_i^T P y_j) y_i),
+    alpha_ij = e^{y_i^T P y_j} / (sqrt(d) sum_k e^{y_i^T P y_k})
 
     Parameters
     ----------
@@ -473,7 +495,8 @@ def potential_field(P, normalization: str = "paper") -> GradientField:
     P = check_spd(P, "P")
     check_choice(normalization, "normalization", METRIC_NORMALIZATIONS)
     return GradientField(
-        lambda x: potential(x, P), Ellipsoid(P),
+        lambda x: potential(x, P),
+        Ellipsoid(P),
         weights=None if normalization == "none" else (lambda y: normalizers(y, P, normalization)),
     )
 
@@ -500,7 +523,9 @@ def energy_field(beta, d: int, model: str = "sa") -> GradientField:
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
         raise ValidationError(f"d must be an integer >= 2, got {d!r}.")
     if model == "sa":
-        weights = lambda y: energy_weights(y, beta)  # noqa: E731
+        weights = lambda y: energy_weights(y, beta)
     else:
-        weights = lambda y: np.full(y.shape[:-1], 1.0 / y.shape[-2])  # noqa: E731
-    return GradientField(lambda x: energy(x, beta, centered=True), Sphere(int(d) - 1), weights, ascent=True)
+        weights = lambda y: np.full(y.shape[:-1], 1.0 / y.shape[-2])
+    return GradientField(
+        lambda x: energy(x, beta, centered=True), Sphere(int(d) - 1), weights, ascent=True
+    )

@@ -29,8 +29,14 @@ def test_circle_agrees_with_sphere_simulation_at_t5(beta, model):
     rng = np.random.default_rng(7)
     theta0 = rng.uniform(-np.pi, np.pi, (3, 8))
     _, theta = CircleField(beta, model).solve(theta0, (0.0, 5.0), rtol=1e-13, atol=1e-13)
-    sol = ra.integrate(sphere_field(beta, model), to_points(theta0), (0.0, 5.0), stepper="dopri5",
-                       rtol=1e-13, atol=1e-13)
+    sol = ra.integrate(
+        sphere_field(beta, model),
+        to_points(theta0),
+        (0.0, 5.0),
+        stepper="dopri5",
+        rtol=1e-13,
+        atol=1e-13,
+    )
     assert sol.success
     err = np.max(np.abs(wrap(from_points(sol.y[-1]) - theta[-1])))
     assert err <= 1e-10
@@ -53,7 +59,9 @@ def test_angular_field_is_sphere_field_in_angles(n, seed, beta, model):
 def test_beta_zero_is_kuramoto(n, seed, model):
     rng = np.random.default_rng(seed)
     theta = rng.uniform(-np.pi, np.pi, (2, n))
-    kuramoto = np.array([[np.mean([np.sin(th[j] - th[i]) for j in range(n)]) for i in range(n)] for th in theta])
+    kuramoto = np.array(
+        [[np.mean([np.sin(th[j] - th[i]) for j in range(n)]) for i in range(n)] for th in theta]
+    )
     np.testing.assert_allclose(CircleField(0.0, model)(0.0, theta), kuramoto, atol=1e-14)
     # Kuramoto energy 1/(2n^2) sum cos(theta_i - theta_j) = |order parameter|^2 / 2
     r = np.abs(np.mean(np.exp(1j * theta), axis=-1))
@@ -70,8 +78,16 @@ def test_energy_and_gradient_structure(n, seed, beta):
     # dE/dtheta by a 5-point finite difference, per coordinate
     h = 1e-3
     eye = np.eye(n)
-    fd = np.array([(8 * (sa.energy(theta + h * e) - sa.energy(theta - h * e))
-                    - (sa.energy(theta + 2 * h * e) - sa.energy(theta - 2 * h * e))) / (12 * h) for e in eye])
+    fd = np.array(
+        [
+            (
+                8 * (sa.energy(theta + h * e) - sa.energy(theta - h * e))
+                - (sa.energy(theta + 2 * h * e) - sa.energy(theta - 2 * h * e))
+            )
+            / (12 * h)
+            for e in eye
+        ]
+    )
     assert np.max(np.abs(fd - dE)) <= 1e-8 * np.exp(beta) / n
     # USA = n grad E; SA = (n^2 / Z_i) dE/dtheta_i
     np.testing.assert_allclose(usa(0.0, theta), n * dE, atol=1e-13 * np.exp(beta))

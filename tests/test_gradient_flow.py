@@ -59,11 +59,15 @@ def test_metric_and_potential_match_explicit_sums():
     g = sum(Z[i] * X[i] @ P @ Y[i] for i in range(l))
     assert gf.metric(x, X, Y, P) == pytest.approx(g, rel=1e-13)
     assert gf.metric(x, X, Y, P, "softmax") == pytest.approx(g / np.sqrt(d), rel=1e-13)
-    assert gf.metric(x, X, Y, P, "none") == pytest.approx(sum(X[i] @ P @ Y[i] for i in range(l)), rel=1e-13)
+    assert gf.metric(x, X, Y, P, "none") == pytest.approx(
+        sum(X[i] @ P @ Y[i] for i in range(l)), rel=1e-13
+    )
     assert gf.potential(x, P) == pytest.approx(-0.5 * e.sum(), rel=1e-13)
     # batched over leading axes
     xb = np.stack([x, 2 * x])
-    np.testing.assert_allclose(gf.potential(xb, P), [gf.potential(x, P), gf.potential(2 * x, P)], rtol=1e-13)
+    np.testing.assert_allclose(
+        gf.potential(xb, P), [gf.potential(x, P), gf.potential(2 * x, P)], rtol=1e-13
+    )
 
 
 def test_energy_matches_explicit_sum_and_limits():
@@ -196,7 +200,9 @@ def test_gradient_field_is_attention_field_for_every_stepper():
 
 # --------------------------------------------------------------------------------------------
 # GLPR: E_beta, SA and USA
-@given(n=ELLS, d=DIMS, seed=SEEDS, beta=st.sampled_from(BETAS), model=st.sampled_from(["sa", "usa"]))
+@given(
+    n=ELLS, d=DIMS, seed=SEEDS, beta=st.sampled_from(BETAS), model=st.sampled_from(["sa", "usa"])
+)
 def test_energy_non_decreasing_along_sa_usa(n, d, seed, beta, model):
     rng = np.random.default_rng(seed)
     x0 = random_config(rng, n, d)
@@ -232,13 +238,15 @@ def test_sa_is_gradient_in_derived_metric(beta, n, d, seed):
     sa = ra.sa(beta, d)
     SA, scale = sa(0.0, x), np.linalg.norm(sa.drive(0.0, x))  # scale: see the USA test
     sphere = ra.Sphere(d - 1)
-    E = lambda z: gf.energy(z, beta)  # noqa: E731
+    E = lambda z: gf.energy(z, beta)
     c = gf.energy_weights(x, beta)
     Z = np.array([sum(np.exp(beta * x[i] @ x[j]) for j in range(n)) for i in range(n)])
     np.testing.assert_allclose(c, Z / n**2, rtol=1e-13)
     G = gf.GradientField(E, sphere, lambda z: gf.energy_weights(z, beta), ascent=True)(0.0, x)
     assert rel(G, SA, scale) <= 1e-12
-    G_glpr = gf.GradientField(E, sphere, lambda z: n * gf.energy_weights(z, beta), ascent=True)(0.0, x)
+    G_glpr = gf.GradientField(E, sphere, lambda z: n * gf.energy_weights(z, beta), ascent=True)(
+        0.0, x
+    )
     assert rel(n * G_glpr, SA, scale) <= 1e-12
     assert rel(G_glpr, SA) == pytest.approx((n - 1) / n, rel=1e-4)  # Z/n alone: off by the factor n
     assert rel(gf.energy_field(beta, d, "sa")(0.0, x), SA, scale) <= 1e-12
@@ -277,6 +285,8 @@ def test_errors_name_the_argument():
         gf.energy(y, "1")
     with pytest.raises(ValidationError, match="energy overflowed"):
         gf.energy(ra.Sphere(2).projection(np.ones((2, 3))), 1000.0)
+    with pytest.raises(ValidationError, match="energy_weights overflowed"):
+        gf.energy_weights(ra.Sphere(2).projection(np.ones((2, 3))), 1000.0)
     with pytest.raises(InputTypeError, match="manifold must be"):
         gf.GradientField(V_of(P), "sphere")
     with pytest.raises(ValidationError, match="model must be one of"):
@@ -299,7 +309,11 @@ def test_arxiv_fig1_quick(tmp_path):
     y = ds.y.values
     np.testing.assert_allclose(np.einsum("...i,ij,...j->...", y, P_FIG1, y), 1.0, atol=1e-12)
     result = fig1.claims(ds)
-    assert set(result) >= {"potential_non_increasing", "converges_to_equilibrium", "equilibrium_is_consensus"}
+    assert set(result) >= {
+        "potential_non_increasing",
+        "converges_to_equilibrium",
+        "equilibrium_is_consensus",
+    }
     assert all(c["passed"] for c in result.values()), result
     # the same seed gives the same data; NetCDF3 (scipy) round trip
     ds.to_netcdf(tmp_path / "fig1.nc", engine="scipy")

@@ -30,7 +30,10 @@ from ._plotting import plot_sphere_trajectories
 NAME = "arxiv-fig1"
 PAPER = "ARXIV"
 FIGURE = "Fig. 1"
-DESCRIPTION = "gradient flow (Thm 3.2): 10 tokens on the ellipsoid E_P with the printed P, V_P(t) decreasing to consensus"
+DESCRIPTION = (
+    "gradient flow (Thm 3.2): 10 tokens on the ellipsoid E_P with the printed P, "
+    "V_P(t) decreasing to consensus"
+)
 ORDER = 10
 
 
@@ -52,12 +55,17 @@ def run(config: dict) -> xr.Dataset:
     P = np.asarray(config["P"], dtype=float)
     field = arxiv_field(P)
     y0 = field.manifold.projection(rng.uniform(-0.5, 0.5, size=(int(config["tokens"]), 3)))
-    sol = integrate(field, y0, (0.0, float(config["t1"])), stepper=config["stepper"], dt=float(config["dt"]))
+    sol = integrate(
+        field, y0, (0.0, float(config["t1"])), stepper=config["stepper"], dt=float(config["dt"])
+    )
     Y = field(0.0, sol.y)  # = -grad_{g_P} V_P (Theorem 3.1)
     ds = sol.to_xarray()
     ds["V"] = ("time", potential(sol.y, P))
     ds["grad_norm"] = ("time", np.sqrt(metric(sol.y, Y, Y, P)))
-    ds["spread"] = ("time", np.max(np.linalg.norm(sol.y[:, :, None] - sol.y[:, None, :], axis=-1), axis=(-2, -1)))
+    ds["spread"] = (
+        "time",
+        np.max(np.linalg.norm(sol.y[:, :, None] - sol.y[:, None, :], axis=-1), axis=(-2, -1)),
+    )
     ds["P"] = (("row", "col"), P)
     ds.attrs["normalization"] = "paper"
     ds.attrs["V_consensus"] = float(-0.5 * config["tokens"] ** 2 * np.e)
@@ -77,7 +85,9 @@ def plot(ds: xr.Dataset):
     ax0.set_title("(a) convergence to a consensus equilibrium on $\\mathcal{E}_P$")
     ax1 = fig.add_subplot(1, 2, 2)
     ax1.plot(ds.time, ds.V, color="C0")
-    ax1.axhline(ds.attrs["V_consensus"], color="0.6", ls="--", lw=0.8, label="consensus $-\\ell^2 e/2$")
+    ax1.axhline(
+        ds.attrs["V_consensus"], color="0.6", ls="--", lw=0.8, label="consensus $-\\ell^2 e/2$"
+    )
     ax1.set_xlabel("t")
     ax1.set_ylabel("$V_P$")
     ax1.set_title("(b) potential $V_P = V \\circ \\iota_P$")
@@ -88,7 +98,7 @@ def plot(ds: xr.Dataset):
 
 
 def claims(ds: xr.Dataset) -> dict:
-    """V_P non-increasing; dV_P/dt = -|grad|^2; convergence to an equilibrium that is a consensus point."""
+    """V_P non-increasing; dV_P/dt = -|grad|^2; convergence to an equilibrium, a consensus point."""
     V = ds.V.values
     t = ds.time.values
     rise = float(np.max(np.diff(V) / np.abs(V[1:])))
@@ -108,7 +118,8 @@ def claims(ds: xr.Dataset) -> dict:
         "gradient_identity": {
             "passed": gap <= 1e-2,
             "value": gap,
-            "description": "dV_P/dt = -|grad_{g_P} V_P|^2 along the run (Thm 3.1), max relative gap <= 1e-2 "
+            "description": "dV_P/dt = -|grad_{g_P} V_P|^2 along the run (Thm 3.1), "
+            "max relative gap <= 1e-2 "
             "(central differences in t)",
         },
         "converges_to_equilibrium": {
