@@ -5,7 +5,7 @@ vector field on them (:mod:`riemattn.attention`), stacking layers is integrating
 (:mod:`riemattn.steppers`, :func:`riemattn.integrate`).
 """
 
-from . import diagnostics, errors, gradient_flow, lie, theory
+from . import circle, diagnostics, errors, gradient_flow, lie, theory
 from .attention import AttentionField, TransformerLayer, sa, usa
 from .errors import IntegrationError, RiemattnError, ValidationError
 from .fields import Field, VectorField
@@ -29,6 +29,7 @@ __all__ = [
     "TransformerLayer",
     "ValidationError",
     "VectorField",
+    "circle",
     "diagnostics",
     "errors",
     "gradient_flow",
