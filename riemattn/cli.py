@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -105,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    # geomstats sets the root logger to INFO on import; keep matplotlib's font chatter out of the CLI
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
