@@ -199,18 +199,26 @@ def test_no_ff_really_removes_the_feed_forward_branch(llm, family):
 
 def test_gpt2_block_without_ff_is_residual_plus_attention(llm):
     """Without FF a GPT-2 block is exactly h + attn(ln_1(h)): compare with the block's attention called
-    by hand on the embedding (pass 1, block 1)."""
+    by hand with a causal mask, on the embedding (pass 1) and on the looped tokens (pass 2, which must
+    enter unchanged: no second position embedding)."""
     import torch
 
     lm = llm.build_model("gpt2", "tiny", seed=6, dtype="float64")
+    L = lm.n_layer
     ids = np.random.default_rng(7).integers(0, lm.vocab_size, size=(2, 6))
-    states = _states(llm, lm, ids, passes=1, remove_ff=True)
-    h = torch.as_tensor(states[0])
+    states = _states(llm, lm, ids, passes=2, remove_ff=True)
     blk = lm.blocks[0]
     mask = torch.full((6, 6), float("-inf"), dtype=torch.float64).triu(1)[None, None]
+    for layer in (0, L):  # input of block 1 in pass 1 and in pass 2
+        h = torch.as_tensor(states[layer])
+        with torch.no_grad():
+            attn, _ = blk.attn(blk.ln_1(h), attention_mask=mask)
+        np.testing.assert_allclose(states[layer + 1], (h + attn).numpy(), rtol=1e-12, atol=1e-12)
+    # the looped tokens are the final LayerNorm of the last block's output
     with torch.no_grad():
-        attn, _ = blk.attn(blk.ln_1(h), attention_mask=mask)
-    np.testing.assert_allclose(states[1], (h + attn).numpy(), rtol=1e-12, atol=1e-12)
+        h = torch.as_tensor(states[L - 1])
+        attn, _ = lm.blocks[L - 1].attn(lm.blocks[L - 1].ln_1(h), attention_mask=mask)
+        np.testing.assert_allclose(states[L], lm.model.ln_f(h + attn).numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_redrawn_really_changes_the_weights_every_pass(llm):
