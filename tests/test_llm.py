@@ -352,3 +352,27 @@ def test_cli_writes_outputs(llm, tmp_path, capsys):
     args.variant = ["trained"]
     assert llm.run_loop_command(args) == 2  # no trained tiny model anywhere: a clear error, not a traceback
     assert "random / redrawn" in capsys.readouterr().err
+
+
+def test_icml_gpt_combines_models_and_states_claims(llm, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from riemattn.experiments import icml_gpt
+
+    cfg = icml_gpt.config(quick=True)
+    assert cfg["seed"] == 0 and json.loads(json.dumps(cfg)) == cfg
+    a = llm.run_loop("gpt2", "tiny", variants=["random", "redrawn-noff"], passes=2, prompts=2, tokens=5)
+    b = llm.run_loop("gpt-neo", "tiny", variants=["random"], passes=3, prompts=2, tokens=5)
+    ds = icml_gpt.combine([a, b], ["gpt2-tiny", "gpt-neo-tiny"])
+    assert ds["E"].dims == ("model", "variant", "prompt", "layer") and ds["E"].shape == (2, 2, 2, 7)
+    assert np.isnan(ds["E"].sel(model="gpt2-tiny").values[..., 5:]).all()
+    assert np.isnan(ds["E"].sel(model="gpt-neo-tiny", variant="redrawn-noff").values).all()
+    np.testing.assert_array_equal(ds["E"].sel(model="gpt-neo-tiny", variant="random").values, b["E"].values[0])
+    ds.to_netcdf(tmp_path / "c.nc", engine="scipy")
+    claims = icml_gpt.claims(ds)
+    assert len(claims) == 3 * 3  # 3 (model, variant) pairs present x 3 claims
+    key = "gpt-neo-tiny/random/decreases"
+    e = b["E"].values[0].mean(0)
+    assert claims[key]["passed"] == bool(e[-1] < e[1]) and claims[key]["value"]["E_last"] == e[-1]
+    assert icml_gpt.plot(ds).axes
