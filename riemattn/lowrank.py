@@ -158,22 +158,39 @@ def expm_small_action(K, v, *, increment=False):
     while term_bound > 2.0 ** -72 and q < 60 and theta > 0.0:
         q += 1
         term_bound = term_bound * theta / q
-    total = np.zeros(v.shape + (1,))
-    v = v[..., None]
-    cur = v
+    batch = np.broadcast_shapes(K.shape[:-2], v.shape[:-1])
+    big = K.ndim > 2 and math.prod(batch) >= 64
+    if K.ndim == 2:  # one matrix for the whole batch
+        def mv(z):
+            return z @ X.T
+        vv = v
+    elif not big:  # few small matrices: batched matmul has the least overhead
+        def mv(z):
+            return np.matmul(X, z[..., None])[..., 0]
+        vv = v
+    else:  # many: batch moved to the last axis, contiguous vectorized matrix--vector products
+        m = K.shape[-1]
+        XT = np.ascontiguousarray(np.broadcast_to(X, batch + (m, m)).reshape(-1, m, m).transpose(1, 2, 0))
+
+        def mv(z):
+            return np.einsum("ijn,jn->in", XT, z)
+        vv = np.ascontiguousarray(np.broadcast_to(v, batch + (m,)).reshape(-1, m).T)
+    total = np.zeros_like(vv)
+    cur = vv
     for rep in range(2 ** s):
         # Horner: (e^X - I) cur = X (cur + X (cur + X (cur + ...) / 3) / 2)
         acc = cur
         for k in range(q, 1, -1):
-            acc = np.matmul(X, acc)
+            acc = mv(acc)
             acc *= 1.0 / k
             acc += cur
         if q:
-            total += np.matmul(X, acc)
+            total += mv(acc)
         if rep + 1 < 2 ** s:
-            cur = v + total
-    total = total[..., 0]
-    v = v[..., 0]
+            cur = vv + total
+    if big:
+        total = total.T.reshape(batch + (m,))
+        v = np.broadcast_to(v, batch + (m,))
     return total if increment else v + total
 
 
