@@ -1,0 +1,270 @@
+"""Work--precision benchmark on the hemisphere problem (SPEC section 7 item 2), horizon 10.
+
+10 tokens on S^2, two heads, P_eta(t) = D_eta(t) P'_eta with the matrices printed in ARXIV
+section 7.2 and D_1 = 2 diag(cos 10 pi t, sin 10 pi t, cos 6 pi t), D_2 = 2 diag(cos 6 pi t,
+sin 6 pi t, cos 4 pi t); "paper" normalization, U = I, full attention.
+
+(a) one trajectory, (b) an ensemble of 100 random initial conditions (tokens uniform in the cube
+[-0.5, 0.5]^3, projected). Error = max over tokens and trajectories of |y(10) - y_ref(10)|,
+y_ref from scipy DOP853 at rtol = atol = 1e-13 (for the ensemble: one call on the flattened
+ensemble state). Methods:
+
+* every riemattn stepper through ``ra.integrate`` (fixed steppers over a range of dt, adaptive ones
+  over a range of tolerances), the ensemble integrated in one batched call;
+* explicit Euler followed by renormalisation (the papers' authors' scheme), a plain NumPy loop
+  (batched over the ensemble, which favours it);
+* scipy ``solve_ivp`` RK45 and DOP853 on the flattened state of one trajectory, followed by
+  renormalisation, looped over the ensemble's trajectories.
+
+All methods use the same ``AttentionField`` for the right-hand side, so the comparison is about
+the integrators. Then, at d = 500 (l = 50, h = 2, P_eta(t) = D_eta(t) P'_eta with
+|2 sin(omega t + phi)| diagonals as in SPEC section 7 item 4), the cost of one Lie-group step
+divided by the cost of the field evaluations it needs.
+
+Run: ``python benchmarks/work_precision.py`` (about 15 minutes on 2 cores; ``--quick`` for a
+smaller sweep). Prints tables; writes ``docs/work_precision.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+import riemattn as ra
+
+P1 = np.array([[0.0805, -0.1929, 0.1991], [-0.2312, 0.3131, -0.2335], [0.1788, -0.1732, -0.1594]])
+P2 = np.array([[-0.3067, 0.0349, 0.1107], [0.0572, -0.0557, 0.1343], [0.1375, 0.1083, 0.1018]])
+T_END = 10.0
+
+
+def hemisphere_P(t):
+    D1 = 2 * np.array([np.cos(10 * np.pi * t), np.sin(10 * np.pi * t), np.cos(6 * np.pi * t)])
+    D2 = 2 * np.array([np.cos(6 * np.pi * t), np.sin(6 * np.pi * t), np.cos(4 * np.pi * t)])
+    return np.stack([D1[:, None] * P1, D2[:, None] * P2])
+
+
+def initial(n_traj, seed):
+    rng = np.random.default_rng(seed)
+    y = rng.uniform(-0.5, 0.5, (n_traj, 10, 3))
+    return y / np.linalg.norm(y, axis=-1, keepdims=True)
+
+
+def flat_rhs(field, shape):
+    return lambda t, x: field(t, x.reshape(shape)).ravel()
+
+
+def reference(field, y0):
+    sol = solve_ivp(flat_rhs(field, y0.shape), (0.0, T_END), y0.ravel(), method="DOP853", rtol=1e-13, atol=1e-13)
+    assert sol.success, sol.message
+    return sol.y[:, -1].reshape(y0.shape)
+
+
+def timed(fn, min_time=0.3, max_reps=3):
+    """Best wall time of up to ``max_reps`` runs (repeats only runs shorter than ``min_time``)."""
+    best, out, reps = np.inf, None, 0
+    while reps < max_reps:
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+        reps += 1
+        if best > min_time:
+            break
+    return best, out
+
+
+# ---------------------------------------------------------------------------------------------
+def run_riemattn(field, y0, name, param):
+    st = ra.STEPPERS[name]
+    if st.adaptive:
+        sol = ra.integrate(field, y0, (0.0, T_END), stepper=name, rtol=param, atol=param, saveat=[T_END],
+                           max_steps=10**6)
+    else:
+        sol = ra.integrate(field, y0, (0.0, T_END), stepper=name, dt=param, saveat=[T_END])
+    assert sol.success, sol.message
+    return sol.y[-1]
+
+
+def run_euler_renorm(field, y0, dt):
+    n = int(round(T_END / dt))
+    y = y0.copy()
+    for k in range(n):
+        y = y + dt * field.drive(k * dt, y)
+        y /= np.linalg.norm(y, axis=-1, keepdims=True)
+    return y
+
+
+def run_scipy_loop(field, y0, method, rtol):
+    out = np.empty_like(y0)
+    rhs = flat_rhs(field, y0.shape[1:])
+    for b in range(y0.shape[0]):
+        sol = solve_ivp(rhs, (0.0, T_END), y0[b].ravel(), method=method, rtol=rtol, atol=rtol)
+        assert sol.success, sol.message
+        y = sol.y[:, -1].reshape(y0.shape[1:])
+        out[b] = y / np.linalg.norm(y, axis=-1, keepdims=True)
+    return out
+
+
+def sweeps(quick, ensemble):
+    dts_hi = [0.04, 0.02, 0.01, 0.005] if not quick else [0.02, 0.01]
+    dts_lo = [0.01, 0.003, 0.001] if not quick else [0.01, 0.003]
+    tols = [1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10] if not quick else [1e-6, 1e-8, 1e-10]
+    if ensemble:
+        dts_hi = dts_hi[:-1] if not quick else dts_hi
+        tols = [1e-5, 1e-7, 1e-8, 1e-9, 1e-10] if not quick else [1e-6, 1e-9]
+    out = []
+    for name in ("euler", "lie-euler"):
+        out += [(f"riemattn {name}", name, dt) for dt in dts_lo]
+    for name in ("heun", "rk4", "cg3", "rkmk4", "cf4"):
+        out += [(f"riemattn {name}", name, dt) for dt in dts_hi]
+    for name in ("dopri5", "rkmk45"):
+        out += [(f"riemattn {name}", name, tol) for tol in tols]
+    out += [("Euler + renormalisation", "euler-renorm", dt) for dt in dts_lo]
+    if ensemble:
+        # (the committed figure is from a run with 1e-8, 1e-9, 1e-10 only; 1e-10 reached 1.08e-8)
+        dop = [1e-8, 1e-9, 1e-10, 1e-11] if not quick else [1e-9]
+        rk45 = [1e-4, 1e-6] if not quick else [1e-4]
+    else:
+        dop = [1e-6, 1e-7, 1e-8, 3e-9, 1e-9, 1e-10, 1e-11] if not quick else [1e-7, 1e-9]
+        rk45 = [1e-4, 1e-5, 1e-6, 1e-7, 1e-8] if not quick else [1e-5, 1e-7]
+    out += [("scipy RK45 (looped)", "RK45", tol) for tol in rk45]
+    out += [("scipy DOP853 (looped)", "DOP853", tol) for tol in dop]
+    return out
+
+
+def work_precision(field, y0, ref, configs):
+    rows = []
+    for label, kind, param in configs:
+        if kind == "euler-renorm":
+            fn = lambda: run_euler_renorm(field, y0, param)  # noqa: E731
+        elif kind in ("RK45", "DOP853"):
+            fn = lambda: run_scipy_loop(field, y0, kind, param)  # noqa: E731
+        else:
+            fn = lambda: run_riemattn(field, y0, kind, param)  # noqa: E731
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t, y = timed(fn)
+        err = float(np.max(np.abs(y - ref)))
+        rows.append((label, param, t, err))
+        print(f"  {label:28s} {param:9.3g}  time {t:9.4f} s  error {err:9.3e}", flush=True)
+    return rows
+
+
+def time_to_reach(rows, label, target):
+    """Least time among a method's runs with error <= target (None if none reached it)."""
+    ok = [t for (lab, _, t, e) in rows if lab == label and e <= target]
+    return min(ok) if ok else None
+
+
+def summarize(rows, target=1e-8):
+    labels = list(dict.fromkeys(r[0] for r in rows))
+    best = {lab: time_to_reach(rows, lab, target) for lab in labels}
+    print(f"\n  time to reach max error <= {target:g}:")
+    for lab in labels:
+        print(f"    {lab:28s} {'not reached' if best[lab] is None else f'{best[lab]:.4f} s'}")
+    ours = {lab: t for lab, t in best.items() if lab.startswith("riemattn") and t is not None}
+    dop = best.get("scipy DOP853 (looped)")
+    if ours and dop is not None:
+        lab = min(ours, key=ours.get)
+        print(f"  best riemattn stepper: {lab} ({ours[lab]:.4f} s); scipy DOP853: {dop:.4f} s; "
+              f"speed-up {dop / ours[lab]:.1f}x")
+        return lab, ours[lab], dop
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+def lie_step_cost(reps=7):
+    """At d = 500, l = 50, h = 2: one Lie step vs the field evaluations it needs."""
+    rng = np.random.default_rng(0)
+    d, l, h = 500, 50, 2
+    Pp = rng.uniform(-0.5, 0.5, (h, d, d))
+    omega, phi = rng.uniform(0, 1, (h, d)), rng.uniform(0, 2 * np.pi, (h, d))
+
+    def P(t):
+        return np.abs(2 * np.sin(omega * t + phi))[:, :, None] * Pp
+
+    field = ra.AttentionField(P)
+    y0 = field.manifold.projection(rng.uniform(-0.5, 0.5, (l, d)))
+    dt = 0.01
+    field(0.0, y0)  # warm up
+    t_field = min(timed(lambda: field(0.0, y0), min_time=1e9, max_reps=reps)[0] for _ in range(1))
+    print(f"\n  d = {d}, l = {l}, h = {h}: one field evaluation {t_field * 1e3:.2f} ms")
+    ratios = {}
+    for name in ("lie-euler", "cg3", "rkmk4", "cf4", "rkmk45"):
+        st = ra.STEPPERS[name]()
+        nfev = st.step(field, 0.0, y0, dt).nfev  # warm up, and the number of evaluations
+        step_t, eval_t = [], []
+        for _ in range(reps):  # interleaved, so load changes hit both alike
+            t0 = time.perf_counter()
+            st.step(field, 0.0, y0, dt)
+            step_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            for k in range(nfev):  # the same number of evaluations, at the stage times
+                field(k * dt / nfev, y0)
+            eval_t.append(time.perf_counter() - t0)
+        ratio = min(step_t) / min(eval_t)
+        ratios[name] = ratio
+        print(f"    {name:10s} step {min(step_t) * 1e3:8.2f} ms, {nfev} field evaluations "
+              f"{min(eval_t) * 1e3:8.2f} ms, ratio {ratio:.3f}")
+    return ratios
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.2))
+    for ax, (title, rows) in zip(axes, results):
+        labels = list(dict.fromkeys(r[0] for r in rows))
+        for lab in labels:
+            pts = sorted((t, e) for (l_, _, t, e) in rows if l_ == lab)
+            ts, es = np.array(pts).T
+            style = "-o" if lab.startswith("riemattn") else "--s"
+            ax.loglog(ts, np.maximum(es, 1e-16), style, ms=4, label=lab)
+        ax.axhline(1e-8, color="gray", lw=0.8, ls=":")
+        ax.set_xlabel("wall time [s]")
+        ax.set_ylabel("max error at t = 10")
+        ax.set_title(title)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[1].legend(fontsize=7, loc="lower left", ncol=2)
+    fig.suptitle("Work-precision, hemisphere problem (ARXIV section 7.2), 10 tokens on S^2, h = 2, horizon 10")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"\n  wrote {path}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sweeps (minutes)")
+    ap.add_argument("--n-traj", type=int, default=100)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "work_precision.png"))
+    args = ap.parse_args(argv)
+    field = ra.AttentionField(hemisphere_P)
+    print(f"riemattn {ra.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}")
+    results, claims = [], {}
+    for title, n_traj, seed in (("(a) one trajectory", 1, 0), (f"(b) ensemble of {args.n_traj}", args.n_traj, 1)):
+        y0 = initial(n_traj, seed)
+        t0 = time.perf_counter()
+        ref = reference(field, y0)
+        print(f"\n{title}: reference (DOP853, 1e-13) in {time.perf_counter() - t0:.1f} s")
+        rows = work_precision(field, y0, ref, sweeps(args.quick, ensemble=n_traj > 1))
+        claims[title] = summarize(rows)
+        results.append((title, rows))
+    ratios = lie_step_cost()
+    plot(results, os.path.abspath(args.out))
+    print("\nsummary")
+    for title, c in claims.items():
+        if c:
+            print(f"  {title}: best riemattn {c[0]} {c[1]:.3f} s vs scipy DOP853 {c[2]:.3f} s -> {c[2] / c[1]:.1f}x")
+    print("  Lie step / field evaluations at d = 500: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
+
+
+if __name__ == "__main__":
+    main()
