@@ -187,25 +187,47 @@ class AttentionField(Field):
             self._tril[n] = np.tril(np.ones((n, n), dtype=bool))[:, None, :]
         return self._tril[n]
 
-    def _attention(self, t: float, y: np.ndarray) -> np.ndarray:
-        """alpha[..., i, eta, j] (internal layout)."""
+    #: Largest spread max(S) - min(S) of the scores for which one shift by the global maximum is
+    #: used in the softmax (exp(-600) ~ 1e-261 is still a normal float, so no row underflows and
+    #: every row sum keeps full relative precision); beyond it, each row's maximum is subtracted.
+    _GLOBAL_SHIFT_SPREAD = 600.0
+
+    def _weights(self, t: float, y: np.ndarray):
+        """Unnormalized weights E[..., i, eta, j] and per-row factors r[..., i, eta] with
+        alpha = E * r[..., None] ("paper" / "softmax"); for "mean" r is None and E is alpha."""
         S = self._scores(t, y)
         n = y.shape[-2]
-        if self.mask == "causal":
+        causal = self.mask == "causal"
+        if self.normalization != "mean":
+            smax, smin = S.max(), S.min()
+            if smax - smin < self._GLOBAL_SHIFT_SPREAD:  # False for NaN: the per-row path below
+                E = np.exp(S - smax)
+                if causal:
+                    E *= self._causal(n)
+                scale = np.sqrt(self.d) if self.normalization == "paper" else 1.0
+                return E, 1.0 / (scale * np.einsum("...j->...", E))
+        if causal:
             S = np.where(self._causal(n), S, -np.inf)
         m = np.max(S, axis=-1, keepdims=True)
         E = np.exp(S - m)
         if self.normalization == "mean":
             with np.errstate(over="raise"):
                 try:
-                    return E * (np.exp(m) / n)
+                    return E * (np.exp(m) / n), None
                 except FloatingPointError:
                     raise ValidationError(
                         "normalization='mean' overflowed: exp(y_i^T P y_j) exceeds the float range "
                         f"(max score {float(np.max(m)):.4g}); reduce beta or use 'softmax'."
                     ) from None
         scale = np.sqrt(self.d) if self.normalization == "paper" else 1.0
-        return E / (scale * np.sum(E, axis=-1, keepdims=True))
+        return E, 1.0 / (scale * np.sum(E, axis=-1))
+
+    def _attention(self, t: float, y: np.ndarray) -> np.ndarray:
+        """alpha[..., i, eta, j] (internal layout)."""
+        E, r = self._weights(t, y)
+        if r is not None:
+            E *= r[..., None]
+        return E
 
     def attention(self, t: float, y) -> np.ndarray:
         """Attention matrices alpha_ij^eta(t, y), shape (..., h, l, l)."""
@@ -216,10 +238,15 @@ class AttentionField(Field):
     def drive(self, t: float, y) -> np.ndarray:
         """Un-projected update f_i = sum_eta sum_j alpha_ij^eta U_eta y_j, shape (..., l, d)."""
         y = self._check_y(y)
-        A = self._attention(t, y)  # (..., l, hP, l)
         n = y.shape[-2]
         if self._U is None:
-            return (A.sum(axis=-2) if A.shape[-2] > 1 else A[..., 0, :]) @ y
+            E, r = self._weights(t, y)  # (..., l, hP, l), (..., l, hP)
+            if r is None:
+                A = E.sum(axis=-2) if E.shape[-2] > 1 else E[..., 0, :]
+            else:  # normalise and sum over heads in one pass
+                A = np.einsum("...ihj,...ih->...ij", E, r)
+            return A @ y
+        A = self._attention(t, y)  # (..., l, hP, l)
         cols = self._Ucols if self._Ucols is not None else _stack_columns(
             np.swapaxes(self._U(t), -1, -2))
         hU = cols.shape[1] // self.d
