@@ -1,0 +1,236 @@
+"""GLPR Figure 3: phase diagrams of clustering for (SA), n = 32 particles, d in {2, 8, 32, 128}.
+
+For each dimension d, inverse temperature beta and time t: the probability, over i.i.d. uniform
+initial points on S^{d-1}, that two particles are clustered, P(<x_1(t), x_2(t)> >= 1 - eps) with
+eps = 1e-3 (GLPR section 6.3). Overlaid: the equiangular phase-transition curve of GLPR eq. (6.12),
+beta*(t) = the largest beta with rho(t) >= 1 - eps for the equiangular solution (Theorem 6.8),
+:func:`riemattn.theory.phase_boundary`. GLPR observe that the boundary of the clustered region
+follows this curve, the better the larger d, and that for small d a band of intermediate
+probabilities (a metastable state, see GLPR Figure 4) appears.
+
+Method. All (beta, configuration) pairs of one d are one batch of shape (n_beta, m, n, d) integrated
+in one call per saving interval (projected Euler with step 0.1, exactly GLPR's scheme
+x <- normalize(x + 0.1 * sum_j softmax_j(beta <x_i, x_j>) x_j); a private batched-beta SA field,
+equal to :func:`riemattn.sa` for each beta). The same m initial configurations are used for
+every beta (common random numbers: the estimated probability is then a smoother function of beta).
+By exchangeability of the particles P(<x_1, x_2> >= 1 - eps) = P(<x_i, x_j> >= 1 - eps) for any
+i != j, so the estimator averages the indicator over all n (n - 1)/2 pairs of each configuration
+(as GLPR's own code does), which has a smaller variance than the first pair alone.
+
+The clustering boundary at time t is the beta where the estimated probability crosses 1/2 (linear
+interpolation on the beta grid; the largest such beta).
+
+References
+----------
+Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
+section 6.3, eq. (6.12), Theorem 6.8, Figure 3.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from ..fields import VectorField
+from ..integrate import integrate
+from ..manifolds import Sphere
+from ..theory import clustering_time, phase_boundary
+
+NAME = "glpr-fig3"
+PAPER = "GLPR"
+FIGURE = "Fig. 3"
+DESCRIPTION = "phase diagrams: P(particles 1, 2 clustered) over (beta, t), n = 32, d = 2, 8, 32, 128, equiangular curve"
+ORDER = 60
+
+CHECK_TIMES = (10.0, 20.0, 30.0)
+
+
+def config(quick: bool = False, *, smoke: bool = False) -> dict:
+    """Seeded configuration. Full: 37 betas (step 0.25) x 64 configurations; quick: 19 x 12."""
+    base = {
+        "seed": 6,
+        "n": 32,
+        "eps": 1e-3,
+        "dims": [2, 8, 32, 128],
+        "beta_max": 9.0,
+        "t1": 30.0,
+        "dt": 0.1,
+        "stepper": "euler",
+        "save_every": 0.5,
+    }
+    if smoke:
+        return {**base, "dims": [2, 128], "n_beta": 10, "configurations": 6}
+    if quick:
+        return {**base, "n_beta": 19, "configurations": 12}
+    return {**base, "n_beta": 37, "configurations": 64}
+
+
+def batched_sa(betas, d: int) -> VectorField:
+    """GLPR's (SA) on S^{d-1} for a stack of inverse temperatures.
+
+    Parameters
+    ----------
+    betas : ndarray, shape (k,)
+        The tokens passed to the field must have shape (k, ..., n, d): axis 0 indexes beta.
+    d : int
+
+    Returns
+    -------
+    VectorField
+        Drive f_i = sum_j softmax_j(beta <x_i, x_j>) x_j (projected onto the tangent space).
+    """
+    betas = np.asarray(betas, dtype=float)
+
+    def drive(t, x):
+        b = betas.reshape((-1,) + (1,) * (x.ndim - 1))
+        S = b * (x @ np.swapaxes(x, -1, -2))
+        S -= S.max(axis=-1, keepdims=True)
+        A = np.exp(S)
+        A /= A.sum(axis=-1, keepdims=True)
+        return A @ x
+
+    return VectorField(drive, Sphere(d - 1), project=True)
+
+
+def _pair_fraction(x, eps):
+    """Fraction of pairs i < j with <x_i, x_j> >= 1 - eps, per configuration: shape x.shape[:-2]."""
+    n = x.shape[-2]
+    G = x @ np.swapaxes(x, -1, -2)
+    iu = np.triu_indices(n, k=1)
+    return np.mean(G[..., iu[0], iu[1]] >= 1.0 - eps, axis=-1)
+
+
+def run(config: dict) -> xr.Dataset:
+    rng = np.random.default_rng(config["seed"])
+    n, eps, m = config["n"], config["eps"], config["configurations"]
+    betas = np.linspace(0.0, config["beta_max"], config["n_beta"])
+    t_save = np.arange(0.0, config["t1"] + 1e-9, config["save_every"])
+    prob = np.empty((len(config["dims"]), len(betas), len(t_save)))
+    first_pair = np.empty_like(prob)
+    for k, d in enumerate(config["dims"]):
+        x0 = rng.standard_normal((m, n, d))
+        x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)  # i.i.d. uniform on S^{d-1}
+        x = np.broadcast_to(x0, (len(betas), m, n, d)).copy()
+        field = batched_sa(betas, d)
+        for s, t in enumerate(t_save):
+            if s > 0:
+                x = integrate(
+                    field, x, (t_save[s - 1], t), stepper=config["stepper"], dt=config["dt"]
+                ).y[-1]
+            frac = _pair_fraction(x, eps)  # (beta, m)
+            prob[k, :, s] = frac.mean(axis=-1)
+            first_pair[k, :, s] = np.mean(
+                np.sum(x[..., 0, :] * x[..., 1, :], axis=-1) >= 1.0 - eps, axis=-1
+            )
+    # The equiangular curve beta*(t) of eq. (6.12) is the level set T(beta) = t of the clustering time
+    # of the equiangular solution: tabulate T on a fine beta grid (one quadrature each).
+    beta_curve = np.linspace(0.0, config["beta_max"], 73)
+    T_curve = np.array([clustering_time(b, n, eps, "sa") for b in beta_curve])
+    return xr.Dataset(
+        {
+            "probability": (("d", "beta", "time"), prob),
+            "probability_first_pair": (("d", "beta", "time"), first_pair),
+            "equiangular_clustering_time": ("beta_curve", T_curve),
+        },
+        coords={"d": config["dims"], "beta": betas, "time": t_save, "beta_curve": beta_curve},
+        attrs={"n": n, "eps": eps, "configurations": m},
+    )
+
+
+def empirical_boundary(prob, betas) -> np.ndarray:
+    """Largest beta where prob(beta) crosses 1/2, per time; prob shape (beta, time) -> (time,).
+
+    Linear interpolation between the last grid beta with prob >= 1/2 and the next one; NaN where
+    prob < 1/2 at every beta, +inf where prob >= 1/2 at every beta.
+    """
+    prob = np.asarray(prob)
+    out = np.full(prob.shape[1], np.nan)
+    for s in range(prob.shape[1]):
+        above = np.nonzero(prob[:, s] >= 0.5)[0]
+        if above.size == 0:
+            continue
+        i = above[-1]
+        if i == len(betas) - 1:
+            out[s] = np.inf
+            continue
+        p0, p1 = prob[i, s], prob[i + 1, s]
+        out[s] = betas[i] + (p0 - 0.5) / (p0 - p1) * (betas[i + 1] - betas[i])
+    return out
+
+
+def plot(ds: xr.Dataset):
+    import matplotlib.pyplot as plt
+
+    dims = ds.d.values
+    fig, axes = plt.subplots(1, len(dims), figsize=(4.2 * len(dims), 3.8), sharey=True)
+    axes = np.atleast_1d(axes)
+    for ax, d in zip(axes, dims):
+        p = ds.probability.sel(d=d)
+        mesh = ax.pcolormesh(
+            ds.time, ds.beta, p, cmap="RdBu_r", vmin=0, vmax=1, shading="nearest", rasterized=True
+        )
+        ax.plot(
+            ds.equiangular_clustering_time, ds.beta_curve, "k--", lw=1.2, label="equiangular (6.12)"
+        )
+        b = empirical_boundary(p.values, ds.beta.values)
+        ax.plot(
+            ds.time, np.where(np.isfinite(b), b, np.nan), color="yellow", lw=1.0, label="P = 1/2"
+        )
+        ax.set_ylim(ds.beta[0], ds.beta[-1])
+        ax.set_xlim(ds.time[0], ds.time[-1])
+        ax.set_xlabel("t")
+        ax.set_title(f"d = {d}")
+    axes[0].set_ylabel("$\\beta$")
+    axes[-1].legend(loc="lower right", fontsize=8)
+    fig.colorbar(
+        mesh, ax=axes, shrink=0.9, label="P($\\langle x_1, x_2\\rangle \\geq 1 - \\varepsilon$)"
+    )
+    fig.suptitle(f"GLPR Fig. 3: n = {ds.attrs['n']}, $\\varepsilon$ = {ds.attrs['eps']}")
+    return fig
+
+
+def claims(ds: xr.Dataset) -> dict:
+    d_max = int(ds.d.values.max())
+    p = ds.probability.sel(d=d_max)
+    emp = empirical_boundary(p.values, ds.beta.values)
+    out = {}
+    gaps = []
+    for tc in CHECK_TIMES:
+        s = int(np.argmin(np.abs(ds.time.values - tc)))
+        theory = float(
+            phase_boundary(float(ds.time.values[s]), int(ds.attrs["n"]), float(ds.attrs["eps"]))
+        )
+        gaps.append(abs(float(emp[s]) - theory) if np.isfinite(emp[s]) else np.inf)
+        out.setdefault("values", []).append(
+            {"t": float(ds.time.values[s]), "empirical": float(emp[s]), "equiangular": theory}
+        )
+    claims = {
+        f"boundary_matches_equiangular_d{d_max}": {
+            "passed": bool(max(gaps) <= 0.5),
+            "value": out["values"],
+            "description": f"at d = {d_max} the beta where P(clustered) = 1/2 is within 0.5 of the equiangular "
+            "curve (GLPR eq. 6.12) at t = 10, 20, 30",
+        },
+    }
+    # clustering is more likely at smaller beta: at the final time P(beta = 0) = 1 and P(beta_max) < 1/2
+    p_end = ds.probability.isel(time=-1)
+    claims["clustered_at_small_beta_not_at_large"] = {
+        "passed": bool(np.all(p_end.isel(beta=0) > 0.99) and float(p.isel(time=-1, beta=-1)) < 0.5),
+        "value": {
+            "P(beta=0, t1) per d": p_end.isel(beta=0).values.tolist(),
+            f"P(beta_max, t1), d={d_max}": float(p.isel(time=-1, beta=-1)),
+        },
+        "description": "at t1 every d has P = 1 at beta = 0, and at d = max P < 1/2 at beta = beta_max",
+    }
+    # GLPR: the transition sharpens as d grows (a wide band of intermediate probabilities at small d)
+    width = {}
+    for d in ds.d.values:
+        q = ds.probability.sel(d=d).isel(time=-1).values
+        width[int(d)] = float(np.sum((q > 0.1) & (q < 0.9)) * float(ds.beta[1] - ds.beta[0]))
+    d_min = int(ds.d.values.min())
+    claims["transition_sharper_in_high_dimension"] = {
+        "passed": bool(width[d_min] > width[d_max]),
+        "value": width,
+        "description": f"at t1 the beta-width of the band 0.1 < P < 0.9 is larger at d = {d_min} than at d = {d_max}",
+    }
+    return claims
