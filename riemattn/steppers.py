@@ -50,6 +50,7 @@ __all__ = [
     "ProjectedHeun",
     "ProjectedRK4",
     "ProjectedDormandPrince",
+    "ProjectedDOP853",
     "STEPPERS",
     "register",
     "get_stepper",
@@ -230,37 +231,63 @@ class ProjectedRK(Stepper):
 
     tableau: ButcherTableau
 
+    @classmethod
+    def _plan(cls):
+        """Per-class cache of the tableau's nonzero coefficients (less Python work per step)."""
+        plan = cls.__dict__.get("_plan_cache")
+        if plan is None:
+            tab = cls.tableau
+            A, b, c = tab.A_, tab.b_, tab.c_
+
+            def nz(row):
+                return tuple((j, float(a)) for j, a in enumerate(row) if a != 0.0)
+
+            stages = tuple((float(c[i]), nz(A[i, :i])) for i in range(1, tab.stages))
+            b_err = nz(tab.b_err_) if tab.b_err_ is not None else None
+            plan = (stages, nz(b), b_err)
+            cls._plan_cache = plan
+        return plan
+
     def step(self, field, t, y, h, k1=None):
-        tab = self.tableau
-        A, b, c = tab.A_, tab.b_, tab.c_
+        stages, b_nz, err_nz = self._plan()
         D = _drive(field)
-        manifold = field.manifold
-        s = tab.stages
+        apply_W = field.manifold.apply_W
         K = [D(t, y) if k1 is None else k1]
         nfev = 1 if k1 is None else 0
-        for i in range(1, s):
-            Y = y + h * _combine(A[i, :i], K)
-            norm = manifold.norm(Y)[..., None]
-            K.append(norm * D(t + c[i] * h, Y / norm))
+        for ci, coefs in stages:
+            Y = _axpy(y, h, coefs, K)
+            norm = np.sqrt(np.einsum("...i,...i->...", Y, apply_W(Y)))[..., None]
+            K.append(norm * D(t + ci * h, Y / norm))
             nfev += 1
-        x = y + h * _combine(b, K)
-        y_new = x / manifold.norm(x)[..., None]
-        error = None
-        if self.adaptive:
-            error = h * _combine(tab.b_err_, K)
+        x = _axpy(y, h, b_nz, K)
+        xnorm = np.sqrt(np.einsum("...i,...i->...", x, apply_W(x)))[..., None]
+        y_new = x / xnorm
+        error = self._error_estimate(h, K, err_nz) if self.adaptive else None
         k_next = None
         if self.fsal:
             # last stage is evaluated at x itself (c = 1, A[-1] = b): D(t + h, y_new) = K[-1] / |x|
-            k_next = K[-1] / manifold.norm(x)[..., None]
+            k_next = K[-1] / xnorm
         return StepResult(y_new, error, nfev, k_next)
 
+    def _error_estimate(self, h, K, err_nz):
+        """Local error estimate ``h sum_i (b_i - b_hat_i) K_i`` (ambient, shape of ``y``)."""
+        return _axpy(None, h, err_nz, K)
 
-def _combine(coef, K):
-    out = None
-    for a, k in zip(coef, K):
-        if a != 0.0:
-            out = a * k if out is None else out + a * k
-    return out if out is not None else np.zeros_like(K[0])
+
+def _axpy(y, h, coefs, K):
+    """``y + h * sum_j a_j K_j`` over the nonzero ``(j, a_j)`` (``y`` None: without it)."""
+    if not coefs:
+        return np.array(y, copy=True) if y is not None else np.zeros_like(K[0])
+    (j0, a0), rest = coefs[0], coefs[1:]
+    out = K[j0] * (h * a0)
+    if rest:
+        tmp = np.empty_like(out)
+        for j, a in rest:
+            np.multiply(K[j], h * a, out=tmp)
+            out += tmp
+    if y is not None:
+        out += y
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -347,3 +374,110 @@ class ProjectedDormandPrince(ProjectedRK):
         b_hat=("5179/57600", 0, "7571/16695", "393/640", "-92097/339200", "187/2100", "1/40"),
         embedded_order=4,
     )
+
+
+@register
+class ProjectedDOP853(ProjectedRK):
+    """Projected Dormand--Prince 8(5,3), adaptive (12 stages), the method of Hairer's code DOP853.
+
+    The 8th-order weights ``b`` propagate the solution. Two embedded weight vectors on the same
+    stages estimate the error: ``b_hat`` of order 5 (the code's ``ER`` coefficients are
+    ``b - b_hat``) and ``bhh = (31/127, 0, ..., 0, 12675/17272, 0, 0, 3/136)`` of order 3 (only
+    stages 1, 9, 12). As in DOP853, with ``e5 = h sum (b - b_hat)_i K_i`` and
+    ``e3 = h sum (b - bhh)_i K_i`` the estimate is ``e5 |e5| / sqrt(|e5|^2 + 0.01 |e3|^2)``
+    (``|.|`` the RMS norm over the whole state), which behaves like ``h^8`` for small steps, so
+    step-size control uses ``error_order = 7``. (Hairer's code takes the norms after scaling by
+    the tolerances; here the ratio is scale-free and the scaling is applied by ``integrate``.)
+
+    The tableau class checks all 200 order conditions up to order 8 for ``b``, the 17 up to
+    order 5 for ``b_hat`` and the 4 up to order 3 for ``bhh`` on import.
+
+    References
+    ----------
+    P. J. Prince, J. R. Dormand, "High order embedded Runge-Kutta formulae", J. Comput. Appl.
+    Math. 7 (1981) 67-75. E. Hairer, S. P. Norsett, G. Wanner, *Solving Ordinary Differential
+    Equations I*, 2nd ed., Springer 1993, section II.10 (the code DOP853: coefficients and the
+    combined 5th/3rd-order error estimator).
+    """
+
+    name = "dop853"
+    order = 8
+    adaptive = True
+    error_order = 7
+    fsal = False
+    tableau = ButcherTableau(
+        c=(
+            0, 0.05260015195876773, 0.0789002279381516, 0.1183503419072274, 0.2816496580927726,
+            0.3333333333333333, 0.25, 0.3076923076923077, 0.6512820512820513, 0.6,
+            0.8571428571428571, 1.0,
+        ),
+        A=(
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+            (0.05260015195876773, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+            (0.0197250569845379, 0.0591751709536137, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+            (0.02958758547680685, 0, 0.08876275643042054, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+            (0.2413651341592667, 0, -0.8845494793282861, 0.924834003261792, 0, 0, 0, 0, 0, 0, 0, 0),
+            (
+                0.037037037037037035, 0, 0, 0.17082860872947386, 0.12546768756682242, 0, 0, 0, 0, 0,
+                0, 0,
+            ),
+            (
+                0.037109375, 0, 0, 0.17025221101954405, 0.06021653898045596, -0.017578125, 0, 0, 0,
+                0, 0, 0,
+            ),
+            (
+                0.03709200011850479, 0, 0, 0.17038392571223998, 0.10726203044637328,
+                -0.015319437748624402, 0.008273789163814023, 0, 0, 0, 0, 0,
+            ),
+            (
+                0.6241109587160757, 0, 0, -3.3608926294469414, -0.868219346841726,
+                27.59209969944671, 20.154067550477894, -43.48988418106996, 0, 0, 0, 0,
+            ),
+            (
+                0.47766253643826434, 0, 0, -2.4881146199716677, -0.590290826836843,
+                21.230051448181193, 15.279233632882423, -33.28821096898486, -0.020331201708508627,
+                0, 0, 0,
+            ),
+            (
+                -0.9371424300859873, 0, 0, 5.186372428844064, 1.0914373489967295,
+                -8.149787010746927, -18.52006565999696, 22.739487099350505, 2.4936055526796523,
+                -3.0467644718982196, 0, 0,
+            ),
+            (
+                2.273310147516538, 0, 0, -10.53449546673725, -2.0008720582248625, -17.9589318631188,
+                27.94888452941996, -2.8589982771350235, -8.87285693353063, 12.360567175794303,
+                0.6433927460157636, 0,
+            ),
+        ),
+        b=(
+            0.054293734116568765, 0, 0, 0, 0, 4.450312892752409, 1.8915178993145003,
+            -5.801203960010585, 0.3111643669578199, -0.1521609496625161, 0.20136540080403034,
+            0.04471061572777259,
+        ),
+        order=8,
+        b_hat=(
+            0.04117368912237389, 0, 0, 0, 0, 5.675469339128614, 2.3872768489717506,
+            -7.465581142465571, 0.6614932157077935, -0.48634006837553356, 0.11944219431891463,
+            0.06706592359165889,
+        ),
+        embedded_order=5,
+    )
+    #: the 3rd-order weights of the second error estimate (validated as a tableau of order 3)
+    _bhh = ButcherTableau(
+        c=tableau.c, A=tableau.A, b=("31/127",) + (0,) * 7 + ("12675/17272", 0, 0, "3/136"), order=3
+    )
+
+    @classmethod
+    def _err3(cls):
+        e3 = cls.__dict__.get("_err3_cache")
+        if e3 is None:
+            diff = cls.tableau.b_ - cls._bhh.b_
+            e3 = cls._err3_cache = tuple((j, float(a)) for j, a in enumerate(diff) if a != 0.0)
+        return e3
+
+    def _error_estimate(self, h, K, err_nz):
+        e5 = _axpy(None, h, err_nz, K)
+        e3 = _axpy(None, h, self._err3(), K)
+        n5, n3 = np.mean(np.square(e5)), np.mean(np.square(e3))
+        denom = n5 + 0.01 * n3
+        return e5 * np.sqrt(n5 / denom) if denom > 0 else e5

@@ -199,3 +199,76 @@ def test_custom_tableau_is_a_stepper(hemisphere):
 
     errs = [np.max(np.abs(ra.integrate(field, y0, (0, 1), stepper=Ralston(), dt=h).y[-1] - ref)) for h in (0.02, 0.01, 0.005, 0.0025)]
     assert abs(np.polyfit(np.log([0.02, 0.01, 0.005, 0.0025]), np.log(errs), 1)[0] - 2) <= 0.2
+
+
+# ---------------------------------------------------------------------------------------------
+# dop853: projected Dormand--Prince 8(5,3)
+def test_dop853_tableau_is_order_8_and_registered():
+    from riemattn.steppers import order_residuals
+
+    cls = ra.STEPPERS["dop853"]
+    tab = cls.tableau
+    assert (cls.order, cls.adaptive, tab.stages) == (8, True, 12)
+    assert len(order_residuals(tab.A_, tab.b_, 8)) == 200  # all trees up to order 8 checked
+    # not of order 9, and the embedded weights are not of order 6 (orders are not understated)
+    assert max(abs(r) for _, r in order_residuals(tab.A_, tab.b_, 9)) > 1e-6
+    assert max(abs(r) for _, r in order_residuals(tab.A_, tab.b_hat_, 6)) > 1e-6
+
+
+def test_dop853_measured_order_on_ellipsoid():
+    # Constant two-head P and U on an ellipsoid in R^4, fixed steps, against scipy DOP853 at its
+    # tightest tolerance; errors 2e-11 .. 4e-13, well above the reference's ~1e-14. (For this
+    # 8th-order method the 9th-order terms still matter at these errors: with other random
+    # draws of P, U the fitted slope ranged 7.7 .. 9.9; this draw is in the asymptotic regime,
+    # with slopes 8.16 and 8.15 on the windows n = 10..16 and 12..20.)
+    rng = np.random.default_rng(4)
+    d, l, T = 4, 6, 2.0
+    field = ra.AttentionField(1.5 * rng.normal(size=(2, d, d)), rng.normal(size=(2, d, d)),
+                              W=np.diag([1.0, 2.0, 0.5, 1.5]))
+    y0 = field.manifold.projection(rng.normal(size=(l, d)))
+    ref = solve_ivp(lambda t, x: field(t, x.reshape(l, d)).ravel(), (0.0, T), y0.ravel(),
+                    method="DOP853", rtol=2.3e-14, atol=1e-14).y[:, -1].reshape(l, d)
+    st = ra.STEPPERS["dop853"]()
+    ns = [10, 12, 14, 16]
+    errs = []
+    for n in ns:
+        y, h = y0, T / n
+        for k in range(n):
+            y = st.step(field, k * h, y, h).y
+        errs.append(np.max(np.abs(y - ref)))
+    slope = np.polyfit(np.log(T / np.array(ns)), np.log(errs), 1)[0]
+    assert abs(slope - 8) <= 0.2, (slope, errs)
+
+
+def test_dop853_error_follows_tolerance(hemisphere):
+    field, y0, ref = hemisphere
+    tols = [1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11]
+    errs, steps = [], []
+    for tol in tols:
+        sol = ra.integrate(field, y0, (0, 1), stepper="dop853", rtol=tol, atol=tol)
+        assert sol.success
+        errs.append(np.max(np.abs(sol.y[-1] - ref)))
+        steps.append(sol.n_steps)
+    assert all(e1 > e2 for e1, e2 in zip(errs, errs[1:])), errs  # monotone
+    assert max(e / tol for e, tol in zip(errs, tols)) < 10, errs
+    # The combined estimate behaves like h^8 (error_order 7): steps h ~ tol^(1/8), local errors
+    # ~ h^9 ~ tol^(9/8), global error between tol (accumulating) and tol^(9/8): slope in [1, 9/8].
+    slope = np.polyfit(np.log(tols), np.log(errs), 1)[0]
+    assert 0.8 <= slope <= 1.325, (slope, errs)
+    # work grows like tol^(-1/8) for an 8th-order method
+    work_slope = np.polyfit(np.log(tols), np.log(steps), 1)[0]
+    assert -0.225 <= work_slope <= -0.025, work_slope
+
+
+def test_dop853_as_accurate_as_scipy_dop853(hemisphere):
+    # on one trajectory, at the same tolerance, the projected method is as accurate as scipy's
+    # DOP853 within a factor 10 (both use the same coefficients and error estimator)
+    field, y0, ref = hemisphere
+    for tol in (1e-7, 1e-9):
+        ours = ra.integrate(field, y0, (0, 1), stepper="dop853", rtol=tol, atol=tol)
+        sp = solve_ivp(lambda t, x: field(t, x.reshape(10, 3)).ravel(), (0.0, 1.0), y0.ravel(),
+                       method="DOP853", rtol=tol, atol=tol)
+        e_ours = np.max(np.abs(ours.y[-1] - ref))
+        e_sp = np.max(np.abs(sp.y[:, -1].reshape(10, 3) - ref))
+        assert e_ours < 10 * e_sp + 1e-12, (tol, e_ours, e_sp)
+        assert ours.n_steps <= 1.5 * (sp.t.size - 1) + 2, (ours.n_steps, sp.t.size)
