@@ -31,6 +31,8 @@ section 9.2, eqs. (9.1)-(9.3), Table 1; "The emergence of clusters in self-atten
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import xarray as xr
 from scipy.linalg import expm
@@ -102,7 +104,7 @@ def _rk4(f, t_save, y0, dt):
     """Classical RK4 with steps of about dt landing on every saved time; returns (len(t_save), ...)."""
     out = [y0]
     y = y0
-    for t0, t1 in zip(t_save[:-1], t_save[1:]):
+    for t0, t1 in pairwise(t_save):
         k = max(1, int(np.ceil((t1 - t0) / dt - 1e-9)))
         h = (t1 - t0) / k
         t = t0
@@ -133,9 +135,11 @@ def run(config: dict) -> xr.Dataset:
     for case in CASES:
         V = Vs[case]
         exp_tV = MatrixExponential(V, config["t1"])
-        x = _rk4(lambda t, y: pure_sa(y, V, QK), t_save, x0, config["dt"])
+        x = _rk4(lambda t, y, V=V: pure_sa(y, V, QK), t_save, x0, config["dt"])
         z = np.einsum("tkd,t...d->t...k", np.stack([expm(-t * V) for t in t_save]), x)
-        z_direct = _rk4(lambda t, y: rescaled_sa(t, y, V, QK, exp_tV), t_save, x0, config["dt"])
+        z_direct = _rk4(
+            lambda t, y, V=V, e=exp_tV: rescaled_sa(t, y, V, QK, e), t_save, x0, config["dt"]
+        )
         z_all.append(z)
         zdir_all.append(z_direct)
         xnorm.append(np.max(np.linalg.norm(x, axis=-1), axis=(-2, -1)))
