@@ -11,6 +11,7 @@ with ``Z_i = sqrt(d) sum_j exp(...)`` ("paper", d = n + 1), ``Z_i = sum_j exp(..
 
 from __future__ import annotations
 
+import contextlib
 from numbers import Real
 
 import numpy as np
@@ -64,7 +65,9 @@ class _HeadMatrices:
     def __call__(self, t: float) -> np.ndarray:
         if self.fn is None:
             return self.const
-        out = np.asarray(self.fn(t), dtype=float)
+        out = self.fn(t)
+        if type(out) is not np.ndarray or out.dtype != np.float64:
+            out = np.asarray(out, dtype=float)
         if out.ndim == 2:
             out = out[None]
         if out.shape != self.shape:
@@ -72,9 +75,46 @@ class _HeadMatrices:
                 f"{self.name}(t) returned shape {out.shape} at t = {t!r}; expected {self.shape} "
                 f"(the shape it had at t = 0)."
             )
-        if not np.all(np.isfinite(out)):
+        if not np.isfinite(out).all():
             raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {t!r}.")
         return out
+
+
+_BLAS_LIMITER = []
+
+
+def _one_blas_thread():
+    """Context limiting OpenBLAS/MKL to one thread (threadpoolctl), or a no-op without it."""
+    if not _BLAS_LIMITER:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _BLAS_LIMITER.append(ThreadpoolController().select(user_api="blas"))
+        except Exception:  # noqa: BLE001 - optional dependency; any failure means "no limiting"
+            _BLAS_LIMITER.append(None)
+    ctl = _BLAS_LIMITER[0]
+    return contextlib.nullcontext() if ctl is None or not ctl.lib_controllers else ctl.limit(limits=1)
+
+
+#: Batched products of many small matrices (each at most this many multiply-adds, and at least
+#: ``_SMALL_BATCH_MIN`` in all) run with BLAS limited to one thread: OpenBLAS splits each small
+#: product over its threads, which costs more than it gains for such sizes and is disastrous when
+#: the cores are shared with other processes (measured at B = 100, l = 50, d = 500 on 2 cores under
+#: load: 50 ms with one thread, 0.2-2 s with two; benchmarks/bench_field.py).
+_SMALL_PRODUCT = 1 << 23
+_SMALL_BATCH_MIN = 1 << 22
+
+
+def _bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for stacks of matrices; one BLAS thread when they are many and small."""
+    if a.ndim > 2:
+        m, k = a.shape[-2:]
+        work = m * k * b.shape[-1]
+        batch = a.size // (m * k) if m * k else 0
+        if batch > 1 and work <= _SMALL_PRODUCT and batch * work >= _SMALL_BATCH_MIN:
+            with _one_blas_thread():
+                return a @ b
+    return a @ b
 
 
 def _stack_columns(M: np.ndarray) -> np.ndarray:
@@ -175,12 +215,16 @@ class AttentionField(Field):
         """S[..., i, eta, j] = y_i^T beta P_eta(t) y_j."""
         yT = np.swapaxes(y, -1, -2)
         if self._scalar_P is not None:
-            return (self._scalar_P * (y @ yT))[..., :, None, :]
-        cols = self._Pcols if self._Pcols is not None else _stack_columns(self.beta * self._P(t))
+            return (self._scalar_P * _bmm(y, yT))[..., :, None, :]
+        if self._Pcols is not None:
+            cols = self._Pcols
+        else:
+            Pt = self._P(t)
+            cols = _stack_columns(Pt if self.beta == 1.0 else self.beta * Pt)
         h = cols.shape[1] // self.d
         n = y.shape[-2]
         yP = (y.reshape(-1, self.d) @ cols).reshape(y.shape[:-2] + (n * h, self.d))
-        return (yP @ yT).reshape(y.shape[:-2] + (n, h, n))
+        return _bmm(yP, yT).reshape(y.shape[:-2] + (n, h, n))
 
     def _causal(self, n: int) -> np.ndarray:
         if n not in self._tril:
@@ -245,7 +289,7 @@ class AttentionField(Field):
                 A = E.sum(axis=-2) if E.shape[-2] > 1 else E[..., 0, :]
             else:  # normalise and sum over heads in one pass
                 A = np.einsum("...ihj,...ih->...ij", E, r)
-            return A @ y
+            return _bmm(A, y)
         A = self._attention(t, y)  # (..., l, hP, l)
         cols = self._Ucols if self._Ucols is not None else _stack_columns(
             np.swapaxes(self._U(t), -1, -2))
@@ -254,7 +298,7 @@ class AttentionField(Field):
         if A.shape[-2] != hU:  # one P shared by several U heads
             A = np.broadcast_to(A, A.shape[:-2] + (hU, n))
         A = np.swapaxes(A, -1, -2).reshape(A.shape[:-3] + (n, n * hU))  # columns (j, eta)
-        return A @ Uy
+        return _bmm(A, Uy)
 
     def __call__(self, t: float, y) -> np.ndarray:
         """Tangent field F_i = (I - y_i y_i^T W) f_i, shape (..., l, d)."""

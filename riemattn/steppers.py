@@ -262,14 +262,14 @@ class ProjectedRK(Stepper):
         x = _axpy(y, h, b_nz, K)
         xnorm = np.sqrt(np.einsum("...i,...i->...", x, apply_W(x)))[..., None]
         y_new = x / xnorm
-        error = self._error_estimate(h, K, err_nz) if self.adaptive else None
+        error = self._error_estimate(h, K, err_nz, y_new, xnorm, apply_W) if self.adaptive else None
         k_next = None
         if self.fsal:
             # last stage is evaluated at x itself (c = 1, A[-1] = b): D(t + h, y_new) = K[-1] / |x|
             k_next = K[-1] / xnorm
         return StepResult(y_new, error, nfev, k_next)
 
-    def _error_estimate(self, h, K, err_nz):
+    def _error_estimate(self, h, K, err_nz, y_new, xnorm, apply_W):
         """Local error estimate ``h sum_i (b_i - b_hat_i) K_i`` (ambient, shape of ``y``)."""
         return _axpy(None, h, err_nz, K)
 
@@ -475,9 +475,13 @@ class ProjectedDOP853(ProjectedRK):
             e3 = cls._err3_cache = tuple((j, float(a)) for j, a in enumerate(diff) if a != 0.0)
         return e3
 
-    def _error_estimate(self, h, K, err_nz):
+    def _error_estimate(self, h, K, err_nz, y_new, xnorm, apply_W):
+        # An error dx in x = y + h sum b_i K_i moves y_new = pi_W(x) by (I - y_new y_new^T W) dx / |x|_W
+        # to first order: the radial part is removed by the projection and must not enter the blend.
         e5 = _axpy(None, h, err_nz, K)
         e3 = _axpy(None, h, self._err3(), K)
+        e5 = (e5 - np.einsum("...i,...i->...", e5, apply_W(y_new))[..., None] * y_new) / xnorm
+        e3 = (e3 - np.einsum("...i,...i->...", e3, apply_W(y_new))[..., None] * y_new) / xnorm
         n5, n3 = np.mean(np.square(e5)), np.mean(np.square(e3))
         denom = n5 + 0.01 * n3
         return e5 * np.sqrt(n5 / denom) if denom > 0 else e5
