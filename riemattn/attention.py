@@ -96,24 +96,25 @@ def _one_blas_thread():
     return contextlib.nullcontext() if ctl is None or not ctl.lib_controllers else ctl.limit(limits=1)
 
 
-#: Batched products of many small matrices (each at most this many multiply-adds, and at least
-#: ``_SMALL_BATCH_MIN`` in all) run with BLAS limited to one thread: OpenBLAS splits each small
-#: product over its threads, which costs more than it gains for such sizes and is disastrous when
-#: the cores are shared with other processes (measured at B = 100, l = 50, d = 500 on 2 cores under
-#: load: 50 ms with one thread, 0.2-2 s with two; benchmarks/bench_field.py).
-_SMALL_PRODUCT = 1 << 23
-_SMALL_BATCH_MIN = 1 << 22
+#: Matrix products of at most ``_SMALL_PRODUCT`` multiply-adds per matrix (and at least
+#: ``_SMALL_TOTAL`` in all, so that tiny problems skip the ~10 us of switching) run with BLAS
+#: limited to one thread. OpenBLAS splits such products over its threads, which gains little at
+#: these sizes and is very costly when the cores are shared with other processes: each threaded
+#: call then waits for a time slice. Measured on the 2-core development machine under load
+#: (benchmarks/bench_field.py, work_precision.py): 100 products (100 x 500) @ (500 x 50) took
+#: 50 ms with one thread and 0.2-2 s with two; one (50 x 500) @ (500 x 1000) product 1.6-22 ms
+#: with two threads.
+_SMALL_PRODUCT = 1 << 25
+_SMALL_TOTAL = 1 << 20
 
 
 def _bmm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` for stacks of matrices; one BLAS thread when they are many and small."""
-    if a.ndim > 2:
-        m, k = a.shape[-2:]
-        work = m * k * b.shape[-1]
-        batch = a.size // (m * k) if m * k else 0
-        if batch > 1 and work <= _SMALL_PRODUCT and batch * work >= _SMALL_BATCH_MIN:
-            with _one_blas_thread():
-                return a @ b
+    """``a @ b`` (matrices or stacks of them); one BLAS thread when the matrices are small."""
+    m, k = a.shape[-2:]
+    work = m * k * b.shape[-1]
+    if _SMALL_TOTAL <= work * max(1, a.size // max(1, m * k)) and work <= _SMALL_PRODUCT:
+        with _one_blas_thread():
+            return a @ b
     return a @ b
 
 
@@ -223,7 +224,7 @@ class AttentionField(Field):
             cols = _stack_columns(Pt if self.beta == 1.0 else self.beta * Pt)
         h = cols.shape[1] // self.d
         n = y.shape[-2]
-        yP = (y.reshape(-1, self.d) @ cols).reshape(y.shape[:-2] + (n * h, self.d))
+        yP = _bmm(y.reshape(-1, self.d), cols).reshape(y.shape[:-2] + (n * h, self.d))
         return _bmm(yP, yT).reshape(y.shape[:-2] + (n, h, n))
 
     def _causal(self, n: int) -> np.ndarray:
@@ -294,7 +295,7 @@ class AttentionField(Field):
         cols = self._Ucols if self._Ucols is not None else _stack_columns(
             np.swapaxes(self._U(t), -1, -2))
         hU = cols.shape[1] // self.d
-        Uy = (y.reshape(-1, self.d) @ cols).reshape(y.shape[:-2] + (n * hU, self.d))  # rows (j, eta)
+        Uy = _bmm(y.reshape(-1, self.d), cols).reshape(y.shape[:-2] + (n * hU, self.d))  # rows (j, eta)
         if A.shape[-2] != hU:  # one P shared by several U heads
             A = np.broadcast_to(A, A.shape[:-2] + (hU, n))
         A = np.swapaxes(A, -1, -2).reshape(A.shape[:-3] + (n, n * hU))  # columns (j, eta)
