@@ -98,11 +98,19 @@ def run(config: dict) -> xr.Dataset:
     heads, y0 = draw(config)
     field = AttentionField(heads, mask="causal")
     t_save = np.linspace(0.0, config["t1"], config["n_save"])
-    sol = integrate(
-        field, y0, (0.0, config["t1"]), stepper=config["stepper"], dt=config["dt"], saveat=t_save
-    )
-    E = misalignment(sol.y)  # (time, trajectory)
-    y1_drift = np.max(np.linalg.norm(sol.y[:, :, 0, :] - y0[None, :, 0, :], axis=-1))
+    # One integrate call per saving interval, keeping only E: saving every token at every time
+    # would take n_save * 100 * 50 * 500 * 8 bytes = 6 GB at full size.
+    E = np.empty((len(t_save), y0.shape[0]))
+    E[0] = misalignment(y0)
+    y, nfev, n_steps, success = y0, 0, 0, True
+    for k in range(1, len(t_save)):
+        sol = integrate(
+            field, y, (t_save[k - 1], t_save[k]), stepper=config["stepper"], dt=config["dt"]
+        )
+        y = sol.y[-1]
+        nfev, n_steps, success = nfev + sol.nfev, n_steps + sol.n_steps, success and sol.success
+        E[k] = misalignment(y)
+    y1_drift = np.max(np.linalg.norm(y[:, 0, :] - y0[:, 0, :], axis=-1))
     t_fine = np.linspace(0.0, config["t1"], 601)
     ds = xr.Dataset(
         {
@@ -112,13 +120,13 @@ def run(config: dict) -> xr.Dataset:
                 np.stack([heads.diagonal(t)[0, :3] for t in t_fine]),
             ),
         },
-        coords={"time": sol.t, "time_fine": t_fine},
+        coords={"time": t_save, "time_fine": t_fine},
         attrs={
-            "nfev": int(sol.nfev),
-            "n_steps": int(sol.n_steps),
-            "success": int(sol.success),
+            "nfev": int(nfev),
+            "n_steps": int(n_steps),
+            "success": int(success),
             "y1_drift": float(y1_drift),
-            "all_finite": int(np.all(np.isfinite(sol.y))),
+            "all_finite": int(np.all(np.isfinite(y))),
             "shape": " ".join(str(s) for s in y0.shape),
         },
     )
@@ -173,6 +181,7 @@ def claims(ds: xr.Dataset) -> dict:
         "first_token_fixed": {
             "passed": float(ds.attrs["y1_drift"]) < 1e-10,
             "value": float(ds.attrs["y1_drift"]),
-            "description": "max |y_1(t) - y_1(0)| < 1e-10 (causal, U = I: the first token does not move)",
+            "description": "|y_1(t1) - y_1(0)| < 1e-10 on every trajectory (causal, U = I: the first "
+            "token does not move)",
         },
     }

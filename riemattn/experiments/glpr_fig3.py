@@ -162,7 +162,9 @@ def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
     dims = ds.d.values
-    fig, axes = plt.subplots(1, len(dims), figsize=(4.2 * len(dims), 3.8), sharey=True)
+    fig, axes = plt.subplots(
+        1, len(dims), figsize=(4.2 * len(dims), 3.8), sharey=True, layout="constrained"
+    )
     axes = np.atleast_1d(axes)
     for ax, d in zip(axes, dims):
         p = ds.probability.sel(d=d)
