@@ -9,9 +9,9 @@ sin 6 pi t, cos 4 pi t); "paper" normalization, U = I, full attention.
 y_ref from scipy DOP853 at rtol = atol = 1e-13 (for the ensemble: one call on the flattened
 ensemble state). Methods:
 
-* every riemattn stepper through ``ra.integrate`` (``dop853`` is the projected Dormand--Prince
-  8(5,3) pair with the same coefficients and error estimator as scipy's DOP853) (fixed steppers over a range of dt, adaptive ones
-  over a range of tolerances), the ensemble integrated in one batched call;
+* every riemattn stepper through ``ra.integrate`` (fixed steppers over a range of dt, adaptive ones
+  over a range of tolerances), the ensemble integrated in one batched call; ``dop853`` is the
+  projected Dormand--Prince 8(5,3) pair with the coefficients and error estimate of scipy's DOP853;
 * explicit Euler followed by renormalisation (the papers' authors' scheme), a plain NumPy loop
   (batched over the ensemble, which favours it);
 * scipy ``solve_ivp`` RK45 and DOP853 on the flattened state of one trajectory, followed by

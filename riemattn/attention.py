@@ -93,7 +93,9 @@ def _one_blas_thread():
         except Exception:  # noqa: BLE001 - optional dependency; any failure means "no limiting"
             _BLAS_LIMITER.append(None)
     ctl = _BLAS_LIMITER[0]
-    return contextlib.nullcontext() if ctl is None or not ctl.lib_controllers else ctl.limit(limits=1)
+    if ctl is None or not ctl.lib_controllers:
+        return contextlib.nullcontext()
+    return ctl.limit(limits=1)
 
 
 #: Matrix products of at most ``_SMALL_PRODUCT`` multiply-adds per matrix (and at least
@@ -103,7 +105,8 @@ def _one_blas_thread():
 #: call then waits for a time slice. Measured on the 2-core development machine under load
 #: (benchmarks/bench_field.py, work_precision.py): 100 products (100 x 500) @ (500 x 50) took
 #: 50 ms with one thread and 0.2-2 s with two; one (50 x 500) @ (500 x 1000) product 1.6-22 ms
-#: with two threads.
+#: with two threads. (threadpoolctl's limit is process-wide while it lasts: BLAS calls made by
+#: other Python threads during such a product also run on one thread.)
 _SMALL_PRODUCT = 1 << 25
 _SMALL_TOTAL = 1 << 20
 
@@ -295,7 +298,8 @@ class AttentionField(Field):
         cols = self._Ucols if self._Ucols is not None else _stack_columns(
             np.swapaxes(self._U(t), -1, -2))
         hU = cols.shape[1] // self.d
-        Uy = _bmm(y.reshape(-1, self.d), cols).reshape(y.shape[:-2] + (n * hU, self.d))  # rows (j, eta)
+        # rows (j, eta)
+        Uy = _bmm(y.reshape(-1, self.d), cols).reshape(y.shape[:-2] + (n * hU, self.d))
         if A.shape[-2] != hU:  # one P shared by several U heads
             A = np.broadcast_to(A, A.shape[:-2] + (hU, n))
         A = np.swapaxes(A, -1, -2).reshape(A.shape[:-3] + (n, n * hU))  # columns (j, eta)
