@@ -153,7 +153,8 @@ def plot(ds: xr.Dataset):
             ds.time_fine, ds.D_example[:, k], lw=0.8, label=f"$(D_1)_{{{k + 1}{k + 1}}}(t)$"
         )
     axes[2].set_xlabel("t")
-    axes[2].set_title("three diagonal entries of $D_1(t)$")
+    axes[2].set_xlim(0.0, min(30.0, float(ds.time_fine[-1])))
+    axes[2].set_title("three diagonal entries of $D_1(t)$, t <= 30")
     axes[2].legend(fontsize=8)
     fig.tight_layout()
     return fig
