@@ -398,6 +398,10 @@ class ProjectedDOP853(ProjectedRK):
     Math. 7 (1981) 67-75. E. Hairer, S. P. Norsett, G. Wanner, *Solving Ordinary Differential
     Equations I*, 2nd ed., Springer 1993, section II.10 (the code DOP853: coefficients and the
     combined 5th/3rd-order error estimator).
+
+    Provenance: the decimal values of the coefficients were transcribed from SciPy's
+    ``scipy/integrate/_ivp/dop853_coefficients.py`` (BSD-3-Clause), itself a transcription of
+    Hairer's Fortran ``dop853.f``; they are checked here against the order conditions, not trusted.
     """
 
     name = "dop853"
