@@ -1,0 +1,213 @@
+"""The reproductions of the papers' figures: every one runs (smoke size) and its claims pass.
+
+Every module discovered by :func:`riemattn.experiments.available` is run through the runner at the
+test suite's size (``config(quick=True, smoke=True)`` where supported, else quick), so a change that
+breaks any figure fails here. The helpers private to the figures are checked against independent
+computations, and the claims are shown to be able to fail.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import riemattn as ra
+from riemattn.experiments import available, get
+from riemattn.experiments._runner import config_for, config_hash, run_one
+
+NAMES = list(available())
+
+# Known failures of other issues' figures, listed (not run: each costs a minute) so the suite stays
+# green while they are open. Remove the entry when the figure passes again.
+KNOWN_FAILING = {
+    "icml-gpt": "issue 7: at quick size (3 passes) the 'toward-0' claims (E_last < 10% of E after "
+    "the first layer) fail for all four runs (E ratios 0.32-0.59)",
+}
+
+MINE = [
+    "arxiv-fig4",
+    "arxiv-fig5",
+    "glpr-fig3",
+    "glpr-fig4",
+    "glpr-equiangular",
+    "glpr-circle",
+    "glpr-pure-sa",
+]
+
+
+def test_all_figures_of_the_issue_are_registered():
+    assert set(MINE) <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_module_contract(name):
+    module = get(name)
+    for attr in ("NAME", "PAPER", "FIGURE", "DESCRIPTION"):
+        assert isinstance(getattr(module, attr), str) and getattr(module, attr)
+    assert module.NAME == name
+    for quick in (False, True):
+        cfg = module.config(quick=quick)
+        json.dumps(cfg)  # JSON-serializable
+        assert "seed" in cfg
+    # quick is a different (smaller) run than full, so the hashes differ
+    assert config_hash(name, module.config(quick=True)) != config_hash(name, module.config())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_FAILING[n], run=False))
+        if n in KNOWN_FAILING
+        else n
+        for n in NAMES
+    ],
+)
+def test_reproduction_runs_and_claims_pass(name, tmp_path):
+    summary = run_one(name, quick=True, out=tmp_path, smoke=True)
+    failed = {k: c["value"] for k, c in summary["claims"].items() if not c["passed"]}
+    assert summary["passed"], f"{name}: claims failed: {failed}"
+    assert summary["claims"], f"{name} checks no claim"
+    for f in ("figure.png", "figure.pdf", "data.nc", "summary.json"):
+        assert (tmp_path / name / f).stat().st_size > 0
+    on_disk = json.loads((tmp_path / name / "summary.json").read_text())
+    assert on_disk["config_hash"] == config_hash(name, config_for(get(name), smoke=True))
+    with xr.open_dataset(tmp_path / name / "data.nc", engine="scipy") as ds:
+        assert ds.attrs["reproduction"] == name
+        # the claims recomputed from the data on disk agree with the summary
+        again = get(name).claims(ds.load())
+    assert {k: bool(c["passed"]) for k, c in again.items()} == {
+        k: c["passed"] for k, c in summary["claims"].items()
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# private pieces of the figures, against independent computations
+# ---------------------------------------------------------------------------------------------
+def test_glpr_fig3_batched_sa_equals_sa_per_beta():
+    from riemattn.experiments.glpr_fig3 import batched_sa
+
+    rng = np.random.default_rng(0)
+    betas = np.array([0.0, 0.7, 9.0])
+    x = rng.standard_normal((3, 5, 7, 4))
+    x /= np.linalg.norm(x, axis=-1, keepdims=True)
+    got = batched_sa(betas, 4)(0.0, x)
+    for k, beta in enumerate(betas):
+        np.testing.assert_allclose(got[k], ra.sa(beta, 4)(0.0, x[k]), rtol=1e-12, atol=1e-14)
+
+
+def test_glpr_fig3_empirical_boundary_interpolates():
+    from riemattn.experiments.glpr_fig3 import empirical_boundary
+
+    betas = np.array([0.0, 1.0, 2.0, 3.0])
+    prob = np.array([[1.0, 1.0, 0.2], [1.0, 0.8, 0.0], [1.0, 0.2, 0.0], [1.0, 0.0, 0.0]])
+    out = empirical_boundary(prob, betas)
+    assert out[0] == np.inf  # clustered at every beta
+    assert out[1] == pytest.approx(1.5)  # 0.8 at beta=1, 0.2 at beta=2: crosses 1/2 halfway
+    assert np.isnan(out[2])  # never above 1/2
+
+
+def _phase_dataset(prob):
+    """A synthetic phase-diagram dataset (d = 2, 128; 10 betas; t = 0, 10, 20, 30)."""
+    return xr.Dataset(
+        {"probability": (("d", "beta", "time"), prob)},
+        coords={"d": [2, 128], "beta": np.linspace(0, 9, 10), "time": [0.0, 10.0, 20.0, 30.0]},
+        attrs={"n": 32, "eps": 1e-3},
+    )
+
+
+def test_glpr_fig3_boundary_claim_can_fail():
+    from riemattn.theory import phase_boundary
+
+    mod = get("glpr-fig3")
+    betas = np.linspace(0, 9, 10)
+    # a sharp step exactly at the equiangular curve passes; the same step shifted by 1 in beta fails
+    for shift, ok in ((0.0, True), (1.0, False)):
+        b = np.r_[np.nan, phase_boundary(np.array([10.0, 20.0, 30.0]), 32)] + shift
+        prob = np.stack([(betas[:, None] <= np.nan_to_num(b, nan=-1))] * 2).astype(float)
+        prob[:, 0, :] = 1.0  # beta = 0 clusters
+        got = mod.claims(_phase_dataset(prob))["boundary_matches_equiangular_d128"]
+        assert got["passed"] == ok, got["value"]
+    everywhere = mod.claims(_phase_dataset(np.ones((2, 10, 4))))  # no boundary at all
+    assert not everywhere["boundary_matches_equiangular_d128"]["passed"]
+
+
+def test_glpr_pure_sa_rescaled_equation():
+    """z = e^{-tV} x solves eq. (9.3): compare d/dt of the rescaled solution by finite differences."""
+    from scipy.linalg import expm
+
+    from riemattn.experiments.glpr_pure_sa import MatrixExponential, pure_sa, rescaled_sa
+
+    rng = np.random.default_rng(1)
+    V = rng.uniform(0, 1, (2, 2))
+    QK = np.eye(2)
+    x = rng.uniform(-2, 2, (6, 2))
+    t, h = 0.7, 1e-5
+    np.testing.assert_allclose(MatrixExponential(V)(t), expm(t * V), rtol=1e-12)
+
+    def z_of(s):  # z(s) = e^{-sV} x(s), x(s) to first order around t
+        xs = x + (s - t) * pure_sa(x, V, QK)
+        return xs @ expm(-s * V).T
+
+    fd = (z_of(t + h) - z_of(t - h)) / (2 * h)
+    np.testing.assert_allclose(rescaled_sa(t, z_of(t), V, QK), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_arxiv_fig5_heads_match_the_paper_formula():
+    from riemattn.experiments.arxiv_fig5 import RandomDiagonalHeads
+
+    rng = np.random.default_rng(2)
+    Pp, om, ph = (
+        rng.uniform(-0.5, 0.5, (2, 4, 4)),
+        rng.uniform(0, 1, (2, 4)),
+        rng.uniform(0, 6, (2, 4)),
+    )
+    heads = RandomDiagonalHeads(Pp, om, ph)
+    t = 1.3
+    for eta in range(2):
+        D = np.diag(np.abs(2 * np.sin(om[eta] * t + ph[eta])))
+        np.testing.assert_allclose(heads(t)[eta], D @ Pp[eta], rtol=1e-15)
+
+
+def test_arxiv_fig4_initial_tokens_in_the_theorem_domain():
+    from riemattn.experiments._papers import U_FIG4
+    from riemattn.experiments.arxiv_fig4 import initial_tokens
+
+    _, vecs = np.linalg.eigh(U_FIG4)
+    v = vecs[:, -1]
+    y0 = initial_tokens(np.random.default_rng(3), 50, v)
+    np.testing.assert_allclose(np.linalg.norm(y0, axis=-1), 1.0, rtol=1e-14)
+    assert np.all(y0 @ v > 0)
+
+
+def test_claims_can_fail():
+    """Claims are not vacuous: corrupting the data makes them fail."""
+    m4 = get("arxiv-fig4")
+    t = np.linspace(0, 10, 11)
+    V = np.exp(-t)[:, None] * np.array([0.1, 0.3, 0.5])
+    ds = xr.Dataset(
+        {
+            "V": (("time", "token"), V),
+            "distance_to_v": ("time", np.sqrt(2 * V.max(axis=1))),
+            "U_eigenvalues": ("component", [-1.0, 0.1, 0.5]),
+        },
+        coords={"time": t},
+    )
+    ds["V"][-1] = 0.0
+    ds["distance_to_v"][-1] = 0.0
+    assert all(c["passed"] for c in m4.claims(ds).values())
+    bad = ds.copy(deep=True)
+    bad["V"][5, 0] = bad["V"][4, 0] + 1e-6  # V_1 increases once
+    assert not m4.claims(bad)["V1_non_increasing"]["passed"]
+    bad = ds.copy(deep=True)
+    bad["distance_to_v"][-1] = 0.1
+    assert not m4.claims(bad)["consensus_at_v"]["passed"]
+
+    m5 = get("arxiv-fig5")
+    E = xr.Dataset(
+        {"E": (("time", "trajectory"), np.full((5, 3), 1e-3))}, coords={"time": np.arange(5.0)}
+    )
+    E.attrs["y1_drift"] = 0.0
+    assert not m5.claims(E)["E_below_1e-6_every_trajectory"]["passed"]
