@@ -30,9 +30,12 @@ def _matrix(shape, lo=-1.0, hi=1.0):
 @st.composite
 def orthogonal_matrices(draw, d):
     """A d x d orthogonal matrix (Q factor of a random matrix, made well defined by sign fixing)."""
-    A = draw(_matrix((d, d))) + 3.0 * np.eye(d)  # the shift keeps A well conditioned
+    # |A_ij| <= 1, so A + (d + 1) I is strictly diagonally dominant, hence invertible: R has a
+    # nonzero diagonal and Q is orthogonal for every draw (a shift of 3 allowed singular A at d >= 4,
+    # which Hypothesis found: a zero column of Q and a singular "SPD" W).
+    A = draw(_matrix((d, d))) + (d + 1.0) * np.eye(d)
     Q, R = np.linalg.qr(A)
-    return Q * np.sign(np.diag(R))
+    return Q * np.where(np.diag(R) < 0, -1.0, 1.0)
 
 
 @st.composite
