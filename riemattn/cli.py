@@ -50,6 +50,9 @@ def _cmd_reproduce(args) -> int:
         if "error" in s:
             print(f"    error: {s['error']}")
         for cname, c in s["claims"].items():
+            if c["passed"] is None:  # an observation, reported but not checked
+                print(f"    [obs] {cname}: {c['description']}: {c.get('observed')} (value {c['value']})")
+                continue
             mark = "ok " if c["passed"] else "NOT"
             print(f"    [{mark}] {cname}: {c['description']} (value {c['value']})")
     return 1 if failed else 0
