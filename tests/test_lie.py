@@ -153,9 +153,8 @@ def _cheap_field(M, d, seed):
 
 @pytest.mark.parametrize(
     "stepper, on_ellipsoid",
-    # cg3 and rkmk45 are left out for test time: cg3's factors use the closed form of lie-euler
-    # and of cf4's single-generator exponentials, rkmk45 the RKMK code path of rkmk4
-    [("lie-euler", False), ("rkmk4", True), ("cf4", False)],
+    # every Lie-group stepper, each on the sphere or an ellipsoid
+    [("lie-euler", False), ("rkmk4", True), ("cf4", False), ("cg3", True), ("rkmk45", False)],
 )
 def test_manifold_preserved_over_10k_steps(stepper, on_ellipsoid):
     """No projection anywhere: |y^T W y - 1| stays at rounding level over 10^4 steps (both the
