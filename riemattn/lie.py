@@ -57,7 +57,7 @@ from .errors import InputTypeError, ValidationError
 from .fields import Field
 from .manifolds import Sphere
 from .lowrank import WOrthoBasis, expm_small_action, rank2_expm_action
-from .steppers import ButcherTableau, StepResult, Stepper, register
+from .steppers import ButcherTableau, ProjectedRK4, StepResult, Stepper, register
 
 __all__ = [
     "LieStepper",
@@ -411,12 +411,7 @@ class RKMK4(RKMK):
     name = "rkmk4"
     order = 4
     dexpinv_terms = 2
-    tableau = ButcherTableau(
-        c=(0, "1/2", "1/2", 1),
-        A=((0, 0, 0, 0), ("1/2", 0, 0, 0), (0, "1/2", 0, 0), (0, 0, 1, 0)),
-        b=("1/6", "1/3", "1/3", "1/6"),
-        order=4,
-    )
+    tableau = ProjectedRK4.tableau  # the classical RK4 tableau, shared with the projected method
 
 
 @register
