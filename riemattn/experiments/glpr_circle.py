@@ -28,9 +28,8 @@ import xarray as xr
 
 from ..attention import sa, usa
 from ..circle import CircleField, from_points, to_points
-from ..fields import VectorField
 from ..gradient_flow import energy
-from ..integrate import integrate
+from ._integration import integrate_tangent
 
 NAME = "glpr-circle"
 PAPER = "GLPR"
@@ -79,15 +78,7 @@ def run(config: dict) -> xr.Dataset:
         make = sa if model == "sa" else usa
         for b, beta in enumerate(betas):
             field = make(beta, 2)
-            sol = integrate(
-                VectorField(field, field.manifold),
-                x0,
-                (0.0, config["t1"]),
-                stepper=config["stepper"],
-                rtol=config["rtol"],
-                atol=config["atol"],
-                saveat=t_save,
-            )
+            sol = integrate_tangent(field, x0, t_save, config)
             _, theta = CircleField(beta, model).solve(
                 theta0, (0.0, config["t1"]), t_save, rtol=config["reference_rtol"], atol=1e-12
             )

@@ -25,9 +25,8 @@ import numpy as np
 import xarray as xr
 
 from ..attention import sa, usa
-from ..fields import VectorField
-from ..integrate import integrate
 from ..theory import equiangular_rho
+from ._integration import integrate_tangent
 
 NAME = "glpr-equiangular"
 PAPER = "GLPR"
@@ -84,16 +83,7 @@ def run(config: dict) -> xr.Dataset:
             # Integrate the tangent field itself: the projected RK steppers otherwise step along the
             # un-projected drive, whose radial part e^beta x_i / n (USA) distorts steps unless
             # h e^beta / n << 1.
-            tangent = VectorField(field, field.manifold)
-            sol = integrate(
-                tangent,
-                x0,
-                (0.0, config["t1"]),
-                stepper=config["stepper"],
-                rtol=config["rtol"],
-                atol=config["atol"],
-                saveat=t_save,
-            )
+            sol = integrate_tangent(field, x0, t_save, config)
             G = (sol.y @ np.swapaxes(sol.y, -1, -2))[:, iu[0], iu[1]]  # (time, pairs)
             rho_sim[a, b] = G.mean(axis=-1)
             spread[a, b] = G.max(axis=-1) - G.min(axis=-1)

@@ -24,8 +24,7 @@ import xarray as xr
 
 from ..attention import sa
 from ..diagnostics import cluster_count
-from ..fields import VectorField
-from ..integrate import integrate
+from ._integration import integrate_tangent
 
 NAME = "glpr-fig4"
 PAPER = "GLPR"
@@ -65,15 +64,7 @@ def run(config: dict) -> xr.Dataset:
     t_save = np.concatenate([[0.0], np.geomspace(0.1, config["t1"], config["n_save"] - 1)])
     field = sa(config["beta"], d)
     # the tangent field as drive: the adaptive step control then sees no radial component
-    sol = integrate(
-        VectorField(field, field.manifold),
-        x0,
-        (0.0, config["t1"]),
-        stepper=config["stepper"],
-        rtol=config["rtol"],
-        atol=config["atol"],
-        saveat=t_save,
-    )
+    sol = integrate_tangent(field, x0, t_save, config)
     counts = cluster_count(sol.y, np.sqrt(2.0 * config["eps"]))  # (time, configuration)
     ds = xr.Dataset(
         {"clusters": (("time", "configuration"), counts)},
