@@ -5,22 +5,27 @@ vector field on them (:mod:`riemattn.attention`), stacking layers is integrating
 (:mod:`riemattn.steppers`, :func:`riemattn.integrate`).
 """
 
-from . import circle, diagnostics, errors, gradient_flow, lie, theory
-from .attention import AttentionField, TransformerLayer, sa, usa
+from . import circle, diagnostics, dormand_prince, errors, gradient_flow, lie, tableaux, theory
+from .attention import AttentionField, sa, usa
 from .errors import IntegrationError, RiemattnError, ValidationError
-from .fields import Field, VectorField
+from .fields import AlgebraField, Field, LinearField, VectorField
 from .integrate import Trajectory, integrate
-from .manifolds import Ellipsoid, Sphere
-from .steppers import STEPPERS, ButcherTableau, Stepper
+from .layer import TransformerLayer
+from .manifolds import Ellipsoid, Euclidean, Sphere
+from .steppers import STEPPERS, Stepper
+from .tableaux import ButcherTableau
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlgebraField",
     "AttentionField",
     "ButcherTableau",
     "Ellipsoid",
+    "Euclidean",
     "Field",
     "IntegrationError",
+    "LinearField",
     "RiemattnError",
     "STEPPERS",
     "Sphere",
@@ -34,6 +39,7 @@ __all__ = [
     "errors",
     "gradient_flow",
     "lie",
+    "tableaux",
     "theory",
     "integrate",
     "sa",

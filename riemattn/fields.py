@@ -1,11 +1,16 @@
-"""Vector fields on token manifolds: the interface steppers and :func:`riemattn.integrate` use.
+"""Vector fields on token manifolds: the one interface steppers and :func:`riemattn.integrate` use.
 
 A *field* maps ``(t, y)``, ``y`` of shape ``(..., l, d)`` on a manifold, to tangent vectors of the
-same shape. It knows nothing about stepping. Besides ``__call__`` a field may provide
-``drive(t, y)``: any ambient vector ``f`` whose tangent projection ``(I - y y^T W) f`` is the field.
-Projected Runge--Kutta steppers take ``y + h f`` and normalize; for the attention field the drive is
-the un-normalized attention update, which makes one transformer layer *exactly* one projected
-Euler step (SPEC section 2). The default drive is the field itself.
+same shape; it knows nothing about stepping. ``t`` is a float, or an array of one time per
+trajectory (shape ``y.shape[:-2]``) when the trajectories of a batch are at different times
+(adaptive steps are chosen per trajectory). Every field has a ``manifold``
+(:class:`~riemattn.manifolds.Sphere`, :class:`~riemattn.manifolds.Ellipsoid` or
+:class:`~riemattn.manifolds.Euclidean`).
+
+Two optional extensions: :class:`~riemattn.attention.AttentionField` also has ``update(t, y)``,
+the un-normalised attention update that the ``"layer"`` stepper (one transformer layer) uses; and
+a field given by its Lie-algebra element (:class:`AlgebraField`) has ``lie_generator(t, y)``,
+which the Lie-group steppers use instead of the tangent values.
 """
 
 from __future__ import annotations
@@ -14,30 +19,36 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InputTypeError
+from ._validation import as_float_array, check_finite
+from .errors import InputTypeError, ValidationError
 
-__all__ = ["Field", "VectorField"]
+__all__ = ["Field", "VectorField", "AlgebraField", "LinearField", "generator_matrix"]
+
+
+def _check_manifold(manifold):
+    if not all(hasattr(manifold, a) for a in ("tangent", "normalize", "ambient_dim")):
+        raise InputTypeError(
+            "manifold must be a riemattn Sphere, Ellipsoid or Euclidean, got "
+            f"{type(manifold).__name__}."
+        )
+    return manifold
 
 
 class Field:
-    """Base class of vector fields on a :class:`~riemattn.manifolds.Sphere` or ``Ellipsoid``.
+    """Base class of vector fields on a :class:`~riemattn.manifolds.Sphere`, ``Ellipsoid`` or ``Euclidean``.
 
-    Subclasses set ``self.manifold`` and implement ``__call__(t, y)``; they may override ``drive``.
+    Subclasses set ``self.manifold`` and implement ``__call__(t, y)`` returning tangent vectors.
     """
 
     manifold = None
 
-    def __call__(self, t: float, y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+    def __call__(self, t, y: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
-
-    def drive(self, t: float, y: np.ndarray) -> np.ndarray:
-        """An ambient representative of the field (default: the tangent field itself)."""
-        return self(t, y)
 
     @property
     def d(self) -> int:
         """Dimension of the ambient space R^d the tokens live in."""
-        return self.manifold.dim + 1
+        return self.manifold.ambient_dim
 
 
 class VectorField(Field):
@@ -47,28 +58,127 @@ class VectorField(Field):
     ----------
     func : callable
         ``func(t, y)`` with ``y`` of shape ``(..., l, d)``, returning an array of the same shape.
-    manifold : Sphere or Ellipsoid
+    manifold : Sphere, Ellipsoid or Euclidean
         The manifold the tokens live on.
     project : bool, default False
         If True, the output of ``func`` is projected onto the tangent space
-        (``manifold.to_tangent``), so ``func`` may return any ambient vector (it is then used as
-        the drive). If False, ``func`` must already return tangent vectors.
+        (``(I - y y^T W) v``), so ``func`` may return any ambient vector. If False, ``func`` must
+        already return tangent vectors.
+    time_vectorized : bool, default False
+        ``func`` accepts ``t`` as an array of one time per trajectory (shape ``y.shape[:-2]``).
+        Otherwise, when the trajectories of a batch are at different times, ``func`` is called
+        once per distinct time with the trajectories at that time, flattened to ``(k, l, d)``
+        (so ``func`` must treat leading axes as independent trajectories).
     """
 
-    def __init__(self, func: Callable, manifold, *, project: bool = False):
+    def __init__(self, func: Callable, manifold, *, project: bool = False, time_vectorized: bool = False):
         if not callable(func):
             raise InputTypeError(f"func must be callable as func(t, y), got {type(func).__name__}.")
-        if not hasattr(manifold, "to_tangent") or not hasattr(manifold, "norm"):
-            raise InputTypeError(
-                "manifold must be a riemattn Sphere or Ellipsoid, got " f"{type(manifold).__name__}."
-            )
         self.func = func
-        self.manifold = manifold
+        self.manifold = _check_manifold(manifold)
         self.project = bool(project)
+        self.time_vectorized = bool(time_vectorized)
 
-    def drive(self, t, y):
-        return self.func(t, y)
+    def _eval(self, t, y):
+        out = self.func(t, y)
+        return self.manifold.tangent(y, out) if self.project else out
 
     def __call__(self, t, y):
-        out = self.func(t, y)
-        return self.manifold.to_tangent(out, y) if self.project else out
+        if np.ndim(t) == 0 or self.time_vectorized:
+            return self._eval(t, y)
+        t = np.broadcast_to(np.asarray(t, dtype=float), y.shape[:-2])
+        first = t.flat[0]
+        if (t == first).all():
+            return self._eval(float(first), y)
+        out = np.empty_like(y)
+        for tk in np.unique(t).tolist():
+            rows = t == tk
+            out[rows] = self._eval(tk, y[rows])
+        return out
+
+    def __repr__(self) -> str:
+        return f"VectorField({getattr(self.func, '__name__', 'func')}, manifold={self.manifold!r})"
+
+
+def generator_matrix(F, y, W=None):
+    """The dense Lie-algebra element ``A = F y^T W - y F^T W`` with ``A y = F`` (for tests, small d).
+
+    Parameters
+    ----------
+    F, y : ndarray, shape (..., d)
+        Tangent vector and base point on E_W.
+    W : ndarray, shape (d, d), optional (None: identity)
+
+    Returns
+    -------
+    ndarray, shape (..., d, d)
+    """
+    d = y.shape[-1]
+    Wm = np.eye(d) if W is None else np.asarray(W, dtype=float)
+    M = F[..., :, None] * y[..., None, :] - y[..., :, None] * F[..., None, :]
+    return M @ Wm
+
+
+
+class AlgebraField(Field):
+    r"""A field ``F(t, y) = xi(t, y) y`` given by its Lie-algebra element ``xi(t, y) in o(W)``.
+
+    Parameters
+    ----------
+    generator : callable
+        ``generator(t, y)`` with ``y`` of shape ``(..., l, d)`` returning W-skew matrices of shape
+        ``(d, d)`` (one for all tokens) or ``(..., l, d, d)`` (one per token).
+    manifold : Sphere or Ellipsoid
+
+    Notes
+    -----
+    Lie-group steppers use ``lie_generator`` directly (dense exponentials), so e.g. a constant
+    ``xi = A`` is integrated exactly, ``y(t) = expm(t A) y0``, for every step size. Projected
+    Runge--Kutta steppers use ``field(t, y)`` like any other field.
+    """
+
+    def __init__(self, generator, manifold):
+        if not callable(generator):
+            raise InputTypeError(f"generator must be callable as generator(t, y), got {type(generator).__name__}.")
+        self._generator = generator
+        self.manifold = _check_manifold(manifold)
+
+    def lie_generator(self, t, y):
+        """The algebra element(s) xi(t, y): shape (d, d) or (..., l, d, d)."""
+        return self._generator(t, y)
+
+    def __call__(self, t, y):
+        y = np.asarray(y, dtype=float)
+        X = np.asarray(self._generator(t, y), dtype=float)
+        return y @ X.T if X.ndim == 2 else (X @ y[..., None])[..., 0]
+
+
+class LinearField(AlgebraField):
+    r"""The linear field ``y' = A y`` for a constant ``A`` in ``o(W)`` (``A^T W + W A = 0``).
+
+    Parameters
+    ----------
+    A : array_like, shape (d, d)
+        W-skew matrix (checked to 1e-10 relative to |A| |W|).
+    manifold : Sphere or Ellipsoid
+        ``Sphere(d - 1)`` or ``Ellipsoid(W)``.
+
+    Notes
+    -----
+    Exact flow: ``y(t) = expm(t A) y0``; every Lie-group stepper reproduces it for every step size.
+    """
+
+    def __init__(self, A, manifold):
+        A = check_finite(as_float_array(A, "A"), "A")
+        d = _check_manifold(manifold).ambient_dim
+        if A.shape != (d, d):
+            raise ValidationError(f"A must have shape ({d}, {d}) to match {manifold!r}, got {A.shape}.")
+        W = manifold.W
+        res = float(np.max(np.abs(A.T @ W + W @ A)))
+        scale = float(np.max(np.abs(A))) * float(np.max(np.abs(W))) + 1e-300
+        if res > 1e-10 * scale:
+            raise ValidationError(
+                f"A must lie in o(W) (A^T W + W A = 0); max |A^T W + W A| = {res:.3g} (relative {res / scale:.3g})."
+            )
+        self.A = A
+        super().__init__(lambda t, y: self.A, manifold)

@@ -392,7 +392,7 @@ class GradientField(Field):
 
         field(t, y)_i = sign * (I - y_i y_i^T W) (w_i(y) W)^{-1} df/dx_i(y)
 
-    with sign = -1 (descent, default) or +1 (``ascent=True``). ``drive`` returns the un-projected
+    with sign = -1 (descent, default) or +1 (``ascent=True``). ``ambient_gradient(t, y)`` returns the un-projected
     ambient gradient. Any stepper of :func:`riemattn.integrate` integrates it.
 
     Parameters
@@ -432,7 +432,7 @@ class GradientField(Field):
         W = np.asarray(manifold.W, dtype=float)
         self._Winv = None if np.array_equal(W, np.eye(W.shape[0])) else np.linalg.inv(W)
 
-    def drive(self, t, y) -> np.ndarray:
+    def ambient_gradient(self, t, y) -> np.ndarray:
         """The ambient metric gradient sign * (w_i W)^{-1} df/dx_i, shape (..., l, d)."""
         y = np.asarray(y, dtype=float)
         if y.ndim < 2 or y.shape[-1] != self.d:
@@ -446,8 +446,7 @@ class GradientField(Field):
 
     def __call__(self, t, y) -> np.ndarray:
         """The Riemannian gradient field, tangent to (E_W)^l, shape (..., l, d)."""
-        G = self.drive(t, y)
-        return G - self.manifold.inner(y, G)[..., None] * y
+        return self.manifold.tangent(y, self.ambient_gradient(t, y))
 
     def __repr__(self) -> str:
         return (

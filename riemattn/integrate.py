@@ -1,21 +1,46 @@
-"""``integrate``: join a field, a stepper and a manifold; fixed or adaptive steps; saving; status."""
+"""``integrate``: join a field, a stepper and a manifold; fixed or per-trajectory adaptive steps; saving."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field as dc_field
-from numbers import Real
+from numbers import Integral
 
 import numpy as np
 
+from . import _drivers
 from ._validation import as_float_array, check_positive, check_tokens
 from .errors import InputTypeError, IntegrationError, ValidationError
 from .steppers import get_stepper
 
-__all__ = ["integrate", "Trajectory", "ON_MANIFOLD_ATOL"]
+__all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
 
 #: Tolerance on |y^T W y - 1| for initial tokens (pass ``project=True`` to normalize them instead).
 ON_MANIFOLD_ATOL = 1e-8
+
+
+@dataclass
+class PerTrajectory:
+    """Counters and status of every trajectory of a batch (arrays of the batch shape).
+
+    Attributes
+    ----------
+    nfev, n_steps, n_rejected : ndarray of int
+        Field evaluations used while the trajectory was unfinished, accepted and rejected steps.
+    status : ndarray of int
+        0 reached t1; -1 reached max_steps; -2 step size underflow; -3 NaN or inf.
+    success : ndarray of bool
+        ``status == 0``.
+    t_fail : ndarray of float
+        Time at which a failed trajectory stopped (NaN where it succeeded).
+    """
+
+    nfev: np.ndarray
+    n_steps: np.ndarray
+    n_rejected: np.ndarray
+    status: np.ndarray
+    success: np.ndarray
+    t_fail: np.ndarray
 
 
 @dataclass
@@ -26,90 +51,90 @@ class Trajectory:
     ----------
     t : ndarray, shape (m,)
         Saved times.
-    y : ndarray, shape (m, ..., l, d)
-        Tokens at the saved times.
+    y : ndarray, shape (m, ..., l, d), or None
+        Tokens at the saved times (None when ``save_fn`` was given).
+    observables : dict
+        With ``save_fn``: name -> array of shape (m, ...) (a single array is stored as ``"value"``).
     nfev : int
-        Number of field evaluations.
-    n_steps : int
-        Number of accepted steps.
-    n_rejected : int
-        Number of rejected steps (adaptive steppers).
+        Field evaluations (each evaluates the whole batch).
+    n_steps, n_rejected : int
+        Accepted and rejected steps: the largest over the trajectories (for fixed steps, the
+        shared count).
     success : bool
-        Whether the final time was reached with finite values.
+        Whether every trajectory reached t1 with finite values.
     message : str
-        What happened.
+        What happened (the failures, per kind, with how many trajectories and where).
+    per_trajectory : PerTrajectory
+        The same counters and the status of each trajectory.
     stepper : str
         Name of the stepper used.
     """
 
     t: np.ndarray
-    y: np.ndarray
+    y: np.ndarray | None
     nfev: int
     n_steps: int
     n_rejected: int
     success: bool
     message: str
+    per_trajectory: PerTrajectory
     stepper: str = ""
+    observables: dict = dc_field(default_factory=dict)
     attrs: dict = dc_field(default_factory=dict)
 
     def to_xarray(self):
-        """An :class:`xarray.Dataset` with variable ``y`` of dims (time, [batch_0, ...], token, component)."""
+        """An :class:`xarray.Dataset`: ``y`` with dims (time, [batch_0, ...], token, component), or
+        the observables with dims (time, [batch...], ...); per-trajectory counters as variables."""
         import xarray as xr
 
-        nbatch = self.y.ndim - 3
-        dims = ("time",) + tuple(f"batch_{k}" if nbatch > 1 else "batch" for k in range(nbatch)) + (
-            "token",
-            "component",
-        )
-        attrs = dict(
-            nfev=int(self.nfev),
-            n_steps=int(self.n_steps),
-            n_rejected=int(self.n_rejected),
-            success=int(self.success),
-            message=self.message,
-            stepper=self.stepper,
-        )
+        nbatch = self.per_trajectory.status.ndim
+        bdims = tuple(f"batch_{k}" if nbatch > 1 else "batch" for k in range(nbatch))
+        data = {}
+        if self.y is not None:
+            data["y"] = (("time",) + bdims + ("token", "component"), self.y)
+        for name, v in self.observables.items():
+            extra = tuple(f"{name}_dim_{k}" for k in range(v.ndim - 1 - nbatch))
+            data[name] = (("time",) + bdims + extra, v)
+        pt = self.per_trajectory
+        for name in ("nfev", "n_steps", "n_rejected", "status"):
+            data[f"{name}_per_trajectory"] = (bdims, getattr(pt, name))
+        attrs = dict(nfev=int(self.nfev), n_steps=int(self.n_steps), n_rejected=int(self.n_rejected),
+                     success=int(self.success), message=self.message, stepper=self.stepper)
         attrs.update(self.attrs)
-        return xr.Dataset({"y": (dims, self.y)}, coords={"time": self.t}, attrs=attrs)
+        return xr.Dataset(data, coords={"time": self.t}, attrs=attrs)
 
     def __repr__(self) -> str:
+        shape = None if self.y is None else self.y.shape
         return (
-            f"Trajectory(t: {self.t.shape}, y: {self.y.shape}, nfev={self.nfev}, n_steps={self.n_steps}, "
+            f"Trajectory(t: {self.t.shape}, y: {shape}, nfev={self.nfev}, n_steps={self.n_steps}, "
             f"success={self.success}, message={self.message!r})"
         )
-
-
-def _rms(x):
-    return float(np.sqrt(np.mean(np.square(x))))
-
-
-def _initial_step(field, t0, y0, f0, order, rtol, atol, direction=1.0):
-    """Hairer, Norsett & Wanner (1993), II.4 'starting step size' algorithm (as in scipy)."""
-    scale = atol + np.abs(y0) * rtol
-    d0, d1 = _rms(y0 / scale), _rms(f0 / scale)
-    h0 = 1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1
-    y1 = field.manifold.projection(y0 + h0 * direction * f0)
-    f1 = field(t0 + h0 * direction, y1)
-    d2 = _rms((f1 - f0) / scale) / h0
-    if d1 <= 1e-15 and d2 <= 1e-15:
-        h1 = max(1e-6, h0 * 1e-3)
-    else:
-        h1 = (0.01 / max(d1, d2)) ** (1.0 / (order + 1))
-    return min(100 * h0, h1)
 
 
 def _check_saveat(saveat, t0, t1):
     if saveat is None:
         return None
-    s = as_float_array(saveat, "saveat")
-    s = np.atleast_1d(s)
-    if s.ndim != 1 or not np.all(np.isfinite(s)):
-        raise ValidationError(f"saveat must be a 1-D array of finite times, got shape {s.shape}.")
+    s = np.atleast_1d(as_float_array(saveat, "saveat"))
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)):
+        raise ValidationError(f"saveat must be a non-empty 1-D array of finite times, got shape {s.shape}.")
     if np.any(np.diff(s) <= 0):
         raise ValidationError("saveat must be strictly increasing.")
-    if s.size and (s[0] < t0 - 1e-12 * max(1, abs(t0)) or s[-1] > t1 + 1e-12 * max(1, abs(t1))):
+    if s[0] < t0 - 1e-12 * max(1, abs(t0)) or s[-1] > t1 + 1e-12 * max(1, abs(t1)):
         raise ValidationError(f"saveat must lie in [t0, t1] = [{t0}, {t1}], got [{s[0]}, {s[-1]}].")
     return np.clip(s, t0, t1)
+
+
+def _message(status, t_fail) -> str:
+    if (status == _drivers.REACHED).all():
+        return "The solver reached t1." if status.size <= 1 else f"All {status.size} trajectories reached t1."
+    parts = []
+    for code in (_drivers.MAX_STEPS, _drivers.UNDERFLOW, _drivers.NON_FINITE, _drivers.RUNNING):
+        bad = status == code
+        if bad.any():
+            where = float(np.nanmin(t_fail[bad])) if np.isfinite(t_fail[bad]).any() else float("nan")
+            parts.append(f"{int(bad.sum())} of {status.size} trajectories: {_drivers.MESSAGES[code]} "
+                         f"(first at t = {where:.6g})")
+    return "; ".join(parts) + "."
 
 
 def integrate(
@@ -121,6 +146,7 @@ def integrate(
     rtol=1e-6,
     atol=1e-9,
     saveat=None,
+    save_fn=None,
     progress=False,
     *,
     max_steps=1_000_000,
@@ -140,29 +166,43 @@ def integrate(
     t_span : (t0, t1)
         Start and end time (t1 >= t0).
     stepper : str or Stepper
-        A name in :data:`riemattn.STEPPERS` ("euler", "heun", "rk4", "dopri5", Lie-group ones ...).
+        A name in :data:`riemattn.STEPPERS` ("layer", "euler", "heun", "rk4", "dopri5", "dop853",
+        Lie-group ones ...).
     dt : float, optional
         Step size of a fixed-step stepper (required for them). Each interval between save times is
         split into ``ceil(length / dt)`` equal steps, so steps never exceed ``dt`` and land exactly on
         ``t1`` and on every ``saveat`` time. For adaptive steppers, the initial step (optional).
     rtol, atol : float
-        Tolerances of adaptive steppers: the RMS over all entries of
-        ``err / (atol + rtol * max(|y|, |y_new|))`` must be <= 1.
+        Tolerances of adaptive steppers, per trajectory: the RMS over the trajectory's entries of
+        ``err / (atol + rtol * max(|y|, |y_new|))`` must be <= 1, ``err`` the local error estimate
+        measured on the manifold. Each trajectory has its own step size (PI control).
     saveat : array_like, optional
-        Times at which to save (increasing, within [t0, t1]). Default: ``t0`` and every step.
+        Times at which to save (increasing, within [t0, t1]). Fixed steps land on them; adaptive
+        steps are not shortened, the values come from the stepper's dense output. Default: ``t0``
+        and every step (fixed steps, or a single adaptive trajectory), ``t0`` and ``t1`` for a
+        batch of adaptive trajectories (whose steps differ).
+    save_fn : callable, optional
+        ``save_fn(t, y)`` returning an array (or a dict of arrays) whose leading axes are the batch
+        axes of ``y``: stored at the save times instead of the tokens (``Trajectory.observables``),
+        e.g. ``riemattn.diagnostics.misalignment``. ``t`` is a float, or one save time per
+        trajectory.
     progress : bool
         Show a tqdm progress bar.
     max_steps : int
-        Maximum number of (accepted + rejected) steps; beyond it the result has ``success=False``.
+        Maximum number of (accepted + rejected) steps per trajectory; beyond it the trajectory
+        stops with status -1 and the result has ``success=False``.
     raise_on_failure : bool
         Raise :class:`~riemattn.errors.IntegrationError` instead of returning ``success=False``.
     project : bool
         Normalize ``y0`` onto the manifold (pi_W) instead of checking that it lies on it.
+    first_step : float, optional
+        Initial step of adaptive steppers (default: chosen per trajectory, Hairer's algorithm).
 
     Returns
     -------
     Trajectory
-        ``t`` (m,), ``y`` (m, ..., l, d), ``nfev``, ``n_steps``, ``success``, ``message``, ``to_xarray()``.
+        ``t`` (m,), ``y`` (m, ..., l, d), ``observables``, ``nfev``, ``n_steps``, ``success``,
+        ``message``, ``per_trajectory``, ``to_xarray()``.
     """
     step = get_stepper(stepper)
     manifold = getattr(field, "manifold", None)
@@ -170,12 +210,12 @@ def integrate(
         raise InputTypeError(
             f"field must be a riemattn Field (callable with a .manifold), got {type(field).__name__}."
         )
-    d = manifold.dim + 1
+    d = manifold.ambient_dim
     y0 = check_tokens(y0, "y0", d)
     if project:
         y0 = manifold.projection(y0)
     else:
-        dev = float(np.max(np.abs(manifold.inner(y0, y0) - 1.0)))
+        dev = manifold.deviation(y0)
         if dev > ON_MANIFOLD_ATOL:
             raise ValidationError(
                 f"y0 is not on {manifold!r}: max |y^T W y - 1| = {dev:.3g} > {ON_MANIFOLD_ATOL:g}. "
@@ -195,145 +235,56 @@ def integrate(
     if step.adaptive:
         rtol = check_positive(rtol, "rtol")
         atol = check_positive(atol, "atol")
-        if dt is not None:
-            dt = check_positive(dt, "dt")
+        if first_step is not None:
+            first_step = check_positive(first_step, "first_step")
+        elif dt is not None:
+            first_step = check_positive(dt, "dt")
     else:
         if dt is None:
             raise ValidationError(f"dt is required for the fixed-step stepper {step.name!r}.")
         dt = check_positive(dt, "dt")
-    if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+    if isinstance(max_steps, bool) or not isinstance(max_steps, Integral) or max_steps < 1:
         raise ValidationError(f"max_steps must be a positive integer, got {max_steps!r}.")
+    if save_fn is not None and not callable(save_fn):
+        raise InputTypeError(f"save_fn must be callable as save_fn(t, y), got {type(save_fn).__name__}.")
     save = _check_saveat(saveat, t0, t1)
+    batch = y0.shape[:-2]
+    if save is None and step.adaptive and batch:
+        save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
 
-    runner = _Runner(field, step, y0, t0, t1, save, progress)
-    if step.adaptive:
-        runner.run_adaptive(rtol, atol, dt if first_step is None else first_step, max_steps)
-    else:
-        runner.run_fixed(dt, max_steps)
-    sol = runner.result()
+    rec = _drivers.Recorder(save, batch, save_fn)
+    stats = _drivers.Stats(batch)
+    if save is None or save[0] == t0:
+        rec.record_all(t0, y0)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=t1 - t0, desc=f"integrate[{step.name}]", unit="t", leave=False)
+    try:
+        if step.adaptive:
+            _drivers.run_adaptive(field, step, y0, t0, t1, rtol, atol, first_step, rec, stats,
+                                  max_steps, bar)
+        else:
+            _drivers.run_fixed(field, step, y0, t0, t1, dt, save, rec, stats, max_steps, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    t, data = rec.result()
+    status = stats.status
+    pt = PerTrajectory(stats.nfev, stats.n_steps, stats.n_rejected, status, status == 0, stats.t_fail)
+    sol = Trajectory(
+        t=t,
+        y=data.pop("y") if save_fn is None else None,
+        observables=data,
+        nfev=int(stats.calls),
+        n_steps=int(stats.n_steps.max(initial=0)),
+        n_rejected=int(stats.n_rejected.max(initial=0)),
+        success=bool((status == 0).all()),
+        message=_message(status, stats.t_fail),
+        per_trajectory=pt,
+        stepper=step.name,
+    )
     if raise_on_failure and not sol.success:
         raise IntegrationError(sol.message)
     return sol
-
-
-class _Runner:
-    def __init__(self, field, step, y0, t0, t1, save, progress):
-        self.field, self.step, self.t0, self.t1 = field, step, t0, t1
-        self.y, self.t = y0, t0
-        self.save = save
-        self.ts, self.ys = [], []
-        if save is None or (save.size and save[0] == t0):
-            self._record()
-        self.nfev = self.n_steps = self.n_rejected = 0
-        self.success, self.message = True, "The solver reached t1."
-        self.bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=t1 - t0, desc=f"integrate[{step.name}]", unit="t", leave=False)
-
-    def _record(self):
-        self.ts.append(self.t)
-        self.ys.append(self.y.copy())
-
-    def _targets(self):
-        """Times the stepping must land on: save times after t0, then t1."""
-        targets = [] if self.save is None else [s for s in self.save if s > self.t0]
-        if not targets or targets[-1] < self.t1:
-            targets.append(self.t1)
-        return targets
-
-    def _advance(self, t_new, y_new):
-        if self.bar is not None:
-            self.bar.update(t_new - self.t)
-        self.t, self.y = t_new, y_new
-
-    def _finite(self):
-        if not np.all(np.isfinite(self.y)):
-            self.success = False
-            self.message = f"Non-finite tokens at t = {self.t:.6g}; the field overflowed or diverged."
-            return False
-        return True
-
-    def run_fixed(self, dt, max_steps):
-        for target in self._targets():
-            n = max(1, math.ceil((target - self.t) / dt - 1e-9))
-            start, h = self.t, (target - self.t) / n
-            for k in range(1, n + 1):
-                if self.n_steps >= max_steps:
-                    self.success = False
-                    self.message = f"Reached max_steps = {max_steps} at t = {self.t:.6g} < t1 = {self.t1}."
-                    return
-                res = self.step.step(self.field, self.t, self.y, h)
-                self.nfev += res.nfev
-                self.n_steps += 1
-                self._advance(target if k == n else start + k * h, res.y)
-                if self.save is None:
-                    self._record()
-                if not self._finite():
-                    return
-            if self.save is not None and target in self.save:
-                self._record()
-
-    def run_adaptive(self, rtol, atol, h, max_steps, safety=0.9, facmin=0.2, facmax=10.0):
-        st = self.step
-        expo = 1.0 / ((st.error_order or st.order) + 1)
-        k1 = getattr(self.field, "drive", self.field)(self.t, self.y) if st.fsal else None
-        self.nfev += 1 if st.fsal else 0
-        if h is None:
-            f0 = self.field(self.t, self.y)
-            self.nfev += 2
-            h = _initial_step(self.field, self.t, self.y, f0, st.order, rtol, atol)
-        for target in self._targets():
-            while self.t < target:
-                if self.n_steps + self.n_rejected >= max_steps:
-                    self.success = False
-                    self.message = (
-                        f"Reached max_steps = {max_steps} at t = {self.t:.6g} < t1 = {self.t1}; "
-                        "raise max_steps or loosen rtol/atol."
-                    )
-                    return
-                h_try = min(h, target - self.t)
-                last = h_try >= target - self.t - 1e-12 * max(1.0, abs(target))
-                if last:
-                    h_try = target - self.t
-                res = st.step(self.field, self.t, self.y, h_try, k1)
-                self.nfev += res.nfev
-                scale = atol + rtol * np.maximum(np.abs(self.y), np.abs(res.y))
-                err = _rms(res.error / scale) if res.error is not None else 0.0
-                if not np.isfinite(err):
-                    err = np.inf
-                if err <= 1.0:
-                    self.n_steps += 1
-                    self._advance(target if last else self.t + h_try, res.y)
-                    k1 = res.k_next
-                    if self.save is None:
-                        self._record()
-                    if not self._finite():
-                        return
-                    fac = facmax if err == 0 else min(facmax, max(facmin, safety * err ** (-expo)))
-                    # keep h when the step was shortened only to land on the target
-                    h = max(h, h_try) * fac if last else h_try * fac
-                else:
-                    self.n_rejected += 1
-                    h = h_try * max(facmin, safety * err ** (-expo)) if np.isfinite(err) else h_try * facmin
-                    if h < 1e-14 * max(1.0, abs(self.t)):
-                        self.success = False
-                        self.message = f"Step size underflow at t = {self.t:.6g}; the problem may be stiff or singular."
-                        return
-            if self.save is not None and target in self.save:
-                self._record()
-
-    def result(self) -> Trajectory:
-        if self.bar is not None:
-            self.bar.close()
-        return Trajectory(
-            t=np.asarray(self.ts),
-            y=np.stack(self.ys) if self.ys else np.empty((0,) + self.y.shape),
-            nfev=self.nfev,
-            n_steps=self.n_steps,
-            n_rejected=self.n_rejected,
-            success=self.success,
-            message=self.message,
-            stepper=self.step.name,
-        )

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.linalg
 
 from ._validation import as_float_array, check_finite
 from .errors import ValidationError
@@ -124,6 +125,10 @@ class WOrthoBasis:
         return np.einsum("...j,...jd->...d", c, self.Q)
 
 
+#: beyond 2^5 repeated Taylor actions, expm_small_action forms the exponentials instead
+_MAX_HALVINGS = 5
+
+
 def expm_small_action(K, v, *, increment=False):
     """``exp(K) v`` (or ``exp(K) v - v``) for a batch of small square matrices, by scaled Taylor series.
 
@@ -144,12 +149,20 @@ def expm_small_action(K, v, *, increment=False):
     ``K`` is scaled by ``2^-s`` so that its largest 1-norm over the batch is at most 2; the
     Taylor series of ``exp(2^-s K) - I`` is summed to a truncation error below ``2^-72``
     (the number of terms follows from the scaled norm) and applied ``2^s`` times. Only
-    matrix--vector products are used (``O(m^2)`` per term).
+    matrix--vector products are used (``O(m^2)`` per term). For ``s > 5`` (norms above 64, e.g.
+    a large trial step of an adaptive method) the exponentials are formed by
+    :func:`scipy.linalg.expm` (scaling and squaring) and applied once.
     """
     norm = float(np.max(np.sum(np.abs(K), axis=-2))) if K.size else 0.0
     if not np.isfinite(norm):
         raise ValidationError("expm_small_action: the generator contains NaN or inf entries.")
     s = 0 if norm <= 2.0 else int(math.ceil(math.log2(norm / 2.0)))
+    if s > _MAX_HALVINGS:
+        # a large generator (a big trial step of an adaptive method): 2^s repeated actions would
+        # cost more than forming the small exponentials themselves (scaling and squaring)
+        E = scipy.linalg.expm(K)
+        out = np.einsum("...ij,...j->...i", E, v)
+        return out - v if increment else out
     X = K * 2.0 ** (-s) if s else K
     theta = norm * 2.0 ** (-s)
     # smallest q with theta^(q+1)/(q+1)! <= 2^-72 (for skew K the truncation would change

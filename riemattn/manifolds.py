@@ -7,8 +7,13 @@ manifolds -- :class:`Sphere` *is* :class:`geomstats.geometry.hypersphere.Hypersp
 geomstats expects a manifold. All methods broadcast over leading axes: a token array of shape
 ``(..., l, d)`` is handled directly.
 
-Besides geomstats' interface both classes expose a few fast NumPy primitives used by the
-integrators (``W``, ``norm``, ``inner``, ``sqrt_W``, ``inv_sqrt_W``); see SPEC section 1.
+Besides geomstats' interface every class exposes the few fast primitives the steppers call
+(no validation, any leading axes): ``inner``/``norm`` (the W-inner product), ``tangent(y, v)``
+(the tangent projection ``(I - y y^T W) v``), ``normalize(x)`` (the retraction pi_W(x) = x / |x|_W
+and the norm it divided by), ``retract(x)`` and ``lie_frame(y, slots)`` (the action of the group
+O(W) = {G : G^T W G = W} on the tokens during one step of a Lie-group method, see
+:mod:`riemattn.groups`). :class:`Euclidean` is flat R^d with the translation group, so that every
+stepper also integrates unconstrained dynamics.
 
 References
 ----------
@@ -19,14 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 from geomstats.geometry.base import LevelSet
-from geomstats.geometry.euclidean import Euclidean
+from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 from geomstats.geometry.riemannian_metric import RiemannianMetric
 
 from ._validation import as_float_array, check_spd
 from .errors import InputTypeError, ValidationError
 
-__all__ = ["Sphere", "Ellipsoid", "EllipsoidMetric", "project"]
+__all__ = ["Sphere", "Ellipsoid", "Euclidean", "EllipsoidMetric", "project"]
 
 #: Default absolute tolerance of ``belongs`` / ``is_tangent`` (geomstats uses 1e-12).
 ATOL = 1e-10
@@ -49,6 +54,34 @@ class _FastMixin:
     def norm(self, x):
         """|x|_W = sqrt(x^T W x) over the last axis; shape (...)."""
         return np.sqrt(self.inner(x, x))
+
+    @property
+    def is_identity(self) -> bool:
+        """Whether W is the identity (the unit sphere)."""
+        return False
+
+    def tangent(self, y, v):
+        """(I - y y^T W) v for y on the manifold: the tangent part of v, shape (..., d) (no checks)."""
+        return v - self.inner(y, v)[..., None] * y
+
+    def normalize(self, x):
+        """(pi_W(x), |x|_W[..., None]): the retraction of x and the norm it divided by (no checks)."""
+        r = self.norm(x)[..., None]
+        return x / r, r
+
+    def retract(self, x):
+        """pi_W(x) = x / |x|_W, the layer normalization (no checks; see ``projection``)."""
+        return self.normalize(x)[0]
+
+    def deviation(self, x) -> float:
+        """max |x^T W x - 1| over all points of x (how far x is from the manifold)."""
+        return float(np.max(np.abs(self.inner(x, x) - 1.0), initial=0.0))
+
+    def lie_frame(self, y, slots: int):
+        """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
+        from .groups import OWFrame
+
+        return OWFrame(self, y, slots)
 
 
 class Sphere(_FastMixin, Hypersphere):
@@ -88,6 +121,10 @@ class Sphere(_FastMixin, Hypersphere):
     def apply_W(x):
         """W x for W = I (returns x itself)."""
         return x
+
+    @property
+    def is_identity(self) -> bool:
+        return True
 
     def __repr__(self) -> str:
         return f"Sphere({self.dim})"
@@ -166,7 +203,7 @@ class Ellipsoid(_FastMixin, LevelSet):
 
     # --- geomstats interface -------------------------------------------------------------
     def _define_embedding_space(self):
-        return Euclidean(self._W.shape[0])
+        return _GsEuclidean(self._W.shape[0])
 
     def default_metric(self):
         return EllipsoidMetric
@@ -188,6 +225,10 @@ class Ellipsoid(_FastMixin, LevelSet):
     def apply_W(self, x):
         """W x over the last axis (x @ W, W symmetric)."""
         return x if self._is_identity else x @ self._W
+
+    @property
+    def is_identity(self) -> bool:
+        return self._is_identity
 
     def submersion(self, point):
         """x^T W x - 1, shape (...)."""
@@ -240,6 +281,94 @@ class Ellipsoid(_FastMixin, LevelSet):
 
     def __repr__(self) -> str:
         return f"Ellipsoid(W of shape {self._W.shape})"
+
+
+class Euclidean(_GsEuclidean):
+    """Flat R^d: tokens are not normalized; a geomstats :class:`~geomstats.geometry.euclidean.Euclidean`.
+
+    Parameters
+    ----------
+    dim : int
+        d, the dimension of the space; points have shape ``(..., dim)``.
+
+    Notes
+    -----
+    With this manifold every stepper integrates plain dynamics in R^d: the retraction and the
+    tangent projection are the identity, and the Lie-group steppers act by the translation group
+    (exponentials are sums), so each reduces to its classical Runge--Kutta tableau. GLPR's pure
+    self-attention without layer normalization (their section 9.2) lives here.
+    """
+
+    def __init__(self, dim: int, equip: bool = True):
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise InputTypeError(f"dim must be an integer, got {type(dim).__name__}.")
+        if dim < 1:
+            raise ValidationError(f"dim must be >= 1 (the space R^dim), got {dim}.")
+        super().__init__(int(dim), equip=equip)
+
+    @property
+    def ambient_dim(self) -> int:
+        """d, the dimension of the points."""
+        return self.dim
+
+    @property
+    def W(self) -> np.ndarray:
+        return np.eye(self.dim)
+
+    is_identity = True
+
+    @staticmethod
+    def apply_W(x):
+        return x
+
+    @staticmethod
+    def inner(x, y):
+        """Euclidean inner product over the last axis; shape (...)."""
+        return np.einsum("...i,...i->...", x, y)
+
+    def norm(self, x):
+        return np.sqrt(self.inner(x, x))
+
+    @staticmethod
+    def tangent(y, v):
+        """Every vector is tangent: returns v."""
+        return v
+
+    @staticmethod
+    def normalize(x):
+        """(x, None): nothing to normalize (None stands for the scale 1)."""
+        return x, None
+
+    @staticmethod
+    def retract(x):
+        return x
+
+    @staticmethod
+    def deviation(x) -> float:
+        """0: every point lies in R^d."""
+        return 0.0
+
+    def projection(self, point):
+        """The identity (checked: finite numbers with ``dim`` components), shape (..., dim)."""
+        point = as_float_array(point, "point")
+        if point.shape[-1:] != (self.dim,):
+            raise ValidationError(
+                f"point must have shape (..., {self.dim}) for {self!r}, got shape {point.shape}."
+            )
+        return point
+
+    def lie_frame(self, y, slots: int):
+        """The translation action for one Lie-group step (exponentials are sums)."""
+        from .groups import TranslationFrame
+
+        return TranslationFrame(y)
+
+    def random_uniform(self, n_samples=1):
+        """Points uniform in the cube [-1, 1]^dim, shape (n_samples, dim) (geomstats' global RNG)."""
+        return self.random_point(n_samples)
+
+    def __repr__(self) -> str:
+        return f"Euclidean({self.dim})"
 
 
 def project(y, W=None):

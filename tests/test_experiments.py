@@ -84,16 +84,23 @@ def test_reproduction_runs_and_claims_pass(name, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # private pieces of the figures, against independent computations
 # ---------------------------------------------------------------------------------------------
-def test_glpr_fig3_batched_sa_equals_sa_per_beta():
-    from riemattn.experiments.glpr_fig3 import batched_sa
-
+def test_glpr_fig3_array_beta_batch_equals_separate_layer_runs():
+    """The figure integrates all betas as one batch (sa with an array beta, stepper "layer"):
+    each row equals GLPR's scheme x <- normalize(x + h softmax(beta <x_i, x_j>) x) run alone."""
     rng = np.random.default_rng(0)
     betas = np.array([0.0, 0.7, 9.0])
-    x = rng.standard_normal((3, 5, 7, 4))
+    x = rng.standard_normal((5, 7, 4))
     x /= np.linalg.norm(x, axis=-1, keepdims=True)
-    got = batched_sa(betas, 4)(0.0, x)
+    xb = np.broadcast_to(x, (3, 5, 7, 4))
+    got = ra.integrate(ra.sa(betas[:, None], 4), xb, (0.0, 0.3), stepper="layer", dt=0.1).y[-1]
     for k, beta in enumerate(betas):
-        np.testing.assert_allclose(got[k], ra.sa(beta, 4)(0.0, x[k]), rtol=1e-12, atol=1e-14)
+        y = x.copy()
+        for _ in range(3):
+            S = beta * y @ np.swapaxes(y, -1, -2)
+            A = np.exp(S - S.max(axis=-1, keepdims=True))
+            y = y + 0.1 * (A / A.sum(axis=-1, keepdims=True)) @ y
+            y /= np.linalg.norm(y, axis=-1, keepdims=True)
+        np.testing.assert_allclose(got[k], y, rtol=1e-12, atol=1e-14)
 
 
 def test_glpr_fig3_empirical_boundary_interpolates():

@@ -117,11 +117,10 @@ def fixed_steps(stepper, f, y0, T, n):
 
 
 # ----------------------------------------------------------------------------------------------
-def test_registry_and_docs():
+def test_registry():
     for name in LIE:
         cls = ra.STEPPERS[name]
         assert cls.name == name and cls.order == DECLARED[name]
-        assert "References" in cls.__doc__ and len(cls.__doc__) > 200
     assert ra.STEPPERS["rkmk45"].adaptive and ra.STEPPERS["rkmk45"].error_order == 4
     assert not any(ra.STEPPERS[n].adaptive for n in LIE[:-1])
 
@@ -243,16 +242,6 @@ def test_black_box_generic_linear_field_uses_frozen_generator():
     assert np.max(np.abs(y1[0] - scipy.linalg.expm(h * A) @ y0[0])) > 1e-3
 
 
-def test_lie_steppers_use_tangent_field_not_drive():
-    """A drive with a radial part (drive = F + 5 y) must not change a Lie step."""
-    f, y0 = ellipsoid()
-    radial = ra.VectorField(lambda t, y: f(t, y) + 5.0 * y, f.manifold, project=True)
-    for name in LIE:
-        a = ra.STEPPERS[name]().step(f, 0.1, y0, 0.05).y
-        b = ra.STEPPERS[name]().step(radial, 0.1, y0, 0.05).y
-        np.testing.assert_allclose(a, b, atol=1e-14)
-
-
 def test_adaptive_rkmk45_integrate_tolerance():
     f, y0, ref = problem_and_reference("ellipsoid")
     errs = []
@@ -260,7 +249,7 @@ def test_adaptive_rkmk45_integrate_tolerance():
         sol = ra.integrate(f, y0, (0.0, 1.0), stepper="rkmk45", rtol=tol, atol=tol, saveat=[1.0])
         assert sol.success
         errs.append(np.max(np.abs(sol.y[-1] - ref)))
-        assert errs[-1] <= 100 * tol
+        assert errs[-1] <= 10 * tol
         # 6 evaluations per attempted step, plus the initial step-size selection
         assert sol.nfev <= 6 * (sol.n_steps + sol.n_rejected) + 3
         assert np.max(np.abs(f.manifold.inner(sol.y[-1], sol.y[-1]) - 1)) <= 1e-14

@@ -264,15 +264,20 @@ def test_field_is_tangent(fw):
     field, W, y, t = fw
     F = field(t, y)
     Wm = np.eye(y.shape[-1]) if W is None else W
-    scale = 1.0 + np.linalg.norm(field.drive(t, y), axis=-1) * np.linalg.norm(Wm, 2)
+    scale = 1.0 + np.linalg.norm(field.update(t, y), axis=-1) * np.linalg.norm(Wm, 2)
     assert np.all(np.abs(np.einsum("li,ij,lj->l", y, Wm, F)) <= 1e-13 * scale)
 
 
-@pytest.mark.parametrize("stepper", STEPPER_NAMES)
+# the projected RK methods and "layer" end every step with pi_W, so only the Lie-group steppers,
+# which move tokens by group elements and never normalize, have something to show here
+LIE_NAMES = sorted(n for n, c in ra.STEPPERS.items() if c.__module__ == "riemattn.lie")
+
+
+@pytest.mark.parametrize("stepper", LIE_NAMES)
 @given(fw=general_fields())
 def test_tokens_stay_on_manifold(stepper, fw):
-    """Every stepper keeps every token on E_W (|y_i|_W = 1) at every step, for general fields
-    (time-varying P and U, causal or full, every normalization)."""
+    """Every Lie-group stepper keeps every token on E_W (|y_i|_W = 1) at every step, for general
+    fields (time-varying P and U, causal or full, every normalization), without normalizing."""
     field, W, y, t = fw
     sol = _solve(field, y, 0.06, stepper, dt=0.02, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(_w_norm(sol.y, W), 1.0, atol=1e-12)

@@ -45,8 +45,8 @@ def _equiangular_config(rho, n, d, seed=0):
     return L @ Q.T
 
 
-def field_drive(model, beta, d, x):
-    return (ra.sa if model == "sa" else ra.usa)(beta, d).drive(0.0, x)
+def field_update(model, beta, d, x):
+    return (ra.sa if model == "sa" else ra.usa)(beta, d).update(0.0, x)
 
 
 @pytest.mark.parametrize("model", ["sa", "usa"])
@@ -61,8 +61,8 @@ def test_rate_equals_derivative_of_inner_product_from_the_field(model, n):
             D = F @ x.T + x @ F.T
             off = D[~np.eye(n, dtype=bool)]
             expected = th.equiangular_rate(rho, beta, n, model)
-            # rounding of F = f - <x, f> x is relative to the drive |f| (~ e^beta for USA)
-            scale = np.max(np.abs(field_drive(model, beta, d, x)))
+            # rounding of F = f - <x, f> x is relative to the update |f| (~ e^beta for USA)
+            scale = np.max(np.abs(field_update(model, beta, d, x)))
             np.testing.assert_allclose(off, expected, rtol=1e-12, atol=1e-14 * scale)
 
 

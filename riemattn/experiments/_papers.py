@@ -28,16 +28,30 @@ U_FIG4 = np.array(
 )
 
 
+def _diagonals(t, freqs):
+    """2 (cos f0 pi t, sin f1 pi t, cos f2 pi t), shape t.shape + (3,)."""
+    t = np.asarray(t, dtype=float)
+    return 2.0 * np.stack(
+        [np.cos(freqs[0] * np.pi * t), np.sin(freqs[1] * np.pi * t), np.cos(freqs[2] * np.pi * t)], axis=-1
+    )
+
+
 def D1(t):
     """D_1(t) = 2 diag(cos 10 pi t, sin 10 pi t, cos 6 pi t) (ARXIV section 7.2-7.3)."""
-    return 2.0 * np.diag([np.cos(10 * np.pi * t), np.sin(10 * np.pi * t), np.cos(6 * np.pi * t)])
+    return np.diag(_diagonals(float(t), (10, 10, 6)))
 
 
 def D2(t):
     """D_2(t) = 2 diag(cos 6 pi t, sin 6 pi t, cos 4 pi t) (ARXIV section 7.2)."""
-    return 2.0 * np.diag([np.cos(6 * np.pi * t), np.sin(6 * np.pi * t), np.cos(4 * np.pi * t)])
+    return np.diag(_diagonals(float(t), (6, 6, 4)))
 
 
 def hemisphere_P(t):
-    """P_eta(t) = D_eta(t) P'_eta, shape (2, 3, 3): the two heads of ARXIV Figures 2-3."""
-    return np.stack([D1(t) @ P1_FIG23, D2(t) @ P2_FIG23])
+    """P_eta(t) = D_eta(t) P'_eta: the two heads of ARXIV Figures 2-3.
+
+    ``t`` a float gives shape (2, 3, 3); an array of times gives t.shape + (2, 3, 3), so the
+    function can be used with ``AttentionField(..., time_vectorized=True)``.
+    """
+    d1 = _diagonals(t, (10, 10, 6))[..., :, None] * P1_FIG23
+    d2 = _diagonals(t, (6, 6, 4))[..., :, None] * P2_FIG23
+    return np.stack([d1, d2], axis=-3)
