@@ -26,10 +26,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from ..integrate import integrate
 from ..attention import sa, usa
 from ..circle import CircleField, from_points, to_points
 from ..gradient_flow import energy
-from ._integration import integrate_tangent
 
 NAME = "glpr-circle"
 PAPER = "GLPR"
@@ -78,7 +78,8 @@ def run(config: dict) -> xr.Dataset:
         make = sa if model == "sa" else usa
         for b, beta in enumerate(betas):
             field = make(beta, 2)
-            sol = integrate_tangent(field, x0, t_save, config)
+            sol = integrate(field, x0, (0.0, float(t_save[-1])), stepper=config["stepper"],
+                            rtol=config["rtol"], atol=config["atol"], saveat=t_save)
             _, theta = CircleField(beta, model).solve(
                 theta0, (0.0, config["t1"]), t_save, rtol=config["reference_rtol"], atol=1e-12
             )

@@ -24,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from ..integrate import integrate
 from ..attention import sa, usa
 from ..theory import equiangular_rho
-from ._integration import integrate_tangent
 
 NAME = "glpr-equiangular"
 PAPER = "GLPR"
@@ -80,10 +80,8 @@ def run(config: dict) -> xr.Dataset:
         make = sa if model == "sa" else usa
         for b, beta in enumerate(betas[a]):
             field = make(beta, d)
-            # Integrate the tangent field itself: the projected RK steppers otherwise step along the
-            # un-projected drive, whose radial part e^beta x_i / n (USA) distorts steps unless
-            # h e^beta / n << 1.
-            sol = integrate_tangent(field, x0, t_save, config)
+            sol = integrate(field, x0, (0.0, float(t_save[-1])), stepper=config["stepper"],
+                            rtol=config["rtol"], atol=config["atol"], saveat=t_save)
             G = (sol.y @ np.swapaxes(sol.y, -1, -2))[:, iu[0], iu[1]]  # (time, pairs)
             rho_sim[a, b] = G.mean(axis=-1)
             spread[a, b] = G.max(axis=-1) - G.min(axis=-1)

@@ -9,9 +9,9 @@ follows this curve, the better the larger d, and that for small d a band of inte
 probabilities (a metastable state, see GLPR Figure 4) appears.
 
 Method. All (beta, configuration) pairs of one d are one batch of shape (n_beta, m, n, d) integrated
-in one call per saving interval (projected Euler with step 0.1, exactly GLPR's scheme
-x <- normalize(x + 0.1 * sum_j softmax_j(beta <x_i, x_j>) x_j); a private batched-beta SA field,
-equal to :func:`riemattn.sa` for each beta). The same m initial configurations are used for
+in one call per saving interval with the stepper ``"layer"`` and step 0.1, exactly GLPR's scheme
+x <- normalize(x + 0.1 * sum_j softmax_j(beta <x_i, x_j>) x_j), on ``riemattn.sa(betas[:, None], d)``
+(an array beta: one inverse temperature per row of the batch). The same m initial configurations are used for
 every beta (common random numbers: the estimated probability is then a smoother function of beta).
 By exchangeability of the particles P(<x_1, x_2> >= 1 - eps) = P(<x_i, x_j> >= 1 - eps) for any
 i != j, so the estimator averages the indicator over all n (n - 1)/2 pairs of each configuration
@@ -31,9 +31,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..fields import VectorField
+from ..attention import sa
 from ..integrate import integrate
-from ..manifolds import Sphere
 from ..theory import clustering_time, phase_boundary
 
 NAME = "glpr-fig3"
@@ -55,7 +54,7 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
         "beta_max": 9.0,
         "t1": 30.0,
         "dt": 0.1,
-        "stepper": "euler",
+        "stepper": "layer",
         "save_every": 0.5,
     }
     if smoke:
@@ -63,33 +62,6 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
     if quick:
         return {**base, "n_beta": 19, "configurations": 12}
     return {**base, "n_beta": 37, "configurations": 64}
-
-
-def batched_sa(betas, d: int) -> VectorField:
-    """GLPR's (SA) on S^{d-1} for a stack of inverse temperatures.
-
-    Parameters
-    ----------
-    betas : ndarray, shape (k,)
-        The tokens passed to the field must have shape (k, ..., n, d): axis 0 indexes beta.
-    d : int
-
-    Returns
-    -------
-    VectorField
-        Drive f_i = sum_j softmax_j(beta <x_i, x_j>) x_j (projected onto the tangent space).
-    """
-    betas = np.asarray(betas, dtype=float)
-
-    def drive(t, x):
-        b = betas.reshape((-1,) + (1,) * (x.ndim - 1))
-        S = b * (x @ np.swapaxes(x, -1, -2))
-        S -= S.max(axis=-1, keepdims=True)
-        A = np.exp(S)
-        A /= A.sum(axis=-1, keepdims=True)
-        return A @ x
-
-    return VectorField(drive, Sphere(d - 1), project=True)
 
 
 def _pair_fraction(x, eps):
@@ -107,21 +79,19 @@ def run(config: dict) -> xr.Dataset:
     t_save = np.arange(0.0, config["t1"] + 1e-9, config["save_every"])
     prob = np.empty((len(config["dims"]), len(betas), len(t_save)))
     first_pair = np.empty_like(prob)
+
+    def observe(t, x):  # per (beta, configuration); the tokens themselves are not kept
+        return {"pairs": _pair_fraction(x, eps),
+                "first": np.sum(x[..., 0, :] * x[..., 1, :], axis=-1) >= 1.0 - eps}
+
     for k, d in enumerate(config["dims"]):
         x0 = rng.standard_normal((m, n, d))
         x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)  # i.i.d. uniform on S^{d-1}
-        x = np.broadcast_to(x0, (len(betas), m, n, d)).copy()
-        field = batched_sa(betas, d)
-        for s, t in enumerate(t_save):
-            if s > 0:
-                x = integrate(
-                    field, x, (t_save[s - 1], t), stepper=config["stepper"], dt=config["dt"]
-                ).y[-1]
-            frac = _pair_fraction(x, eps)  # (beta, m)
-            prob[k, :, s] = frac.mean(axis=-1)
-            first_pair[k, :, s] = np.mean(
-                np.sum(x[..., 0, :] * x[..., 1, :], axis=-1) >= 1.0 - eps, axis=-1
-            )
+        x = np.broadcast_to(x0, (len(betas), m, n, d))
+        sol = integrate(sa(betas[:, None], d), x, (0.0, t_save[-1]), stepper=config["stepper"],
+                        dt=config["dt"], saveat=t_save, save_fn=observe)
+        prob[k] = sol.observables["pairs"].mean(axis=-1).T  # (time, beta, m) -> (beta, time)
+        first_pair[k] = sol.observables["first"].mean(axis=-1).T
     # The equiangular curve beta*(t) of eq. (6.12) is the level set T(beta) = t of the clustering time
     # of the equiangular solution: tabulate T on a fine beta grid (one quadrature each).
     beta_curve = np.linspace(0.0, config["beta_max"], 73)

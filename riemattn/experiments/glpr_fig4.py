@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from ..integrate import integrate
 from ..attention import sa
 from ..diagnostics import cluster_count
-from ._integration import integrate_tangent
 
 NAME = "glpr-fig4"
 PAPER = "GLPR"
@@ -63,8 +63,8 @@ def run(config: dict) -> xr.Dataset:
     x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
     t_save = np.concatenate([[0.0], np.geomspace(0.1, config["t1"], config["n_save"] - 1)])
     field = sa(config["beta"], d)
-    # the tangent field as drive: the adaptive step control then sees no radial component
-    sol = integrate_tangent(field, x0, t_save, config)
+    sol = integrate(field, x0, (0.0, float(t_save[-1])), stepper=config["stepper"],
+                    rtol=config["rtol"], atol=config["atol"], saveat=t_save)
     counts = cluster_count(sol.y, np.sqrt(2.0 * config["eps"]))  # (time, configuration)
     ds = xr.Dataset(
         {"clusters": (("time", "configuration"), counts)},

@@ -18,9 +18,10 @@ self-attention dynamics"):
 
 n = 20 particles in R^2, x(0) uniform in [-5, 5]^2 (the setting of the authors' public code),
 V = I and a V with positive entries drawn uniformly in [0, 1] (Perron-Frobenius: simple positive
-top eigenvalue). Both equations are integrated privately here with vectorised RK4 (they are not on
-a sphere, so not :func:`riemattn.integrate`'s business): eq. (9.1) for x, then z = e^{-tV} x
-(:func:`scipy.linalg.expm`), and eq. (9.3) for z directly; the two must agree.
+top eigenvalue). Both equations live in flat R^d (:class:`riemattn.Euclidean`) and are integrated by
+:func:`riemattn.integrate` with classical RK4 (``"rk4"`` on flat space is the plain tableau):
+eq. (9.1) for x, then z = e^{-tV} x (:func:`scipy.linalg.expm`), and eq. (9.3) for z directly;
+the two must agree.
 
 References
 ----------
@@ -31,14 +32,15 @@ section 9.2, eqs. (9.1)-(9.3), Table 1; "The emergence of clusters in self-atten
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import numpy as np
 import xarray as xr
 from scipy.linalg import expm
 from scipy.spatial import ConvexHull
 
 from ..diagnostics import cluster_count
+from ..fields import VectorField
+from ..integrate import integrate
+from ..manifolds import Euclidean
 
 NAME = "glpr-pure-sa"
 PAPER = "GLPR"
@@ -101,22 +103,9 @@ def rescaled_sa(t, z, V, QK, exp_tV=None):
 
 
 def _rk4(f, t_save, y0, dt):
-    """Classical RK4 with steps of about dt landing on every saved time; returns (len(t_save), ...)."""
-    out = [y0]
-    y = y0
-    for t0, t1 in pairwise(t_save):
-        k = max(1, int(np.ceil((t1 - t0) / dt - 1e-9)))
-        h = (t1 - t0) / k
-        t = t0
-        for _ in range(k):
-            k1 = f(t, y)
-            k2 = f(t + h / 2, y + h / 2 * k1)
-            k3 = f(t + h / 2, y + h / 2 * k2)
-            k4 = f(t + h, y + h * k3)
-            y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-            t += h
-        out.append(y)
-    return np.stack(out)
+    """RK4 in R^d with steps of at most dt landing on every saved time; returns (len(t_save), ...)."""
+    field = VectorField(f, Euclidean(y0.shape[-1]))
+    return integrate(field, y0, (t_save[0], t_save[-1]), stepper="rk4", dt=dt, saveat=t_save).y
 
 
 def value_matrices(rng, d: int) -> dict:
