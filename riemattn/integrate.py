@@ -8,7 +8,7 @@ from numbers import Integral
 
 import numpy as np
 
-from . import _drivers
+from . import _loops
 from ._validation import as_float_array, check_positive, check_tokens
 from .errors import InputTypeError, IntegrationError, ValidationError
 from .steppers import get_stepper
@@ -125,14 +125,14 @@ def _check_saveat(saveat, t0, t1):
 
 
 def _message(status, t_fail) -> str:
-    if (status == _drivers.REACHED).all():
+    if (status == _loops.REACHED).all():
         return "The solver reached t1." if status.size <= 1 else f"All {status.size} trajectories reached t1."
     parts = []
-    for code in (_drivers.MAX_STEPS, _drivers.UNDERFLOW, _drivers.NON_FINITE, _drivers.RUNNING):
+    for code in (_loops.MAX_STEPS, _loops.UNDERFLOW, _loops.NON_FINITE, _loops.RUNNING):
         bad = status == code
         if bad.any():
             where = float(np.nanmin(t_fail[bad])) if np.isfinite(t_fail[bad]).any() else float("nan")
-            parts.append(f"{int(bad.sum())} of {status.size} trajectories: {_drivers.MESSAGES[code]} "
+            parts.append(f"{int(bad.sum())} of {status.size} trajectories: {_loops.MESSAGES[code]} "
                          f"(first at t = {where:.6g})")
     return "; ".join(parts) + "."
 
@@ -252,8 +252,8 @@ def integrate(
     if save is None and step.adaptive and batch:
         save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
 
-    rec = _drivers.Recorder(save, batch, save_fn)
-    stats = _drivers.Stats(batch)
+    rec = _loops.Recorder(save, batch, save_fn)
+    stats = _loops.Stats(batch)
     if save is None or save[0] == t0:
         rec.record_all(t0, y0)
     bar = None
@@ -263,10 +263,10 @@ def integrate(
         bar = tqdm(total=t1 - t0, desc=f"integrate[{step.name}]", unit="t", leave=False)
     try:
         if step.adaptive:
-            _drivers.run_adaptive(field, step, y0, t0, t1, rtol, atol, first_step, rec, stats,
+            _loops.run_adaptive(field, step, y0, t0, t1, rtol, atol, first_step, rec, stats,
                                   max_steps, bar)
         else:
-            _drivers.run_fixed(field, step, y0, t0, t1, dt, save, rec, stats, max_steps, bar)
+            _loops.run_fixed(field, step, y0, t0, t1, dt, save, rec, stats, max_steps, bar)
     finally:
         if bar is not None:
             bar.close()

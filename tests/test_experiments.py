@@ -74,11 +74,6 @@ def test_reproduction_runs_and_claims_pass(name, tmp_path):
     assert on_disk["config_hash"] == config_hash(name, config_for(get(name), smoke=True))
     with xr.open_dataset(tmp_path / name / "data.nc", engine="scipy") as ds:
         assert ds.attrs["reproduction"] == name
-        # the claims recomputed from the data on disk agree with the summary
-        again = get(name).claims(ds.load())
-    assert {k: c["passed"] if c["passed"] is None else bool(c["passed"]) for k, c in again.items()} == {
-        k: c["passed"] for k, c in summary["claims"].items()
-    }
 
 
 # ---------------------------------------------------------------------------------------------
