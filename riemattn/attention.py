@@ -13,6 +13,7 @@ one transformer layer is ``pi_W(y + tau f)``, the ``"layer"`` stepper (see :mod:
 
 from __future__ import annotations
 
+import threading
 from numbers import Real
 
 import numpy as np
@@ -119,6 +120,7 @@ class AttentionField(Field):
         if self._U is not None and self._U.const is not None:
             self._Ucols = stack_columns(np.swapaxes(self._U.const, -1, -2))
         self._tril = {}
+        self._work = threading.local()  # per-thread work buffers of the hot path (see _buffer)
 
     # ------------------------------------------------------------------------------------------
     def P(self, t=0.0) -> np.ndarray:
@@ -176,11 +178,25 @@ class AttentionField(Field):
                 yP = bmm(y.reshape(-1, self.d), cols).reshape(batch + (n * h, self.d))
             else:  # one P per trajectory
                 yP = bmm(y, cols).reshape(batch + (n * h, self.d))
-            S = bmm(yP, yT).reshape(batch + (n, h, n))
+            S = bmm(yP, yT, out=self._buffer("S", batch + (n * h, n))).reshape(batch + (n, h, n))
         factor = self._beta_factor(batch)
         if factor is not None:
-            S = S * factor
+            S *= factor
         return S
+
+    def _buffer(self, name: str, shape: tuple) -> np.ndarray:
+        """A reusable float64 work array (per thread, per name, kept for the last shape asked).
+
+        The scores and attention matrices of a batch are large temporaries (640 KB at B = 400,
+        l = 10, h = 2); allocating them afresh on every call goes through mmap/munmap in glibc
+        and made a call 1.5-3x slower per trajectory at B = 400 than at B = 200 (measured; see
+        docs/steppers.md). Buffers never leave the field: what a method returns is always fresh.
+        """
+        store = self._work.__dict__
+        buf = store.get(name)
+        if buf is None or buf.shape != shape:
+            buf = store[name] = np.empty(shape)
+        return buf
 
     def _causal(self, n: int) -> np.ndarray:
         if n not in self._tril:
@@ -233,7 +249,7 @@ class AttentionField(Field):
         """Attention matrices alpha_ij^eta(t, y), shape (..., h, l, l)."""
         y = self._check_y(y)
         A = np.swapaxes(self._attention(t, y), -2, -3)
-        return np.ascontiguousarray(np.broadcast_to(A, y.shape[:-2] + (self.h,) + A.shape[-2:]))
+        return np.array(np.broadcast_to(A, y.shape[:-2] + (self.h,) + A.shape[-2:]))  # a copy
 
     def update(self, t, y) -> np.ndarray:
         """The un-normalised attention update f_i = sum_eta sum_j alpha_ij^eta U_eta y_j, shape (..., l, d).
@@ -248,7 +264,7 @@ class AttentionField(Field):
             if r is None:
                 A = E.sum(axis=-2) if E.shape[-2] > 1 else E[..., 0, :]
             else:  # normalise and sum over heads in one pass
-                A = np.einsum("...ihj,...ih->...ij", E, r)
+                A = np.einsum("...ihj,...ih->...ij", E, r, out=self._buffer("A", E.shape[:-3] + (n, n)))
             return bmm(A, y)
         A = self._attention(t, y)  # (..., l, hP, l)
         if self._Ucols is not None:

@@ -270,3 +270,23 @@ def test_field_rejects_tokens_of_wrong_dimension():
     field = ra.AttentionField(np.eye(3))
     with pytest.raises(ValidationError, match=r"y must have shape \(\.\.\., l, 3\)"):
         field(0.0, np.ones((4, 5)))
+
+
+def test_work_buffers_never_leak_into_results_and_threads_do_not_share_them():
+    """The field reuses work arrays between calls (per thread): a returned array must not change
+    when the field is called again, and concurrent calls from threads must equal serial ones."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(11)
+    for U in (None, rng.normal(size=(2, 3, 3))):
+        field = ra.AttentionField(lambda t: np.cos(t) * np.ones((2, 3, 3)), U, beta=np.array([[1.0], [3.0]]))
+        ys = [field.manifold.projection(rng.normal(size=(2, 5, 4, 3))) for _ in range(8)]
+        first = [(field(0.3, y), field.update(0.3, y), field.attention(0.3, y)) for y in ys]
+        again = [(field(0.3, y).copy(), field.update(0.3, y).copy(), field.attention(0.3, y).copy()) for y in ys]
+        for a, b in zip(first, again):
+            for u, v in zip(a, b):
+                np.testing.assert_array_equal(u, v)
+        with ThreadPoolExecutor(4) as pool:
+            threaded = list(pool.map(lambda y: field(0.3, y), ys * 8))
+        for k, out in enumerate(threaded):
+            np.testing.assert_array_equal(out, again[k % len(ys)][0])
