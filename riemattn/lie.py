@@ -25,14 +25,12 @@ Acta Numerica 9 (2000). E. Hairer, C. Lubich, G. Wanner, *Geometric Numerical In
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
 from .fields import AlgebraField, LinearField, generator_matrix
 from .groups import DenseFrame
 from .steppers import Stepper, StepResult, _check_field, register, shifted_time
-from .tableaux import CASH_KARP, CROUCH_GROSSMAN3, RK4, ButcherTableau
+from .tableaux import CASH_KARP, CROUCH_GROSSMAN3, RK4, ButcherTableau, coefficient
 
 __all__ = [
     "LieStepper",
@@ -49,10 +47,6 @@ __all__ = [
     "LinearField",
     "generator_matrix",
 ]
-
-
-def _f(x) -> float:
-    return float(Fraction(x)) if isinstance(x, str) else float(x)
 
 
 class LieStepper(Stepper):
@@ -261,9 +255,9 @@ class CommutatorFree(LieStepper):
         cached = cls.__dict__.get(key)
         if cached is None:
             cached = (
-                [_f(x) for x in cls.c],
-                [[[_f(x) for x in coef] for coef in exps] for exps in cls.stages],
-                [[_f(x) for x in coef] for coef in cls.output],
+                [coefficient(x) for x in cls.c],
+                [[[coefficient(x) for x in coef] for coef in exps] for exps in cls.stages],
+                [[coefficient(x) for x in coef] for coef in cls.output],
             )
             setattr(cls, key, cached)
         return cached

@@ -28,6 +28,7 @@ __all__ = [
     "ButcherTableau",
     "order_residuals",
     "rooted_trees",
+    "coefficient",
     "EULER",
     "HEUN",
     "RK4",
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-def _num(x) -> float:
+def coefficient(x) -> float:
     """A coefficient given as a number or as a fraction string ("-56/15")."""
     return float(Fraction(x)) if isinstance(x, str) else float(x)
 
@@ -135,9 +136,9 @@ class ButcherTableau:
     _arrays: dict = dc_field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
-        c = np.array([_num(x) for x in self.c])
-        A = np.array([[_num(x) for x in row] for row in self.A])
-        b = np.array([_num(x) for x in self.b])
+        c = np.array([coefficient(x) for x in self.c])
+        A = np.array([[coefficient(x) for x in row] for row in self.A])
+        b = np.array([coefficient(x) for x in self.b])
         s = len(b)
         if A.shape != (s, s) or c.shape != (s,):
             raise ValidationError(f"tableau shapes disagree: c {c.shape}, A {A.shape}, b {b.shape}.")
@@ -148,7 +149,7 @@ class ButcherTableau:
         self._check(A, b, self.order, "b")
         self._arrays.update(c=c, A=A, b=b)
         if self.b_hat is not None:
-            b_hat = np.array([_num(x) for x in self.b_hat])
+            b_hat = np.array([coefficient(x) for x in self.b_hat])
             if self.embedded_order is None:
                 raise ValidationError("embedded_order is required with b_hat.")
             self._check(A, b_hat, self.embedded_order, "b_hat")
@@ -217,7 +218,7 @@ DOPRI5 = ButcherTableau(
 #: polynomials as SciPy's ``RK45.P``): ``y(t + theta h) = y + h sum_i b_i(theta) K_i`` with
 #: ``b_i(theta) = sum_k DOPRI5_DENSE[i][k] theta^(k+1)``. At theta = 1 it reproduces ``b``.
 DOPRI5_DENSE = tuple(
-    tuple(_num(x) for x in row)
+    tuple(coefficient(x) for x in row)
     for row in (
         (1, "-8048581381/2820520608", "8663915743/2820520608", "-12715105075/11282082432"),
         (0, 0, 0, 0),
