@@ -106,7 +106,8 @@ class HeadMatrices:
         """The stack at time ``t``: (h, d, d) for a shared time, else batch_shape + (h, d, d).
 
         ``t`` is a float or an array broadcasting to ``batch_shape`` (one time per trajectory).
-        Each distinct time is evaluated once.
+        A time-vectorized callable is called once with all the times; any other callable once
+        per distinct time.
         """
         if self.fn is None or np.ndim(t) == 0:
             return self(float(t)) if self.fn is not None else self.const
@@ -114,6 +115,9 @@ class HeadMatrices:
         first = t.flat[0]
         if (t == first).all():
             return self(float(first))
+        if self.time_vectorized:
+            flat = t.reshape(-1)
+            return self._check(self.fn(flat), flat, True).reshape(batch_shape + self.shape)
         times, inverse = np.unique(t, return_inverse=True)
         return self.many(times)[inverse.reshape(batch_shape)]
 

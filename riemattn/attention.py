@@ -13,6 +13,7 @@ one transformer layer is ``pi_W(y + tau f)``, the ``"layer"`` stepper (see :mod:
 
 from __future__ import annotations
 
+import copy
 import threading
 from numbers import Real
 
@@ -143,6 +144,26 @@ class AttentionField(Field):
                 f"y must have shape (..., l, {self.d}) for this field (d = {self.d}), got {y.shape}."
             )
         return y
+
+    def take(self, index, batch_shape: tuple):
+        """This field for the trajectories ``index`` of the flattened batch ``batch_shape``.
+
+        ``self`` for a scalar beta; for an array beta, a copy whose beta is ``beta`` broadcast to
+        ``batch_shape``, flattened and taken at ``index`` (see :meth:`riemattn.fields.Field.take`).
+        """
+        if isinstance(self.beta, float):
+            return self
+        try:
+            beta = np.broadcast_to(self.beta, batch_shape).reshape(-1)
+        except ValueError:
+            raise ValidationError(
+                f"beta of shape {self.beta.shape} does not broadcast against the batch shape "
+                f"{batch_shape} of the tokens (leading axes of y)."
+            ) from None
+        new = copy.copy(self)
+        new.beta = beta[np.asarray(index)]
+        new._work = threading.local()
+        return new
 
     def _beta_factor(self, batch_shape):
         """Array beta reshaped to scale scores [..., i, eta, j], or None for a scalar beta."""

@@ -22,7 +22,7 @@ from .steppers import (
     ProjectedRK,
     StepResult,
     axpy,
-    nonzero_coefficients,
+    coefficients,
     per_trajectory,
     shifted_time,
     register,
@@ -100,7 +100,7 @@ class ProjectedDOP853(ProjectedRK):
     def _err3(cls):
         e3 = cls.__dict__.get("_err3_cache")
         if e3 is None:
-            e3 = cls._err3_cache = nonzero_coefficients(cls.tableau.b_ - DOP853_BHH.b_)
+            e3 = cls._err3_cache = coefficients(cls.tableau.b_ - DOP853_BHH.b_)
         return e3
 
     def step(self, field, t, y, h, k1=None):
@@ -127,12 +127,12 @@ class ProjectedDOP853(ProjectedRK):
         x1 = y + axpy(None, hc, self._plan()[1], K)  # the lifted endpoint (before retraction)
         K = list(K) + [k_next if r is None else r * k_next]  # G(t + h, x1)
         for c, row in zip(DOP853_DENSE.c_extra, DOP853_DENSE.A_extra):
-            X, rr = normalize(axpy(y, hc, nonzero_coefficients(row[: len(K)]), K))
+            X, rr = normalize(axpy(y, hc, coefficients(row[: len(K)]), K))
             F = field(shifted_time(t, c, h), X)
             K.append(F if rr is None else rr * F)
         dy = x1 - y
         F = [dy, hc * K[0] - dy, 2.0 * dy - hc * (K[0] + K[12])]
-        F += [axpy(None, hc, nonzero_coefficients(row), K) for row in DOP853_DENSE.D]
+        F += [axpy(None, hc, coefficients(row), K) for row in DOP853_DENSE.D]
 
         def u(theta):
             # y + s (F1 + (1-s) (F2 + s (F3 + (1-s) (F4 + s (F5 + (1-s) (F6 + s F7))))))

@@ -50,6 +50,28 @@ class Field:
         """Dimension of the ambient space R^d the tokens live in."""
         return self.manifold.ambient_dim
 
+    def take(self, index, batch_shape: tuple):
+        """This field for some trajectories of a batch, or None where that is not known.
+
+        Parameters
+        ----------
+        index : ndarray of int, shape (k,)
+            Indices into the flattened batch of shape ``batch_shape``.
+        batch_shape : tuple
+            The leading (batch) shape of the tokens the field was meant for.
+
+        Returns
+        -------
+        Field or None
+            A field to be evaluated on tokens of shape ``(k, l, d)``: the trajectories ``index``.
+            :func:`riemattn.integrate` uses it to evaluate adaptive steps on the unfinished
+            trajectories only; with None (the default, safe for fields with per-trajectory
+            parameters) it evaluates the whole batch and freezes the finished trajectories.
+            Fields whose value for a trajectory depends only on that trajectory's ``t`` and ``y``
+            return ``self``.
+        """
+        return None
+
 
 class VectorField(Field):
     """Wrap a function ``func(t, y) -> tangent vectors`` as a field on ``manifold``.
@@ -78,6 +100,12 @@ class VectorField(Field):
         self.manifold = _check_manifold(manifold)
         self.project = bool(project)
         self.time_vectorized = bool(time_vectorized)
+
+    def take(self, index, batch_shape: tuple):
+        """``self`` (see :meth:`Field.take`): ``func`` treats leading axes as independent
+        trajectories -- except with ``time_vectorized=True``, where ``func`` always sees the whole
+        batch and may rely on its layout (then None)."""
+        return None if self.time_vectorized else self
 
     def _eval(self, t, y):
         out = self.func(t, y)
@@ -142,6 +170,10 @@ class AlgebraField(Field):
             raise InputTypeError(f"generator must be callable as generator(t, y), got {type(generator).__name__}.")
         self._generator = generator
         self.manifold = _check_manifold(manifold)
+
+    def take(self, index, batch_shape: tuple):
+        """``self``: ``generator`` treats leading axes as independent trajectories (see :meth:`Field.take`)."""
+        return self
 
     def lie_generator(self, t, y):
         """The algebra element(s) xi(t, y): shape (d, d) or (..., l, d, d)."""

@@ -179,14 +179,14 @@ class ProjectedRK(Stepper):
 
     @classmethod
     def _plan(cls):
-        """Per-class cache of the tableau's nonzero coefficients (less Python work per step)."""
+        """Per-class cache of the tableau's rows without trailing zeros (less work per step)."""
         plan = cls.__dict__.get("_plan_cache")
         if plan is None:
             tab = cls.tableau
             A, b, c = tab.A_, tab.b_, tab.c_
-            stages = tuple((float(c[i]), nonzero_coefficients(A[i, :i])) for i in range(1, tab.stages))
-            b_err = nonzero_coefficients(tab.b_err_) if tab.b_err_ is not None else None
-            plan = (stages, nonzero_coefficients(b), b_err)
+            stages = tuple((float(c[i]), coefficients(A[i, :i])) for i in range(1, tab.stages))
+            b_err = coefficients(tab.b_err_) if tab.b_err_ is not None else None
+            plan = (stages, coefficients(b), b_err)
             cls._plan_cache = plan
         return plan
 
@@ -196,20 +196,24 @@ class ProjectedRK(Stepper):
 
     def step(self, field, t, y, h, k1=None):
         _check_field(field)
-        stages, b_nz, err_nz = self._plan()
+        stages, b, b_err = self._plan()
         normalize = field.manifold.normalize
         hc = per_trajectory(h, y)
-        K = [self._evaluate(field, t, y) if k1 is None else k1]
+        K = np.empty((len(stages) + 1,) + y.shape)  # stage values G(t + c_i h, X_i), stacked
+        K[0] = self._evaluate(field, t, y) if k1 is None else k1
         nfev = 1 if k1 is None else 0
-        for ci, coefs in stages:
-            X, r = normalize(axpy(y, hc, coefs, K))
+        for i, (ci, a) in enumerate(stages, start=1):
+            X, r = normalize(axpy(y, hc, a, K))
             F = self._evaluate(field, shifted_time(t, ci, h), X)
-            K.append(F if r is None else r * F)
+            if r is None:
+                K[i] = F
+            else:
+                np.multiply(F, r, out=K[i])
             nfev += 1
-        y_new, r = normalize(axpy(y, hc, b_nz, K))
+        y_new, r = normalize(axpy(y, hc, b, K))
         error = None
         if self.adaptive:
-            error = self._tangent_error(field.manifold, axpy(None, hc, err_nz, K), y_new, r)
+            error = self._tangent_error(field.manifold, axpy(None, hc, b_err, K), y_new, r)
         k_next = None
         if self.fsal:  # last stage sits at x itself (c = 1, A[-1] = b): G(t + h, x) = |x| F(t + h, y_new)
             k_next = K[-1] if r is None else K[-1] / r
@@ -231,8 +235,11 @@ class ProjectedRK(Stepper):
         return field.manifold.retract(x)
 
 
-def nonzero_coefficients(row):
-    return tuple((j, float(a)) for j, a in enumerate(row) if a != 0.0)
+def coefficients(row) -> np.ndarray:
+    """A tableau row as a float array without its trailing zeros."""
+    row = np.asarray(row, dtype=float)
+    nz = np.flatnonzero(row)
+    return row[: nz[-1] + 1] if nz.size else row[:0]
 
 
 def shifted_time(t, c, h):
@@ -242,20 +249,32 @@ def shifted_time(t, c, h):
     return t + c * np.asarray(h)
 
 
-def axpy(y, hc, coefs, K):
-    """``y + h * sum_j a_j K_j`` over the nonzero ``(j, a_j)`` (``y`` None: without it)."""
-    if not coefs:
+def combine(a, K):
+    """``sum_j a_j K_j`` for the coefficients ``a`` (1-D, length <= len(K)), or None if ``a`` is empty.
+
+    ``K`` is a stack of arrays (one contraction over its first axis) or a list of them.
+    """
+    n = len(a)
+    if n == 0:
+        return None
+    if isinstance(K, np.ndarray):
+        return np.einsum("j,jk->k", a, K[:n].reshape(n, -1)).reshape(K.shape[1:])
+    out = None
+    for aj, kj in zip(a.tolist(), K):
+        if aj != 0.0:
+            out = kj * aj if out is None else out + kj * aj
+    return out if out is not None else np.zeros_like(K[0])
+
+
+def axpy(y, hc, a, K):
+    """``y + h * sum_j a_j K_j`` (``y`` None: without it); ``h`` a float or per-trajectory array."""
+    acc = combine(a, K)
+    if acc is None:
         return y.copy() if y is not None else np.zeros_like(K[0])
-    (j0, a0), rest = coefs[0], coefs[1:]
-    out = K[j0] * (hc * a0)
-    if rest:
-        tmp = np.empty_like(out)
-        for j, a in rest:
-            np.multiply(K[j], hc * a, out=tmp)
-            out += tmp
+    acc *= hc
     if y is not None:
-        out += y
-    return out
+        acc += y
+    return acc
 
 
 # ----------------------------------------------------------------------------------------------

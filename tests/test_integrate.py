@@ -266,6 +266,66 @@ def test_batch_mixing_betas_reports_steps_per_trajectory():
         np.testing.assert_allclose(sol.y[-1, k], alone.y[-1], atol=1e-13)
 
 
+class _NoTake(ra.fields.Field):
+    """The same field without ``take``: integrate must evaluate the whole batch (masking)."""
+
+    def __init__(self, field):
+        self.inner, self.manifold = field, field.manifold
+
+    def __call__(self, t, y):
+        return self.inner(t, y)
+
+
+@pytest.mark.parametrize("stepper", ["dopri5", "dop853", "rkmk45"])
+def test_compacted_batch_equals_masked_batch(stepper):
+    """Evaluating only the unfinished trajectories (AttentionField.take, array beta over a 2-D
+    batch) gives the trajectories, step counts and saved values of the masked whole-batch run."""
+    rng = np.random.default_rng(4)
+    betas = np.array([[0.5], [3.0], [6.0]])  # broadcasts over a (3, 4) batch
+    x0 = ra.Sphere(1).projection(rng.normal(size=(3, 4, 5, 2)))
+    field = ra.usa(betas, 2)
+    t_save = np.linspace(0, 1, 7)
+    kw = dict(stepper=stepper, rtol=1e-8, atol=1e-8, saveat=t_save)
+    fast = ra.integrate(field, x0, (0, 1), **kw)
+    slow = ra.integrate(_NoTake(field), x0, (0, 1), **kw)
+    assert fast.success and slow.success
+    steps = fast.per_trajectory.n_steps
+    assert steps.min() < steps.max()  # some trajectories finish early: the batch was compacted
+    np.testing.assert_array_equal(steps, slow.per_trajectory.n_steps)
+    np.testing.assert_array_equal(fast.per_trajectory.nfev, slow.per_trajectory.nfev)
+    np.testing.assert_allclose(fast.y, slow.y, rtol=0, atol=1e-12)
+    obs = ra.integrate(field, x0, (0, 1), save_fn=lambda t, y: ra.diagnostics.misalignment(y), **kw)
+    np.testing.assert_allclose(obs.observables["value"], ra.diagnostics.misalignment(slow.y), atol=1e-12)
+
+
+def test_compaction_evaluates_only_unfinished_trajectories():
+    """A VectorField (leading axes independent) is called on fewer rows as trajectories finish;
+    with time_vectorized=True (func may rely on the batch layout) it always sees the whole batch.
+    Token 0 of each trajectory stays put and sets the rotation speed of token 1."""
+    def make(seen):
+        def func(t, y):
+            seen.append(y.shape[0])
+            omega = 1.0 + 40.0 * (1.0 + y[..., 0, 0])  # from 1 to 81
+            v = np.zeros_like(y)
+            v[..., 1, :] = omega[..., None] * np.stack([-y[..., 1, 1], y[..., 1, 0]], axis=-1)
+            return v
+        return func
+
+    phi = np.array([np.pi, 2.5, 1.0, 0.0])
+    y0 = np.stack([np.stack([np.cos(phi), np.sin(phi)], -1), np.tile([1.0, 0.0], (4, 1))], axis=1)
+    runs = {}
+    for vectorized in (True, False):
+        seen = []
+        runs[vectorized] = ra.integrate(ra.VectorField(make(seen), ra.Sphere(1), time_vectorized=vectorized),
+                                        y0, (0, 1), stepper="dopri5", rtol=1e-8, atol=1e-8)
+        assert runs[vectorized].success
+        assert (min(seen) < 4) != vectorized, (vectorized, sorted(set(seen)))
+    np.testing.assert_allclose(runs[True].y, runs[False].y, rtol=0, atol=1e-14)
+    omega = 1.0 + 40.0 * (1.0 + np.cos(phi))
+    exact = np.stack([np.cos(omega), np.sin(omega)], -1)
+    np.testing.assert_allclose(runs[False].y[-1, :, 1], exact, atol=1e-6)
+
+
 def test_batched_fixed_steps_equal_separate_runs(hemisphere):
     field, _, _ = hemisphere
     rng = np.random.default_rng(4)
