@@ -44,6 +44,11 @@ Run, in the separate venv that has jax and diffrax (the main venv stays jax-free
     .venv-bench/bin/python benchmarks/vs_diffrax.py             # B = 100 and 1000, ~10-15 min
     .venv-bench/bin/python benchmarks/vs_diffrax.py --batch 100 --rounds 1   # a quick look
 
+With ``RIEMATTN_BENCH_CPU=N`` in the environment every timed process runs on CPU N only (one
+core for each tool: JAX/XLA would otherwise spread a vmapped solve over the machine's cores while
+NumPy runs on one). ``benchmarks/work_precision.py`` runs this script at its end when diffrax is
+installed.
+
 Prints the sweep, a table, and ``B=...: riemattn/diffrax time ratio ...`` lines (ratio < 1:
 riemattn faster).
 """
@@ -140,6 +145,7 @@ def check_fields(n=16, seed=123):
 # --------------------------------------------------------------------------------------------
 # Workers (one timed solve per process)
 def worker(tool, tol, data, batch):
+    pin_cpu()
     y0 = np.load(os.path.join(data, f"y0_{batch}.npy"))
     ref = np.load(os.path.join(data, f"ref_{batch}.npy"))
     out = {"tool": tool, "tol": tol, "batch": batch}
@@ -185,6 +191,13 @@ def worker(tool, tol, data, batch):
     out["err"] = float(np.max(np.abs(y - ref)))
     out["load"] = load()
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def pin_cpu():
+    """Run on the one CPU named by RIEMATTN_BENCH_CPU, if set (before jax or BLAS start threads)."""
+    cpu = os.environ.get("RIEMATTN_BENCH_CPU")
+    if cpu:
+        os.sched_setaffinity(0, {int(cpu)})
 
 
 def spawn(tool, tol, data, batch):
@@ -308,9 +321,11 @@ def main(argv=None):
 
     import riemattn as ra
 
+    cpu = os.environ.get("RIEMATTN_BENCH_CPU")
     print(f"riemattn {ra.__version__}, jax {jax.__version__}, diffrax {diffrax.__version__}, "
           f"numpy {np.__version__}, scipy {scipy.__version__}, python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs, jax devices {jax.devices()}")
+          f"{os.cpu_count()} CPUs, jax devices {jax.devices()}, "
+          + (f"every timed process pinned to CPU {cpu}" if cpu else "processes not pinned"))
     diff = check_fields()
     print(f"JAX field vs riemattn field(t, y): max difference {diff:.1e} (asserted <= 1e-12)")
     data = tempfile.mkdtemp(prefix="vs_diffrax_")

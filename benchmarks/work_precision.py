@@ -39,8 +39,13 @@ uniform in [-0.5, 0.5] and D_eta(t) = diag(|2 sin(omega_eta,k t + phi_eta,k)|)_k
 [0, 1], phi uniform in [0, 2 pi]), the cost of one Lie-group step divided by the cost of the
 field evaluations it needs.
 
-Run: ``python benchmarks/work_precision.py`` (10-20 minutes on 2 cores; ``--quick`` for a
-smaller sweep). Prints tables; writes ``docs/work_precision.png`` (``--out`` to change).
+Where diffrax is installed (the ``bench`` extra, in a separate venv), the script ends by running
+``benchmarks/vs_diffrax.py`` (riemattn against diffrax ``Dopri5`` under ``jax.vmap``, B = 100 and
+1000, each contender in a fresh process, at equal measured error); ``--no-diffrax`` skips it.
+``--cpu N`` runs everything (this process and the fresh processes of vs_diffrax) on CPU N.
+
+Run: ``python benchmarks/work_precision.py`` (10-20 minutes on 2 cores, plus ~10 for diffrax;
+``--quick`` for a smaller sweep). Prints tables; writes ``docs/work_precision.png`` (``--out``).
 """
 
 from __future__ import annotations
@@ -278,9 +283,15 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="smaller sweeps (minutes)")
     ap.add_argument("--n-traj", type=int, default=100)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "work_precision.png"))
+    ap.add_argument("--cpu", type=int, help="run on this CPU only (and pin vs_diffrax's processes to it)")
+    ap.add_argument("--no-diffrax", action="store_true", help="skip the comparison with diffrax")
     args = ap.parse_args(argv)
+    if args.cpu is not None:
+        os.environ["RIEMATTN_BENCH_CPU"] = str(args.cpu)
+        os.sched_setaffinity(0, {args.cpu})
     field = ra.AttentionField(hemisphere_P, time_vectorized=True)
-    print(f"riemattn {ra.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}")
+    print(f"riemattn {ra.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs" + (f", pinned to CPU {args.cpu}" if args.cpu is not None else ""))
     results, claims = [], {}
     for title, n_traj, seed in (("(a) one trajectory", 1, 0), (f"(b) ensemble of {args.n_traj}", args.n_traj, 1)):
         y0 = initial(n_traj, seed)
@@ -301,6 +312,18 @@ def main(argv=None):
     print("  " + ratio_line("single trajectory", single, "scipy DOP853"))
     print("  load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     print("  Lie step / field evaluations at d = 500: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
+    if args.no_diffrax:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("diffrax") is None or importlib.util.find_spec("jax") is None:
+        print("\ndiffrax is not installed: no comparison with it (pip install -e '.[bench]' in a separate venv)")
+        return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import vs_diffrax
+
+    print("\n" + "=" * 100 + "\nriemattn against diffrax (benchmarks/vs_diffrax.py)\n", flush=True)
+    vs_diffrax.main(["--batch", "100", "1000"] + (["--rounds", "1"] if args.quick else []))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ for fields that can be restricted to a sub-batch (:meth:`riemattn.fields.Field.t
 compacted to the unfinished trajectories whenever fewer than ``COMPACT_BELOW`` of the rows being
 stepped are still running; other fields see the whole batch in its shape and finished
 trajectories are frozen (masked). On the 100-trajectory hemisphere ensemble (dop853, tol 1e-9,
-mean 137 and max 241 steps) compaction cut the wall time by 13 % against masking.
+mean 137 and max 241 steps) compaction cut the wall time by 12 % against masking.
 
 Saving: ``saveat`` times are reached exactly by fixed steps; adaptive steps are not shortened for
 them, the values come from the stepper's interpolant (its dense output), retracted onto the

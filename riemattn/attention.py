@@ -278,7 +278,10 @@ class AttentionField(Field):
         One transformer layer is ``pi_W(y + tau * update(t, y))`` (the ``"layer"`` stepper); the
         field is its tangent part, ``(I - y_i y_i^T W) f_i``.
         """
-        y = self._check_y(y)
+        return self._update(t, self._check_y(y))
+
+    def _update(self, t, y: np.ndarray) -> np.ndarray:
+        """:meth:`update` for checked tokens."""
         n = y.shape[-2]
         if self._U is None:
             E, r = self._weights(t, y)  # (..., l, hP, l), (..., l, hP)
@@ -314,7 +317,7 @@ class AttentionField(Field):
     def __call__(self, t, y) -> np.ndarray:
         """Tangent field F_i = (I - y_i y_i^T W) f_i, shape (..., l, d)."""
         y = self._check_y(y)
-        return self.manifold.tangent(y, self.update(t, y))
+        return self.manifold.tangent(y, self._update(t, y))
 
     def __repr__(self) -> str:
         kind = "time-dependent" if self._P.fn is not None else "constant"
