@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from itertools import combinations
 from math import comb
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog, nnls
 
-from ._validation import as_float_array, check_finite
+from ._validation import as_float_array, check_finite, check_nonnegative, check_token_array
 from .errors import InputTypeError, ValidationError
 
 __all__ = [
@@ -85,7 +85,7 @@ def token_lyapunov(y, v) -> np.ndarray:
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Theorem 4.5 and
     its proof (V_1 = 1 - y_1^T v).
     """
-    y = _tokens(y, "y")
+    y = check_token_array(y, "y")
     v = _vector(v, "v", y.shape[-1])
     return 1.0 - y @ v
 
@@ -93,24 +93,11 @@ def token_lyapunov(y, v) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # input helpers
 # ----------------------------------------------------------------------------------------------
-def _tokens(y, name="y") -> np.ndarray:
-    y = check_finite(as_float_array(y, name), name)
-    if y.ndim < 2 or y.shape[-2] == 0 or y.shape[-1] == 0:
-        raise ValidationError(f"{name} must have shape (..., l, d) with l, d >= 1, got shape {y.shape}.")
-    return y
-
-
 def _vector(v, name, d) -> np.ndarray:
     v = check_finite(as_float_array(v, name), name)
     if v.shape != (d,):
         raise ValidationError(f"{name} must have shape ({d},) to match the tokens, got {v.shape}.")
     return v
-
-
-def _nonneg(tol, name="tol") -> float:
-    if isinstance(tol, bool) or not isinstance(tol, Real) or not np.isfinite(tol) or tol < 0:
-        raise ValidationError(f"{name} must be a finite number >= 0, got {tol!r}.")
-    return float(tol)
 
 
 def _unit_rows(y, name="y") -> np.ndarray:
@@ -298,8 +285,8 @@ def in_common_hemisphere(y, *, tol: float = 1e-12, method: str = "auto") -> np.n
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Remark 3.4.
     """
-    y = _tokens(y)
-    tol = _nonneg(tol)
+    y = check_token_array(y, "y")
+    tol = check_nonnegative(tol, "tol")
     Y = _unit_rows(y).reshape((-1,) + y.shape[-2:])
     feas, _ = _decide(Y, tol, method)
     return feas.reshape(y.shape[:-2])
@@ -357,8 +344,8 @@ def common_hemisphere(y, *, tol: float = 1e-12, return_margin: bool = False, met
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Remark 3.4.
     C. L. Lawson, R. J. Hanson, *Solving Least Squares Problems* (1974), ch. 23 (LDP via NNLS).
     """
-    y = _tokens(y)
-    tol = _nonneg(tol)
+    y = check_token_array(y, "y")
+    tol = check_nonnegative(tol, "tol")
     batch = y.shape[:-2]
     Y = _unit_rows(y).reshape((-1,) + y.shape[-2:])
     feas, V = _decide(Y, tol, method)
@@ -402,8 +389,8 @@ def cluster_count(y, tol: float) -> np.ndarray:
     Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
     section 6.3 and Figure 4 (counting clusters in the metastable regime).
     """
-    y = _tokens(y)
-    tol = _nonneg(tol)
+    y = check_token_array(y, "y")
+    tol = check_nonnegative(tol, "tol")
     n = y.shape[-2]
     diff = y[..., :, None, :] - y[..., None, :, :]
     R = (np.linalg.norm(diff, axis=-1) <= tol).astype(float)  # reflexive adjacency
@@ -424,7 +411,7 @@ def consensus_distance(y) -> np.ndarray:
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, section 3
     (consensus set).
     """
-    y = _tokens(y)
+    y = check_token_array(y, "y")
     return np.max(np.linalg.norm(y - y[..., :1, :], axis=-1), axis=-1)
 
 
@@ -435,7 +422,7 @@ def is_consensus(y, tol: float = 1e-8) -> np.ndarray:
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, section 3.
     """
-    return consensus_distance(y) <= _nonneg(tol)
+    return consensus_distance(y) <= check_nonnegative(tol, "tol")
 
 
 def field_norm(field, t: float, y) -> np.ndarray:
@@ -454,7 +441,7 @@ def field_norm(field, t: float, y) -> np.ndarray:
     """
     if not callable(field):
         raise InputTypeError(f"field must be callable as field(t, y), got {type(field).__name__}.")
-    y = _tokens(y)
+    y = check_token_array(y, "y")
     F = np.asarray(field(t, y), dtype=float)
     if F.shape != y.shape:
         raise ValidationError(f"field(t, y) returned shape {F.shape}; expected the shape of y, {y.shape}.")
@@ -468,7 +455,7 @@ def is_equilibrium(field, t: float, y, tol: float = 1e-10) -> np.ndarray:
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
     """
-    return field_norm(field, t, y) <= _nonneg(tol)
+    return field_norm(field, t, y) <= check_nonnegative(tol, "tol")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -23,14 +23,15 @@ place in riemattn that imports autograd); the rest is plain NumPy.
 from __future__ import annotations
 
 from collections.abc import Callable
-from numbers import Real
 
 import autograd.numpy as anp
 import numpy as np
 from autograd import grad
 from autograd.tracer import isbox
 
-from ._validation import as_float_array, check_choice, check_finite, check_spd
+from ._validation import (
+    as_float_array, check_beta, check_choice, check_finite, check_spd, check_token_array,
+)
 from .attention import AttentionField
 from .errors import InputTypeError, ValidationError
 from .fields import Field
@@ -65,11 +66,7 @@ ON_MANIFOLD_ATOL = 1e-8
 def _tokens(x, name: str, d: int | None = None):
     if isbox(x):
         return x
-    x = check_finite(as_float_array(x, name), name)
-    if x.ndim < 2 or x.shape[-2] == 0:
-        raise ValidationError(
-            f"{name} must have shape (..., l, d) with l >= 1, got shape {x.shape}."
-        )
+    x = check_token_array(x, name, allow_d0=True)
     if d is not None and x.shape[-1] != d:
         raise ValidationError(
             f"{name} has tokens in R^{x.shape[-1]} but P is {d} x {d} (shape {x.shape})."
@@ -97,14 +94,6 @@ def _on_manifold(y, P, name: str = "y"):
             f"{name} must lie on E_P (|y_i^T P y_i - 1| <= {ON_MANIFOLD_ATOL:g}), got max deviation "
             f"{dev:.3g}; normalize it with riemattn.Ellipsoid(P).projection."
         )
-
-
-def _beta(beta) -> float:
-    if isinstance(beta, bool) or not isinstance(beta, Real) or not np.isfinite(beta):
-        raise InputTypeError(f"beta must be a finite real number, got {beta!r}.")
-    if beta < 0:
-        raise ValidationError(f"beta must be >= 0, got {beta!r}.")
-    return float(beta)
 
 
 def _scores(x, P):
@@ -329,7 +318,7 @@ def energy(x, beta, *, centered: bool = False):
     ----------
     GLPR (Geshkovski, Letrouit, Polyanskiy, Rigollet), eq. (3.5), Remark 3.8, eq. (7.4).
     """
-    beta = _beta(beta)
+    beta = check_beta(beta)
     x = _tokens(x, "x")
     n = anp.shape(x)[-2]
     G = anp.matmul(x, anp.swapaxes(x, -1, -2))
@@ -372,7 +361,7 @@ def energy_weights(x, beta) -> np.ndarray:
     ----------
     GLPR, section 3.4.1, eq. (3.12); Remark 3.8, eq. (3.11).
     """
-    beta = _beta(beta)
+    beta = check_beta(beta)
     x = _tokens(x, "x")
     n = x.shape[-2]
     with np.errstate(over="ignore"):
@@ -517,7 +506,7 @@ def energy_field(beta, d: int, model: str = "sa") -> GradientField:
     ----------
     GLPR, Remark 3.8 (eq. 3.11) and section 3.4 (eq. 3.12).
     """
-    beta = _beta(beta)
+    beta = check_beta(beta)
     check_choice(model, "model", ("sa", "usa"))
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
         raise ValidationError(f"d must be an integer >= 2, got {d!r}.")
