@@ -85,3 +85,35 @@ def check_tokens(y, name: str, dim: int) -> np.ndarray:
     if arr.size == 0:
         raise ValidationError(f"{name} is empty (shape {arr.shape}).")
     return arr
+
+
+def check_token_array(y, name: str, *, allow_d0: bool = False) -> np.ndarray:
+    """Check finite tokens of shape ``(..., l, d)``, l >= 1, d >= 1 (or d >= 0 with ``allow_d0``).
+
+    Unlike :func:`check_tokens` no dimension d is imposed, and the leading (batch) axes may be
+    empty.
+    """
+    arr = check_finite(as_float_array(y, name), name)
+    if arr.ndim < 2 or arr.shape[-2] == 0 or (arr.shape[-1] == 0 and not allow_d0):
+        need = "l >= 1" if allow_d0 else "l, d >= 1"
+        raise ValidationError(
+            f"{name} must have shape (..., l, d) with {need}, got shape {arr.shape}."
+        )
+    return arr
+
+
+def check_nonnegative(value, name: str) -> float:
+    """A finite real number >= 0 (e.g. a tolerance); anything else raises ValidationError."""
+    bad = isinstance(value, bool) or not isinstance(value, Real)
+    if bad or not np.isfinite(value) or value < 0:
+        raise ValidationError(f"{name} must be a finite number >= 0, got {value!r}.")
+    return float(value)
+
+
+def check_beta(beta, name: str = "beta") -> float:
+    """An inverse temperature: finite and real (else InputTypeError), >= 0 (else ValidationError)."""
+    if isinstance(beta, bool) or not isinstance(beta, Real) or not np.isfinite(beta):
+        raise InputTypeError(f"{name} must be a finite real number, got {beta!r}.")
+    if beta < 0:
+        raise ValidationError(f"{name} must be >= 0, got {beta!r}.")
+    return float(beta)
