@@ -44,9 +44,9 @@ Run, in the separate venv that has jax and diffrax (the main venv stays jax-free
     .venv-bench/bin/python benchmarks/vs_diffrax.py             # B = 100 and 1000, ~10-15 min
     .venv-bench/bin/python benchmarks/vs_diffrax.py --batch 100 --rounds 1   # a quick look
 
-With ``RIEMATTN_BENCH_CPU=N`` in the environment every timed process runs on CPU N only (one
-core for each tool: JAX/XLA would otherwise spread a vmapped solve over the machine's cores while
-NumPy runs on one). ``benchmarks/work_precision.py`` runs this script at its end when diffrax is
+With ``RIEMATTN_BENCH_CPU=N`` in the environment every timed process runs on CPU N only, with
+one BLAS thread and one XLA thread (one core for each tool: JAX/XLA would otherwise spread a
+vmapped solve over the machine's cores while NumPy's element-wise work runs on one). ``benchmarks/work_precision.py`` runs this script at its end when diffrax is
 installed.
 
 Prints the sweep, a table, and ``B=...: riemattn/diffrax time ratio ...`` lines (ratio < 1:
@@ -194,10 +194,17 @@ def worker(tool, tol, data, batch):
 
 
 def pin_cpu():
-    """Run on the one CPU named by RIEMATTN_BENCH_CPU, if set (before jax or BLAS start threads)."""
+    """Run on the one CPU named by RIEMATTN_BENCH_CPU, if set, with one thread for BLAS and for
+    XLA (a pool of threads sharing one CPU would only wait for each other). Call it before numpy's
+    BLAS or jax start their threads."""
     cpu = os.environ.get("RIEMATTN_BENCH_CPU")
     if cpu:
         os.sched_setaffinity(0, {int(cpu)})
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                                   " intra_op_parallelism_threads=1").strip()
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
 
 
 def spawn(tool, tol, data, batch):

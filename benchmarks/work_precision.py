@@ -42,7 +42,8 @@ field evaluations it needs.
 Where diffrax is installed (the ``bench`` extra, in a separate venv), the script ends by running
 ``benchmarks/vs_diffrax.py`` (riemattn against diffrax ``Dopri5`` under ``jax.vmap``, B = 100 and
 1000, each contender in a fresh process, at equal measured error); ``--no-diffrax`` skips it.
-``--cpu N`` runs everything (this process and the fresh processes of vs_diffrax) on CPU N.
+``--cpu N`` runs everything (this process and the fresh processes of vs_diffrax) on CPU N, with
+one BLAS (and XLA) thread.
 
 Run: ``python benchmarks/work_precision.py`` (10-20 minutes on 2 cores, plus ~10 for diffrax;
 ``--quick`` for a smaller sweep). Prints tables; writes ``docs/work_precision.png`` (``--out``).
@@ -271,9 +272,10 @@ def plot(results, path):
         ax.set_ylabel("max error at t = 10")
         ax.set_title(title)
         ax.grid(True, which="major", alpha=0.3)
-    axes[1].legend(fontsize=7, loc="lower left", ncol=2)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=5, frameon=False)
     fig.suptitle("Work-precision, hemisphere problem (ARXIV section 7.2), 10 tokens on S^2, h = 2, horizon 10")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     fig.savefig(path, dpi=120)
     print(f"\n  wrote {path}")
 
@@ -286,9 +288,12 @@ def main(argv=None):
     ap.add_argument("--cpu", type=int, help="run on this CPU only (and pin vs_diffrax's processes to it)")
     ap.add_argument("--no-diffrax", action="store_true", help="skip the comparison with diffrax")
     args = ap.parse_args(argv)
-    if args.cpu is not None:
+    if args.cpu is not None:  # one CPU, one BLAS thread (threads sharing a CPU only wait for each other)
         os.environ["RIEMATTN_BENCH_CPU"] = str(args.cpu)
         os.sched_setaffinity(0, {args.cpu})
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
     field = ra.AttentionField(hemisphere_P, time_vectorized=True)
     print(f"riemattn {ra.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs" + (f", pinned to CPU {args.cpu}" if args.cpu is not None else ""))
