@@ -246,6 +246,50 @@ def test_redraw_uses_the_documented_streams(llm):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype, rtol", [("float32", 1e-6), ("float64", 1e-12)])
+def test_E_on_the_device_equals_the_float64_host_formula(llm, dtype, rtol):
+    """run_loop computes E with torch on the model's device; the host formula
+    (riemattn.diagnostics.misalignment in float64 NumPy) on the same hidden states agrees."""
+    lm = llm.build_model("gpt2", "tiny", seed=5, dtype=dtype)  # run_loop's draw for seed 5
+    ds = llm.run_loop(lm, variants=["random"], passes=2, prompts=3, tokens=10, seed=5, dtype=dtype)
+    lm = llm.build_model("gpt2", "tiny", seed=5, dtype=dtype)
+    states = _states(llm, lm, ds["prompt_ids"].values, 2)  # (layer, n, l, d) float64 copies
+    host = ra.diagnostics.misalignment(states)  # (layer, n)
+    np.testing.assert_allclose(ds["E"].sel(variant="random").values, host.T, rtol=rtol, atol=0)
+
+
+def test_observations_leave_the_device_once_per_run(llm, monkeypatch):
+    """E of every layer is kept on the device: the number of device-to-host copies does not grow
+    with the number of passes (layers), and the NumPy formula is never called in the loop."""
+    import riemattn.llm.loop as loop_mod
+
+    def forbidden(*a, **k):
+        raise AssertionError("host misalignment called inside the loop")
+
+    monkeypatch.setattr(ra.diagnostics, "misalignment", forbidden)
+    counts = {}
+    for passes in (1, 4):
+        calls = []
+        real = loop_mod.to_host
+        monkeypatch.setattr(loop_mod, "to_host", lambda t, real=real, calls=calls: calls.append(t.shape) or real(t))
+        ds = llm.run_loop("gpt2", "tiny", variants=["random", "redrawn"], passes=passes, prompts=2, tokens=6,
+                          seed=1, batch_size=1)
+        assert np.isfinite(ds["E"].values).all()
+        counts[passes] = len(calls)
+        monkeypatch.setattr(loop_mod, "to_host", real)
+    assert counts[1] == counts[4] == 2 * 3  # per variant: E, E_residual, the checksums of all passes
+
+
+def test_seeded_random_weights_are_reproducible(llm):
+    import torch
+
+    a, b = (llm.build_model("gpt2", "tiny", seed=21) for _ in range(2))
+    c = llm.build_model("gpt2", "tiny", seed=22)
+    for p, q in zip(a.model.parameters(), b.model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    assert float(llm.weights_checksum(a.model)) != float(llm.weights_checksum(c.model))
+
+
 def test_randomize_weights_follows_the_hf_scheme(llm):
     lm = llm.build_model("gpt2", "tiny", seed=10)
     blk = lm.blocks[0]

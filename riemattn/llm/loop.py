@@ -40,7 +40,6 @@ import numpy as np
 import torch
 import xarray as xr
 
-from ..diagnostics import misalignment
 from ..errors import InputTypeError, ValidationError
 from .configs import FAMILIES, resolve_size
 from .models import (
@@ -56,7 +55,8 @@ from .models import (
     weights_checksum,
 )
 
-__all__ = ["VARIANTS", "random_prompts", "loop_model", "run_loop", "summarize"]
+__all__ = ["VARIANTS", "random_prompts", "loop_model", "run_loop", "summarize", "misalignment_on_device",
+           "DeviceObserver"]
 
 #: weights ("trained" | "random": drawn once | "redrawn": drawn anew before every pass), with
 #: "-noff": feed-forward sub-blocks removed with their normalization and skip connection.
@@ -82,8 +82,50 @@ def random_prompts(n_prompts: int, n_tokens: int, vocab_size: int, seed: int) ->
     return rng.integers(0, vocab_size, size=(n_prompts, n_tokens), dtype=np.int64)
 
 
-def _misalignment(t: torch.Tensor) -> np.ndarray:
-    return misalignment(t.detach().to(device="cpu", dtype=torch.float64).numpy())
+def misalignment_on_device(x: torch.Tensor) -> torch.Tensor:
+    """E (ICML eq. 9) of tokens ``x`` of shape (..., l, d), on ``x``'s device, in float64: shape (...).
+
+    The formula of :func:`riemattn.diagnostics.misalignment`,
+    E = 1 - (1/l) sum_i y_1^T y_i / (|y_1| |y_i|), computed by torch without leaving the device
+    (the tokens are converted to float64 first, so a float32 model's E carries no float32 rounding
+    beyond that of its hidden states).
+    """
+    u = x.detach().to(torch.float64)
+    u = u / torch.linalg.vector_norm(u, dim=-1, keepdim=True)
+    return 1.0 - torch.matmul(u, u[..., 0, :, None])[..., 0].mean(dim=-1)
+
+
+def to_host(t: torch.Tensor) -> np.ndarray:
+    """The one way observations leave the device (a float64 NumPy copy); counted by the tests."""
+    return t.detach().to(device="cpu", dtype=torch.float64).numpy()
+
+
+class DeviceObserver:
+    """An ``observe`` callback for :func:`loop_model` keeping E on the model's device.
+
+    ``E[prompt, layer]`` (of the tokens the next block receives) and ``E_residual`` (of the raw
+    block output) are float64 tensors on ``device``, filled without any host synchronisation;
+    :meth:`host` copies both to NumPy once.
+    """
+
+    def __init__(self, n_prompts: int, n_layers: int, device):
+        self.E = torch.full((n_prompts, n_layers), float("nan"), dtype=torch.float64, device=device)
+        self.E_residual = torch.full_like(self.E, float("nan"))
+
+    def __call__(self, layer, rows, received, residual):
+        e = misalignment_on_device(received)
+        self.E[rows, layer] = e
+        self.E_residual[rows, layer] = e if residual is received else misalignment_on_device(residual)
+
+    def host(self) -> tuple[np.ndarray, np.ndarray]:
+        """(E, E_residual) as NumPy arrays (n_prompts, n_layers)."""
+        return to_host(self.E), to_host(self.E_residual)
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (so a pass's wall time is its own); no data moves."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _first_input(lm: LoopModel, ids: torch.Tensor) -> torch.Tensor:
@@ -150,10 +192,12 @@ def loop_model(lm: LoopModel, input_ids, passes: int, *, remove_ff: bool = False
     -------
     dict
         ``"looped"``: the final looped tokens (n, l, d); ``"seconds"``: wall time of each pass
-        (forward + observation, without redrawing), ``"checksum"``: :func:`weights_checksum` of the
-        weights used in each pass.
+        (forward + observation, without redrawing; the device is synchronised at the end of each
+        pass), ``"checksum"``: :func:`weights_checksum` of the weights used in each pass (moved to
+        the host once, at the end).
     """
-    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long, device=next(lm.model.parameters()).device)
+    device = next(lm.model.parameters()).device
+    ids = torch.as_tensor(np.asarray(input_ids), dtype=torch.long, device=device)
     n, L = ids.shape[0], lm.n_layer
     batch_size = n if batch_size is None else int(batch_size)
     observe = observe or (lambda *a: None)
@@ -186,8 +230,9 @@ def loop_model(lm: LoopModel, input_ids, passes: int, *, remove_ff: bool = False
                 if progress is not None:
                     progress.update()
             looped = torch.cat(outs)
+            _synchronize(device)
             seconds.append(time.perf_counter() - start)
-    return {"looped": looped, "seconds": np.array(seconds), "checksum": np.array(checksums)}
+    return {"looped": looped, "seconds": np.array(seconds), "checksum": to_host(torch.stack(checksums))}
 
 
 def _get_model(model, size, weights, *, seed, dtype, device, cache) -> LoopModel:
@@ -297,9 +342,8 @@ def _run_loop(model, size, variants, parsed, passes, prompts, tokens, seed, devi
         elif (lm.n_layer, lm.d_model, lm.vocab_size) != (meta.n_layer, meta.d_model, meta.vocab_size):
             raise ValidationError("all variants must run on the same architecture.")
 
-        def observe(layer, rows, received, residual, i=i):
-            E[i, rows, layer] = _misalignment(received)
-            E_res[i, rows, layer] = E[i, rows, layer] if residual is received else _misalignment(residual)
+        # E of every layer stays on the model's device until the variant's run ends (one copy)
+        observe = DeviceObserver(prompts, n_layers, next(lm.model.parameters()).device)
 
         n_batches = -(-prompts // (batch_size or prompts))
         bar = tqdm(total=passes * n_batches, desc=f"{lm.name} {variant}", unit="pass", disable=not progress,
@@ -307,6 +351,7 @@ def _run_loop(model, size, variants, parsed, passes, prompts, tokens, seed, devi
         out = loop_model(lm, ids, passes, remove_ff=remove_ff, redraw=weights == "redrawn", seed=seed,
                          batch_size=batch_size, observe=observe, progress=bar)
         bar.close()
+        E[i], E_res[i] = observe.host()
         seconds.append(out["seconds"])
         checks.append(out["checksum"])
     L = meta.n_layer

@@ -279,8 +279,14 @@ def randomize_weights(model: nn.Module, seed: int) -> None:
 
     Linear / Conv1D weights and embeddings ~ N(0, r^2) with r = ``config.initializer_range`` (0.02),
     biases 0, LayerNorm weight 1 and bias 0, a padding row 0; in GPT-2 the residual projections
-    ``c_proj`` ~ N(0, (r / sqrt(2 n_layer))^2) (GPT-2's scaled initialisation). Drawn from a
-    ``torch.Generator`` seeded with ``seed``: no global random state is used or changed.
+    ``c_proj`` ~ N(0, (r / sqrt(2 n_layer))^2) (GPT-2's scaled initialisation). Drawn on the
+    parameters' own device from a ``torch.Generator`` of that device seeded with ``seed`` (no
+    global random state is used or changed, nothing is copied between host and device).
+
+    Reproducibility: the same seed gives the same weights on the same device type with the same
+    torch version. CPU and CUDA draws differ (torch's CPU generator is a Mersenne twister, its
+    CUDA generator Philox), so a run on ``cuda`` does not reproduce a run on ``cpu`` bit for bit,
+    only in distribution.
 
     Raises
     ------
@@ -289,14 +295,14 @@ def randomize_weights(model: nn.Module, seed: int) -> None:
     """
     config = model.config
     std = float(config.initializer_range)
-    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    devices = {p.device for p in model.parameters()}
+    if len(devices) != 1:
+        raise ValidationError(f"model must have all its parameters on one device, found {sorted(map(str, devices))}.")
+    gen = torch.Generator(device=devices.pop()).manual_seed(int(seed))
     done = set()
 
     def normal_(p, s):
-        if p.device.type == "cpu":
-            p.normal_(0.0, s, generator=gen)
-        else:  # draw on the CPU so that results do not depend on the device
-            p.copy_(torch.empty(p.shape, dtype=p.dtype).normal_(0.0, s, generator=gen))
+        p.normal_(0.0, s, generator=gen)
         done.add(id(p))
 
     def const_(p, value):
@@ -327,9 +333,10 @@ def randomize_weights(model: nn.Module, seed: int) -> None:
 
 
 @torch.no_grad()
-def weights_checksum(model: nn.Module) -> float:
-    """Sum of squares of all parameters (float64): a cheap fingerprint that changes when weights do."""
-    return float(sum(p.detach().double().square().sum().item() for p in model.parameters()))
+def weights_checksum(model: nn.Module) -> torch.Tensor:
+    """Sum of squares of all parameters, accumulated in float64 on their device: a cheap
+    fingerprint that changes when weights do (a 0-d tensor; ``float()`` it on the host)."""
+    return torch.stack([p.detach().double().square().sum() for p in model.parameters()]).sum()
 
 
 class _ZeroBranch(nn.Module):
