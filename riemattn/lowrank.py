@@ -1,7 +1,7 @@
 r"""Exact exponentials of low-rank elements of the Lie algebra o(W), acting on vectors.
 
 For a token ``y`` on ``E_W`` and a tangent vector ``F`` at ``y`` the generator
-``A = F y^T W - y F^T W`` lies in ``o(W) = {A : A^T W + W A = 0}`` and ``A y = F`` (SPEC section 1).
+``A = F y^T W - y F^T W`` lies in ``o(W) = {A : A^T W + W A = 0}`` and ``A y = F`` (docs/steppers.md, "Exact exponentials").
 It has rank 2. A combination ``sum_k (u_k v_k^T - v_k u_k^T) W`` of ``s`` such generators has rank at
 most ``2 s`` and maps everything into ``V = span{u_k, v_k}``; the subspace ``V + span{x}`` is
 invariant, so ``exp(A) x`` can be computed exactly in an orthonormal (for the W-inner product)

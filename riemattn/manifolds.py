@@ -183,7 +183,7 @@ class Ellipsoid(_FastMixin, LevelSet):
     Notes
     -----
     ``projection`` is layer normalization pi_W(x) = x / |x|_W; ``to_tangent`` is its tangent map at
-    a point of E_W, (I - y y^T W) v (SPEC section 1, ICML eq. 3). ``Ellipsoid(np.eye(d))`` agrees
+    a point of E_W, (I - y y^T W) v (ICML eq. 3). ``Ellipsoid(np.eye(d))`` agrees
     with ``Sphere(d - 1)`` on every method.
 
     References

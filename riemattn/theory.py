@@ -1,14 +1,14 @@
 r"""Closed-form and scalar-ODE predictions of the theory.
 
 * :func:`equiangular_rho` -- the common inner product rho(t) of GLPR's equiangular solution
-  (SPEC section 5, GLPR Theorem 6.8) for (SA) and (USA).
+  (GLPR Theorem 6.8, eqs. 6.9-6.10) for (SA) and (USA).
 * :func:`clustering_time` -- the time at which rho reaches 1 - eps (a quadrature of the same ODE).
 * :func:`phase_boundary` -- for each t the largest beta with rho(t) >= 1 - eps (GLPR eq. 6.12).
 * :func:`consensus_points` / :func:`predicted_consensus` -- the attractive consensus points
   (v, ..., v) of ICML Theorem 4.5 (causal attention, symmetric U): v is the unit eigenvector of
   the simple, positive top eigenvalue of U.
 
-Derivation of the equiangular ODE (checked; it agrees with SPEC section 5)
+Derivation of the equiangular ODE (checked against GLPR eqs. 6.9-6.10)
 --------------------------------------------------------------------------
 Let the n points satisfy <x_i, x_j> = rho for all i != j (true for all t by permutation
 equivariance if it holds at t = 0, GLPR Thm 6.8). For (SA) every point has the same partition
@@ -103,7 +103,7 @@ def equiangular_rate(rho, beta: float, n: int, model: str = "sa"):
     beta : float
         Inverse temperature, >= 0.
     n : int
-        Number of particles (GLPR's n; the token count l of SPEC).
+        Number of particles (GLPR's n; the token count l elsewhere in riemattn).
     model : {"sa", "usa"}
 
     Returns
@@ -127,7 +127,7 @@ def equiangular_rate(rho, beta: float, n: int, model: str = "sa"):
 def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 1e-12, atol: float = 1e-15):
     r"""Common pairwise inner product rho(t) of n initially orthogonal particles under (SA) or (USA).
 
-    Solves the scalar ODE of SPEC section 5 (GLPR Thm 6.8) with :func:`scipy.integrate.solve_ivp`
+    Solves the scalar ODE of GLPR Thm 6.8 (derived in the module docstring) with :func:`scipy.integrate.solve_ivp`
     (DOP853) at tight tolerance, for the gap u = 1 - rho, from rho(0) = 0.
 
     Parameters
@@ -150,7 +150,7 @@ def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 
 
     Notes
     -----
-    The ODE in SPEC section 5 was re-derived from the symmetric configuration (module docstring)
+    The ODE was re-derived from the symmetric configuration (module docstring)
     and agrees with GLPR eqs. (6.9)-(6.10). rho increases monotonically from 0 to 1.
 
     References

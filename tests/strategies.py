@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the property tests of the theorems (SPEC section 6).
+"""Hypothesis strategies for the property tests of the theorems (the table in docs/diagnostics.md).
 
 Every strategy draws *small* problems (d <= 5, l <= 5, h <= 3) so that one example costs
 milliseconds: the ``ci`` profile runs 200 examples per property.

@@ -1,4 +1,4 @@
-"""AttentionField against an independent loop-based implementation of SPEC section 3, and structure."""
+"""AttentionField against an independent loop-based implementation of the attention field (ICML eq. 6), and structure."""
 
 import itertools
 
@@ -15,7 +15,7 @@ def random_spd(rng, d, cond=5.0):
 
 
 def loop_field(y, P, U, W, mask, normalization):
-    """Textbook SPEC section 3, one token, head and neighbour at a time (no vectorization)."""
+    """Textbook ICML eq. (6), one token, head and neighbour at a time (no vectorization)."""
     ell, d = y.shape
     h = P.shape[0]
     W = np.eye(d) if W is None else W

@@ -1,4 +1,4 @@
-"""Gradient structure (SPEC section 4): ARXIV Lemma 3.1, 3.2, Theorem 3.1; GLPR E_beta, eq. 3.11-3.12.
+"""Gradient structure (docs/gradient_flow.md): ARXIV Lemma 3.1, 3.2, Theorem 3.1; GLPR E_beta, eq. 3.11-3.12.
 
 Independent references: riemattn's AttentionField / sa / usa (attention.py, no autograd), explicit
 double loops, finite differences, and null spaces from scipy.

@@ -30,7 +30,7 @@ def hemisphere_P(t):
 
 
 def hemisphere():
-    """(i) SPEC section 7 item 2: 10 tokens on S^2, two heads, P_eta(t) = D_eta(t) P'_eta."""
+    """(i) ARXIV section 7.2: 10 tokens on S^2, two heads, P_eta(t) = D_eta(t) P'_eta."""
     f = ra.AttentionField(hemisphere_P)
     rng = np.random.default_rng(0)
     return f, f.manifold.projection(rng.uniform(-0.5, 0.5, (10, 3)))

@@ -1,4 +1,4 @@
-"""Hypothesis property tests of the theorems (SPEC section 6) and of the model's structure.
+"""Hypothesis property tests of the theorems (the table in docs/diagnostics.md) and of the model's structure.
 
 Each test states the result it checks. Problems are small (d <= 5, l <= 5, h <= 3, short
 horizons) so that the ``ci`` profile's 200 examples per property stay cheap.
@@ -123,7 +123,7 @@ def test_hemisphere_lyapunov_never_increases(pb):
     layers=st.integers(1, 4),
 )
 def test_transformer_layer_preserves_hemisphere_exactly(pb, log_tau, QK, layers):
-    """Discrete model (SPEC section 2) with W_eta V_eta = tau_eta I, any tau_eta > 0 (here
+    """Discrete model y <- pi_W(y + tau f) (ICML eqs. 1, 4) with W_eta V_eta = tau_eta I, any tau_eta > 0 (here
     1e-3 .. 1e3), any Q, K, any SPD W: one layer maps y_i to pi_W(y_i + sum_j a_ij y_j) with
     a_ij = tau_eta alpha_ij >= 0, a positive combination, so v^T y_i' > 0, and in fact
     v^T y_i' >= m (1 + sum a) / |y_i + sum a y_j|_W >= m. Exact for every tau: only rounding slack."""
@@ -285,7 +285,7 @@ def test_tokens_stay_on_manifold(stepper, fw):
 
 @given(fw=general_fields())
 def test_attention_rows_sum_to_normalization_constant(fw):
-    """SPEC section 3: each row of alpha^eta sums to 1/sqrt(n+1) ("paper"), 1 ("softmax"), or is
+    """Attention field (ICML eq. 6): each row of alpha^eta sums to 1/sqrt(n+1) ("paper"), 1 ("softmax"), or is
     sum_j e^{y_i^T P y_j} / l ("mean", GLPR's USA); entries are positive where allowed."""
     field, W, y, t = fw
     A = field.attention(t, y)
