@@ -59,7 +59,7 @@ ORDER = 62
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration, both V ensembles. Full: d = 2, 8, 32, 128, 37 betas x 64
-    configurations (8 draws of Q, K, V x 8); quick: d = 8, 32, 19 betas x 24 (4 draws x 6);
+    configurations (8 draws of Q, K, V x 8); quick: d = 32, 128, 19 betas x 24 (4 draws x 6);
     smoke: d = 32, 10 betas x 16 (4 draws x 4)."""
     base = {
         "seed": 5,
@@ -76,7 +76,7 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
     if smoke:
         return {**base, "dims": [32], "n_beta": 10, "configurations": 4, "replicates": 4}
     if quick:
-        return {**base, "dims": [8, 32], "n_beta": 19, "configurations": 6, "replicates": 4}
+        return {**base, "dims": [32, 128], "n_beta": 19, "configurations": 6, "replicates": 4}
     return {**base, "n_beta": 37, "configurations": 8, "replicates": 8}
 
 
