@@ -20,7 +20,8 @@ from threadpoolctl import threadpool_limits
 
 import riemattn as ra
 from riemattn.errors import InputTypeError, ValidationError
-from riemattn.sweep import STATUS_DONE, STATUS_FAILED, grid_points, point_rng, point_seed
+from riemattn.sweep import (STATUS_DONE, STATUS_FAILED, grid_points, local_cluster, point_rng,
+                             point_seed)
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _sweep_points as pts  # noqa: E402
@@ -46,8 +47,7 @@ def marks_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(marks_dir):
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0")
+    cluster = local_cluster(2)
     c = distributed.Client(cluster)
     yield c
     c.close()
