@@ -433,12 +433,16 @@ def sweep(point_fn, grid, store="out.zarr", client=None, *, seed: int = 0, batch
         if b not in dims:
             raise ValidationError(f"batch_dims entry {b!r} is not a grid parameter; grid has {dims}.")
     try:
-        n_args = len(inspect.signature(point_fn).parameters)
-    except (TypeError, ValueError):  # builtins, some callables
-        n_args = 2
-    if n_args < 2 and not any(p.kind == p.VAR_POSITIONAL
-                              for p in inspect.signature(point_fn).parameters.values()):
-        raise InputTypeError("point_fn must accept two arguments (params, rng).")
+        sig = inspect.signature(point_fn).parameters.values()
+        positional = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in sig)
+        if positional < 2 and not any(p.kind == p.VAR_POSITIONAL for p in sig):
+            raise InputTypeError(
+                "point_fn must accept two positional arguments (params, rng), got the signature "
+                f"{inspect.signature(point_fn)}."
+            )
+    except (TypeError, ValueError) as exc:  # builtins and some callables have no signature
+        if isinstance(exc, InputTypeError):
+            raise
 
     spec = _grid_spec(kind, dims, values, batch_dims, seed)
     path = Path(store)

@@ -246,8 +246,10 @@ def test_explicit_list_grid(tmp_path, client):
 def test_validation_names_the_argument(tmp_path, client):
     with pytest.raises(InputTypeError, match="point_fn"):
         ra.sweep(3, GRID, tmp_path / "v.zarr", client=client)
-    with pytest.raises(InputTypeError, match="two arguments"):
+    with pytest.raises(InputTypeError, match="two positional arguments"):
         ra.sweep(lambda p: p, GRID, tmp_path / "v.zarr", client=client)
+    with pytest.raises(InputTypeError, match="two positional arguments"):
+        ra.sweep(lambda p, *, rng: p, GRID, tmp_path / "v.zarr", client=client)
     with pytest.raises(ValidationError, match="grid\\['d'\\] has no values"):
         ra.sweep(pts.sa_point, {"d": []}, tmp_path / "v.zarr", client=client)
     with pytest.raises(ValidationError, match="batch_dims entry 'gamma'"):
