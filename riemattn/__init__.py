@@ -13,6 +13,7 @@ from .integrate import Trajectory, integrate
 from .layer import TransformerLayer
 from .manifolds import Ellipsoid, Euclidean, Sphere
 from .steppers import STEPPERS, Stepper
+from .sweep import SweepResult, sweep
 from .tableaux import ButcherTableau
 
 __version__ = "0.1.0"
@@ -30,6 +31,7 @@ __all__ = [
     "STEPPERS",
     "Sphere",
     "Stepper",
+    "SweepResult",
     "Trajectory",
     "TransformerLayer",
     "ValidationError",
@@ -42,6 +44,7 @@ __all__ = [
     "tableaux",
     "theory",
     "integrate",
+    "sweep",
     "sa",
     "usa",
 ]

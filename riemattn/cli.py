@@ -3,6 +3,8 @@
     riemattn list
     riemattn reproduce NAME [NAME ...] | --all  [--quick] [--out DIR] [--workers N] [--force]
     riemattn simulate CONFIG.toml [--out DIR]
+    riemattn sweep CONFIG.toml --out STORE.zarr [--scheduler ADDRESS] [--workers N]
+    riemattn sweep-plot STORE.zarr --var NAME --x DIM --y DIM [--sel DIM=VALUE ...] [--out FIG.png]
     riemattn loop --model gpt2 ...            (needs the ``llm`` extra)
 """
 
@@ -66,6 +68,27 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
+def _cmd_sweep(args) -> int:
+    from .sweep_config import run_sweep_file
+
+    result = run_sweep_file(args.config, args.out, scheduler=args.scheduler, workers=args.workers,
+                            progress=not args.no_progress, overwrite=args.overwrite)
+    print(result)
+    return 0 if not result.failed else 1
+
+
+def _cmd_sweep_plot(args) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .sweep_config import parse_sel, plot_slice
+
+    fig = plot_slice(args.store, args.var, args.x, args.y, sel=parse_sel(args.sel))
+    fig.savefig(args.out, dpi=120)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _cmd_loop(args) -> int:
     from .llm import run_loop_command
 
@@ -96,6 +119,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="simulation", help="output directory (default: simulation)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("sweep", help="a grid over simulate parameters on Dask, into a Zarr store")
+    p.add_argument("config", help="TOML sweep configuration (see docs/sweeps.md)")
+    p.add_argument("--out", required=True, help="the Zarr store (a directory); an existing one is resumed")
+    p.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (default: a local cluster)")
+    p.add_argument("--workers", type=int, default=None, help="worker processes of the local cluster (default: one per core)")
+    p.add_argument("--overwrite", action="store_true", help="replace a store that holds another sweep")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("sweep-plot", help="plot a 2-D slice of a sweep store (phase-diagram style)")
+    p.add_argument("store", help="a Zarr store written by `riemattn sweep`")
+    p.add_argument("--var", required=True, help="the observable to plot")
+    p.add_argument("--x", default="time", help="dimension on the x axis (default: time)")
+    p.add_argument("--y", default="beta", help="dimension on the y axis (default: beta)")
+    p.add_argument("--sel", nargs="*", default=[], metavar="DIM=VALUE", help="fix other dimensions (the rest are averaged)")
+    p.add_argument("--out", default="sweep.png", help="output image (default: sweep.png)")
+    p.set_defaults(func=_cmd_sweep_plot)
 
     p = sub.add_parser("loop", help="loop a real transformer (GPT-2, GPT-Neo, MiniLM); needs riemattn[llm]")
     try:

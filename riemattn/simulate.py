@@ -124,8 +124,12 @@ def _random_spd(d, cond, rng):
     return (Q * lam) @ Q.T
 
 
-def build_model(cfg: dict):
-    """(field, y0, t_save) from a merged configuration."""
+def build_model(cfg: dict, beta=None):
+    """(field, y0, t_save) from a merged configuration.
+
+    ``beta`` (optional) replaces ``attention.beta``: a float, or an array broadcasting over the
+    leading axes of the batch (used by ``riemattn sweep`` to carry several beta in one integration).
+    """
     rng = np.random.default_rng(cfg["seed"])
     d, ell, n_traj = int(cfg["d"]), int(cfg["tokens"]), int(cfg["trajectories"])
     for key, value in (("d", d), ("tokens", ell), ("trajectories", n_traj)):
@@ -155,7 +159,8 @@ def build_model(cfg: dict):
 
     else:
         P = P0
-    field = AttentionField(P, U, W=W, mask=att["mask"], normalization=att["normalization"], beta=float(att["beta"]))
+    field = AttentionField(P, U, W=W, mask=att["mask"], normalization=att["normalization"],
+                           beta=float(att["beta"]) if beta is None else beta)
     dist = check_choice(cfg["initial"]["distribution"], "initial.distribution", ("cube", "uniform"))
     if dist == "cube":
         y0 = rng.uniform(-0.5, 0.5, (n_traj, ell, d))

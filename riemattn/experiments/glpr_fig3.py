@@ -8,11 +8,18 @@ beta*(t) = the largest beta with rho(t) >= 1 - eps for the equiangular solution 
 follows this curve, the better the larger d, and that for small d a band of intermediate
 probabilities (a metastable state, see GLPR Figure 4) appears.
 
-Method. All (beta, configuration) pairs of one d are one batch of shape (n_beta, m, n, d) integrated
-in one call per saving interval with the stepper ``"layer"`` and step 0.1, exactly GLPR's scheme
+Method. A sweep (:func:`riemattn.sweep`, on a local Dask cluster) over d x replicate, each task
+integrating its m = configurations / replicates initial configurations for every beta at once: a
+batch of shape (n_beta, m, n, d) with the stepper ``"layer"`` and step 0.1, exactly GLPR's scheme
 x <- normalize(x + 0.1 * sum_j softmax_j(beta <x_i, x_j>) x_j), on ``riemattn.sa(betas[:, None], d)``
-(an array beta: one inverse temperature per row of the batch). The same m initial configurations are used for
+(an array beta: one inverse temperature per row of the batch). The same configurations are used for
 every beta (common random numbers: the estimated probability is then a smoother function of beta).
+A task's random stream derives from (d, replicate) and the seed only, so the figure does not depend
+on the number of workers (see ``riemattn/experiments/_phase.py``).
+
+Data layout (data.nc): ``probability`` and ``probability_first_pair`` (d, beta, time), the means over
+replicates of ``probability_per_replicate`` (d, beta, replicate, time) (each replicate averages its
+m configurations), and ``equiangular_clustering_time`` (beta_curve).
 By exchangeability of the particles P(<x_1, x_2> >= 1 - eps) = P(<x_i, x_j> >= 1 - eps) for any
 i != j, so the estimator averages the indicator over all n (n - 1)/2 pairs of each configuration
 (as GLPR's own code does), which has a smaller variance than the first pair alone.
@@ -31,8 +38,6 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..attention import sa
-from ..integrate import integrate
 from ..theory import clustering_time, phase_boundary
 
 NAME = "glpr-fig3"
@@ -45,7 +50,8 @@ CHECK_TIMES = (10.0, 20.0, 30.0)
 
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
-    """Seeded configuration. Full: 37 betas (step 0.25) x 64 configurations; quick: 19 x 12."""
+    """Seeded configuration. Full: 37 betas (step 0.25) x 64 configurations (4 replicates of 16);
+    quick: 19 x 12 (2 replicates of 6)."""
     base = {
         "seed": 6,
         "n": 32,
@@ -58,52 +64,31 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
         "save_every": 0.5,
     }
     if smoke:
-        return {**base, "dims": [2, 128], "n_beta": 10, "configurations": 6}
+        return {**base, "dims": [2, 128], "n_beta": 10, "configurations": 3, "replicates": 2}
     if quick:
-        return {**base, "n_beta": 19, "configurations": 12}
-    return {**base, "n_beta": 37, "configurations": 64}
-
-
-def _pair_fraction(x, eps):
-    """Fraction of pairs i < j with <x_i, x_j> >= 1 - eps, per configuration: shape x.shape[:-2]."""
-    n = x.shape[-2]
-    G = x @ np.swapaxes(x, -1, -2)
-    iu = np.triu_indices(n, k=1)
-    return np.mean(G[..., iu[0], iu[1]] >= 1.0 - eps, axis=-1)
+        return {**base, "n_beta": 19, "configurations": 6, "replicates": 2}
+    return {**base, "n_beta": 37, "configurations": 16, "replicates": 4}
 
 
 def run(config: dict) -> xr.Dataset:
-    rng = np.random.default_rng(config["seed"])
-    n, eps, m = config["n"], config["eps"], config["configurations"]
-    betas = np.linspace(0.0, config["beta_max"], config["n_beta"])
-    t_save = np.arange(0.0, config["t1"] + 1e-9, config["save_every"])
-    prob = np.empty((len(config["dims"]), len(betas), len(t_save)))
-    first_pair = np.empty_like(prob)
+    from ._phase import run_phase_sweep
 
-    def observe(t, x):  # per (beta, configuration); the tokens themselves are not kept
-        return {"pairs": _pair_fraction(x, eps),
-                "first": np.sum(x[..., 0, :] * x[..., 1, :], axis=-1) >= 1.0 - eps}
-
-    for k, d in enumerate(config["dims"]):
-        x0 = rng.standard_normal((m, n, d))
-        x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)  # i.i.d. uniform on S^{d-1}
-        x = np.broadcast_to(x0, (len(betas), m, n, d))
-        sol = integrate(sa(betas[:, None], d), x, (0.0, t_save[-1]), stepper=config["stepper"],
-                        dt=config["dt"], saveat=t_save, save_fn=observe)
-        prob[k] = sol.observables["pairs"].mean(axis=-1).T  # (time, beta, m) -> (beta, time)
-        first_pair[k] = sol.observables["first"].mean(axis=-1).T
+    n, eps = config["n"], config["eps"]
+    sw = run_phase_sweep(config, "sa")
+    betas = sw.beta.values
     # The equiangular curve beta*(t) of eq. (6.12) is the level set T(beta) = t of the clustering time
     # of the equiangular solution: tabulate T on a fine beta grid (one quadrature each).
     beta_curve = np.linspace(0.0, config["beta_max"], 73)
     T_curve = np.array([clustering_time(b, n, eps, "sa") for b in beta_curve])
     return xr.Dataset(
         {
-            "probability": (("d", "beta", "time"), prob),
-            "probability_first_pair": (("d", "beta", "time"), first_pair),
+            "probability": sw.pairs.mean("replicate").transpose("d", "beta", "time"),
+            "probability_first_pair": sw.first.mean("replicate").transpose("d", "beta", "time"),
+            "probability_per_replicate": sw.pairs.transpose("d", "beta", "replicate", "time"),
             "equiangular_clustering_time": ("beta_curve", T_curve),
         },
-        coords={"d": config["dims"], "beta": betas, "time": t_save, "beta_curve": beta_curve},
-        attrs={"n": n, "eps": eps, "configurations": m},
+        coords={"beta_curve": beta_curve},
+        attrs={"n": n, "eps": eps, "configurations": config["configurations"] * config["replicates"]},
     )
 
 

@@ -1,0 +1,116 @@
+"""Phase diagrams of (SA) as sweeps: shared by glpr-fig3 (Q = K = V = I) and glpr-fig5 (random).
+
+One sweep task is one (d, replicate): ``m`` i.i.d. uniform initial configurations of n particles on
+S^{d-1} (and, for random matrices, one draw of Q, K, V), integrated for every beta of the grid at
+once (``batch_dims=("beta",)``, an array beta over the leading batch axis), with GLPR's scheme
+x <- normalize(x + dt * sum_j softmax_j(beta <Q x_i, K x_j>) V x_j) (the stepper ``"layer"``). The
+task returns, at every saved time, the fraction of clustered pairs (<x_i, x_j> >= 1 - eps) averaged
+over its configurations, per beta. The random stream of a task derives from (d, replicate) and
+the sweep seed only (:func:`riemattn.sweep.point_seed`), so the figure is the same whatever the
+number of workers.
+
+References
+----------
+Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
+section 6.3, Figures 3 and 5.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+
+import numpy as np
+import xarray as xr
+
+from ..attention import AttentionField, sa
+from ..integrate import integrate
+from ..sweep import sweep
+
+
+def pair_fraction(x, eps):
+    """Fraction of pairs i < j with <x_i, x_j> >= 1 - eps, per configuration: shape x.shape[:-2]."""
+    n = x.shape[-2]
+    G = x @ np.swapaxes(x, -1, -2)
+    iu = np.triu_indices(n, k=1)
+    return np.mean(G[..., iu[0], iu[1]] >= 1.0 - eps, axis=-1)
+
+
+def random_qkv(d, rng, v_law="wishart"):
+    """GLPR Fig. 5's random matrices: (Q^T K, V), both (d, d).
+
+    Q, K with i.i.d. N(0, 1) entries, the bilinear form Q^T K / sqrt(d) (entries of variance 1, so
+    scores <Q x, K y> of unit vectors are O(1) as with Q = K = I). ``v_law``: "wishart":
+    V = G G^T / d with G i.i.d. N(0, 1) (symmetric positive semi-definite, mean eigenvalue 1);
+    "gaussian": V = G / sqrt(d); "identity": V = I.
+    """
+    Q = rng.standard_normal((d, d))
+    K = rng.standard_normal((d, d))
+    G = rng.standard_normal((d, d))
+    if v_law == "gaussian":
+        return Q.T @ K / np.sqrt(d), G / np.sqrt(d)
+    if v_law == "identity":
+        return Q.T @ K / np.sqrt(d), np.eye(d)
+    return Q.T @ K / np.sqrt(d), G @ G.T / d
+
+
+def phase_point(params, rng, *, n, m, eps, t1, dt, save_every, matrices, stepper="layer"):
+    """One sweep task: params {"d": int, "replicate": int, "beta": (n_beta,) array}.
+
+    Returns a Dataset with ``pairs`` (beta, time): the fraction of clustered pairs averaged over
+    the m configurations, and ``first`` (beta, time): the fraction of configurations whose first
+    two particles are clustered.
+    """
+    d = int(params["d"])
+    matrices = params.get("V", matrices)  # a grid dimension "V" picks the ensemble per task
+    betas = np.asarray(params["beta"], dtype=float)
+    t_save = np.arange(0.0, t1 + 1e-9, save_every)
+    x0 = rng.standard_normal((m, n, d))
+    x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)  # i.i.d. uniform on S^{d-1}
+    x = np.broadcast_to(x0, (len(betas), m, n, d))
+    if matrices == "sa":
+        field = sa(betas[:, None], d)
+    else:
+        P, V = random_qkv(d, rng, matrices)
+        field = AttentionField(P, V, normalization="softmax", beta=betas[:, None])
+
+    def observe(t, y):
+        return {"pairs": pair_fraction(y, eps),
+                "first": np.sum(y[..., 0, :] * y[..., 1, :], axis=-1) >= 1.0 - eps}
+
+    sol = integrate(field, x, (0.0, t_save[-1]), stepper=stepper, dt=dt, saveat=t_save,
+                    save_fn=observe)
+    return xr.Dataset(
+        {"pairs": (("time", "beta"), sol.observables["pairs"].mean(axis=-1)),
+         "first": (("time", "beta"), sol.observables["first"].mean(axis=-1))},
+        coords={"time": t_save},
+    )
+
+
+def run_phase_sweep(config, matrices, store=None) -> xr.Dataset:
+    """Run the phase-diagram sweep of ``config``; return (d, beta, replicate, time) arrays, loaded.
+
+    ``config``: seed, n, eps, dims, beta_max, n_beta, configurations (m per replicate),
+    replicates, t1, dt, save_every, optional workers (default: one per core, at most the tasks).
+    The store is a temporary directory unless ``store`` is given.
+    """
+    betas = np.linspace(0.0, config["beta_max"], config["n_beta"])
+    grid = {"d": list(config["dims"]), "beta": betas.tolist(),
+            "replicate": list(range(config["replicates"]))}
+    if not isinstance(matrices, str):  # several ensembles: a grid dimension "V"
+        grid = {"V": list(matrices), **grid}
+    fn = functools.partial(phase_point, n=config["n"], m=config["configurations"],
+                           eps=config["eps"], t1=config["t1"], dt=config["dt"],
+                           save_every=config["save_every"], matrices=matrices,
+                           stepper=config.get("stepper", "layer"))
+    tasks = len(config["dims"]) * config["replicates"] * (1 if isinstance(matrices, str) else len(matrices))
+    workers = config.get("workers") or max(1, min(os.cpu_count() or 1, tasks))
+    with tempfile.TemporaryDirectory(prefix="riemattn-phase-") as tmp:
+        path = store or os.path.join(tmp, "phase.zarr")
+        result = sweep(fn, grid, path, seed=config["seed"], batch_dims=("beta",), workers=workers)
+        if result.failed:
+            raise RuntimeError(f"phase-diagram sweep failed at {result.failed}")
+        ds = xr.open_zarr(path).load()
+        ds.close()
+    return ds
