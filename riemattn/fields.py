@@ -73,6 +73,17 @@ class Field:
         return None
 
 
+def _check_output(out, y, t):
+    """The value of a user's ``func(t, y)``: a real array of the shape of ``y``."""
+    out = as_float_array(out, "func(t, y)")
+    if out.shape != y.shape:
+        raise ValidationError(
+            f"func(t, y) returned shape {out.shape} at t = {t!r}; expected the shape of y, {y.shape} "
+            "(one tangent vector per token)."
+        )
+    return out
+
+
 class VectorField(Field):
     """Wrap a function ``func(t, y) -> tangent vectors`` as a field on ``manifold``.
 
@@ -108,7 +119,12 @@ class VectorField(Field):
         return None if self.time_vectorized else self
 
     def _eval(self, t, y):
-        out = self.func(t, y)
+        try:
+            out = self.func(t, y)
+        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
+            raise ValidationError(f"func(t, y) raised {exc!r} at t = {t!r}.") from exc
+        if type(out) is not np.ndarray or out.shape != y.shape:
+            out = _check_output(out, y, t)
         return self.manifold.tangent(y, out) if self.project else out
 
     def __call__(self, t, y):

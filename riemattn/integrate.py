@@ -9,14 +9,15 @@ from numbers import Integral
 import numpy as np
 
 from . import _loops
-from ._validation import as_float_array, check_positive, check_tokens
+from ._validation import ON_MANIFOLD_ATOL, as_float_array, check_positive, check_tokens
 from .errors import InputTypeError, IntegrationError, ValidationError
 from .steppers import get_stepper
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
 
-#: Tolerance on |y^T W y - 1| for initial tokens (pass ``project=True`` to normalize them instead).
-ON_MANIFOLD_ATOL = 1e-8
+#: Tolerance on |y^T W y - 1| for initial tokens (pass ``project=True`` to normalize them instead);
+#: the same constant as the field's and the layer's token checks.
+ON_MANIFOLD_ATOL = ON_MANIFOLD_ATOL
 
 
 @dataclass
@@ -212,6 +213,9 @@ def integrate(
         )
     d = manifold.ambient_dim
     y0 = check_tokens(y0, "y0", d)
+    unchecked = getattr(field, "_unchecked", None)
+    if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks
+        field = unchecked()  # (the stepper's own call of _unchecked then returns it at once)
     if project:
         y0 = manifold.projection(y0)
     else:
