@@ -174,11 +174,11 @@ def check_beta(beta, name: str = "beta") -> float:
     return beta
 
 
-def check_vector(v, name: str, d: int, what: str = "the tokens") -> np.ndarray:
+def check_vector(v, name: str, d: int, what: str = "the tokens y") -> np.ndarray:
     """A finite vector of shape (d,)."""
     v = check_finite(as_float_array(v, name), name)
     if v.shape != (d,):
-        raise ValidationError(f"{name} must have shape ({d},) to match {what}, got shape {v.shape}.")
+        raise ValidationError(f"{name} must have shape ({d},) to match {what} (d = {d}), got shape {v.shape}.")
     return v
 
 

@@ -368,13 +368,8 @@ class Euclidean(_GsEuclidean):
         return 0.0
 
     def projection(self, point):
-        """The identity (checked: finite numbers with ``dim`` components), shape (..., dim)."""
-        point = as_float_array(point, "point")
-        if point.shape[-1:] != (self.dim,):
-            raise ValidationError(
-                f"point must have shape (..., {self.dim}) for {self!r}, got shape {point.shape}."
-            )
-        return point
+        """The identity (checked: finite real numbers with ``dim`` components), shape (..., dim)."""
+        return check_points(point, "point", self, on_manifold=False, min_axes=1)
 
     def lie_frame(self, y, slots: int):
         """The translation action for one Lie-group step (exponentials are sums)."""
