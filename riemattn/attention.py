@@ -22,7 +22,7 @@ import numpy as np
 
 from ._heads import HeadMatrices, bmm, stack_columns
 from ._validation import as_float_array, check_choice, check_finite, check_int, check_points, check_real
-from .errors import InputTypeError, ValidationError
+from .errors import ValidationError
 from .fields import Field
 from .manifolds import manifold_for
 

@@ -20,9 +20,7 @@ from numbers import Integral
 
 import numpy as np
 
-from ._validation import (
-    as_float_array, check_finite, check_nonnegative, check_nonzero_tokens, check_token_array, check_vector,
-)
+from ._validation import check_nonnegative, check_nonzero_tokens, check_token_array, check_vector
 from .errors import InputTypeError, ValidationError
 from .hemispheres import common_hemisphere, in_common_hemisphere
 

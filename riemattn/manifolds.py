@@ -29,7 +29,7 @@ from geomstats.geometry.hypersphere import Hypersphere
 from geomstats.geometry.riemannian_metric import RiemannianMetric
 
 from ._validation import as_float_array, check_int, check_nonzero_tokens, check_points, check_spd
-from .errors import InputTypeError, ValidationError
+from .errors import ValidationError
 
 __all__ = ["Sphere", "Ellipsoid", "Euclidean", "EllipsoidMetric", "project"]
 

@@ -36,14 +36,14 @@ Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, The
 
 from __future__ import annotations
 
-from numbers import Integral, Real
-
 import numpy as np
 from scipy import integrate as _spi
 from scipy import optimize as _spo
 
-from ._validation import as_float_array, check_beta, check_finite, check_int, check_real, check_square_matrix, check_tokens
-from .errors import InputTypeError, ValidationError
+from ._validation import (
+    as_float_array, check_beta, check_finite, check_int, check_real, check_square_matrix, check_tokens,
+)
+from .errors import ValidationError
 
 __all__ = [
     "equiangular_rate",
