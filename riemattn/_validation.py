@@ -200,14 +200,16 @@ def check_points(y, name: str, manifold, *, on_manifold: bool = True, min_axes: 
     if finite:
         check_finite(arr, name)
     d = manifold.ambient_dim
-    layout = f"(..., l, {d})" if min_axes == 2 else f"(..., {d})"
     if arr.ndim < min_axes:
+        layout = "(..., l, d) (at least 2 axes: tokens, components)" if min_axes == 2 else "(..., d)"
         raise ValidationError(
-            f"{name} must have shape {layout} for {manifold!r}, got shape {arr.shape}."
+            f"{name} must have shape {layout} with d = {d} for {manifold!r}, got shape {arr.shape}."
         )
     if arr.shape[-1] != d:
+        layout = f"(..., l, {d})" if min_axes == 2 else f"(..., {d})"
         raise ValidationError(
-            f"{name} must have shape {layout} for {manifold!r} (last axis: d = {d}), got shape {arr.shape}."
+            f"{name} must have shape {layout} for {manifold!r} in R^{d}, got shape {arr.shape} "
+            f"(points of dimension {arr.shape[-1]})."
         )
     if min_axes == 2 and arr.shape[-2] == 0:
         raise ValidationError(f"{name} holds no tokens (shape {arr.shape}); expected l >= 1 tokens.")

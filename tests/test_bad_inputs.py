@@ -312,6 +312,10 @@ def test_empty_batch_gives_an_empty_result():
     assert LAYER(empty).shape == (0, 4, 3)
     assert dg.misalignment(empty).shape == (0,)
     assert dg.hemisphere_lyapunov(empty, [0.0, 0.0, 1.0]).shape == (0,)
+    for stepper, dt in (("rk4", 0.05), ("dopri5", None)):
+        sol = _integrate(y0=empty, stepper=stepper, dt=dt)
+        assert sol.success and sol.y.shape == (2, 0, 4, 3) and sol.nfev == 0
+        assert sol.per_trajectory.status.shape == (0,)
 
 
 def test_integer_and_float32_inputs_are_accepted_as_float64():
