@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field as dc_field
-from numbers import Integral
 
 import numpy as np
 
 from . import _loops
-from ._validation import ON_MANIFOLD_ATOL, as_float_array, check_points, check_positive
+from ._validation import ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive
 from .errors import InputTypeError, IntegrationError, ValidationError
 from .steppers import get_stepper
 
@@ -259,8 +258,7 @@ def integrate(
         if dt is None:
             raise ValidationError(f"dt is required for the fixed-step stepper {step.name!r}.")
         dt = check_positive(dt, "dt")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, Integral) or max_steps < 1:
-        raise ValidationError(f"max_steps must be a positive integer, got {max_steps!r}.")
+    max_steps = check_int(max_steps, "max_steps", 1)
     if save_fn is not None and not callable(save_fn):
         raise InputTypeError(f"save_fn must be callable as save_fn(t, y), got {type(save_fn).__name__}.")
     save = _check_saveat(saveat, t0, t1)

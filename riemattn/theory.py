@@ -41,7 +41,7 @@ from scipy import integrate as _spi
 from scipy import optimize as _spo
 
 from ._validation import (
-    as_float_array, check_beta, check_finite, check_int, check_real, check_square_matrix, check_tokens,
+    as_float_array, check_beta, check_choice, check_finite, check_int, check_real, check_square_matrix, check_tokens,
 )
 from .errors import ValidationError
 
@@ -58,9 +58,7 @@ MODELS = ("sa", "usa")
 
 
 def _check_model(model) -> str:
-    if model not in MODELS:
-        raise ValidationError(f"model must be one of {list(MODELS)}, got {model!r}.")
-    return model
+    return check_choice(model, "model", MODELS)
 
 
 def _check_n(n) -> int:

@@ -251,7 +251,8 @@ EXAMPLES = [
      InputTypeError, ["n", "integer", "1.5"]),
     ("equiangular_rate with negative beta", lambda: th.equiangular_rate(0.1, -1.0, 3),
      ValidationError, ["beta", ">= 0", "-1"]),
-    ("max_steps=True", lambda: _integrate(max_steps=True), ValidationError, ["max_steps", "True"]),
+    ("max_steps=True", lambda: _integrate(max_steps=True), InputTypeError, ["max_steps", "integer", "True"]),
+    ("max_steps=0", lambda: _integrate(max_steps=0), ValidationError, ["max_steps", ">= 1", "0"]),
     # raw library errors
     ("Ellipsoid([[2.]])", lambda: ra.Ellipsoid([[2.0]]), ValidationError, ["W", "2 x 2", "(1, 1)"]),
     ("the field on an empty token set", lambda: FIELD(0.0, np.zeros((0, 3))), ValidationError, ["y", "no tokens"]),
