@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._validation import as_float_array, check_finite
+from ._validation import as_float_array, check_finite, check_spd
 from .errors import InputTypeError, ValidationError
 
 __all__ = ["Field", "VectorField", "AlgebraField", "LinearField", "generator_matrix"]
@@ -157,8 +157,12 @@ def generator_matrix(F, y, W=None):
     -------
     ndarray, shape (..., d, d)
     """
+    y = check_finite(as_float_array(y, "y"), "y")
+    F = check_finite(as_float_array(F, "F"), "F")
+    if y.ndim < 1 or F.shape != y.shape:
+        raise ValidationError(f"F and y must have the same shape (..., d), got F {F.shape} and y {y.shape}.")
     d = y.shape[-1]
-    Wm = np.eye(d) if W is None else np.asarray(W, dtype=float)
+    Wm = np.eye(d) if W is None else check_spd(W, "W", d)
     M = F[..., :, None] * y[..., None, :] - y[..., :, None] * F[..., None, :]
     return M @ Wm
 
@@ -192,12 +196,28 @@ class AlgebraField(Field):
         return self
 
     def lie_generator(self, t, y):
-        """The algebra element(s) xi(t, y): shape (d, d) or (..., l, d, d)."""
-        return self._generator(t, y)
+        """The algebra element(s) xi(t, y): shape (d, d) or (..., l, d, d).
+
+        An exception raised by ``generator`` is re-raised as ValidationError (the original as
+        ``__cause__``); an output of another shape raises ValidationError naming ``generator(t, y)``.
+        """
+        try:
+            X = self._generator(t, y)
+        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
+            raise ValidationError(f"generator(t, y) raised {exc!r} at t = {t!r}.") from exc
+        if type(X) is not np.ndarray or X.dtype != np.float64:
+            X = as_float_array(X, "generator(t, y)")
+        d = y.shape[-1]
+        if X.shape != (d, d) and X.shape != y.shape + (d,):
+            raise ValidationError(
+                f"generator(t, y) returned shape {X.shape} at t = {t!r}; expected ({d}, {d}) or "
+                f"{y.shape + (d,)} (one matrix per token)."
+            )
+        return X
 
     def __call__(self, t, y):
         y = np.asarray(y, dtype=float)
-        X = np.asarray(self._generator(t, y), dtype=float)
+        X = self.lie_generator(t, y)
         return y @ X.T if X.ndim == 2 else (X @ y[..., None])[..., 0]
 
 

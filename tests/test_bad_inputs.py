@@ -187,6 +187,11 @@ ENTRIES = [
     ("gradient_flow.potential x", "x", YW, lambda v: gf.potential(v, W)),
     ("gradient_flow.potential P", "P", W, lambda v: gf.potential(YW, v)),
     ("gradient_flow.energy beta", "beta", None, lambda v: gf.energy(Y, v)),
+    ("ButcherTableau order", "order", None, lambda v: ra.ButcherTableau((0.0,), ((0.0,),), (1.0,), v)),
+    ("ButcherTableau b", "b", np.array([1.0]), lambda v: ra.ButcherTableau((0.0,), ((0.0,),), v, 1)),
+    ("tableaux.rooted_trees", "order", None, lambda v: ra.tableaux.rooted_trees(v)),
+    ("generator_matrix F", "F", Y, lambda v: ra.lie.generator_matrix(v, Y)),
+    ("LinearField A", "A", np.zeros((3, 3)), lambda v: ra.LinearField(v, ra.Sphere(2))),
 ]
 
 
@@ -285,6 +290,20 @@ EXAMPLES = [
     ("a VectorField func raising", lambda: _integrate(field=ra.VectorField(lambda t, y: 1 / 0, ra.Sphere(2))),
      ValidationError, ["func(t, y)", "ZeroDivisionError"]),
     ("save_fn raising", lambda: _integrate(save_fn=lambda t, y: 1 / 0), ValidationError, ["save_fn", "ZeroDivision"]),
+    ("an AlgebraField generator raising",
+     lambda: _integrate(field=ra.AlgebraField(lambda t, y: 1 / 0, ra.Sphere(2)), stepper="rkmk4"),
+     ValidationError, ["generator(t, y)", "ZeroDivisionError"]),
+    # more raw errors of the same classes, found by the generated test
+    ("an AlgebraField generator of the wrong shape",
+     lambda: _integrate(field=ra.AlgebraField(lambda t, y: np.zeros(3), ra.Sphere(2)), stepper="rkmk4"),
+     ValidationError, ["generator(t, y)", "(3,)", "(3, 3)"]),
+    ("ButcherTableau with a non-integer order", lambda: ra.ButcherTableau((0.0,), ((0.0,),), (1.0,), 2.5),
+     InputTypeError, ["order", "integer", "2.5"]),
+    ("ButcherTableau with None weights", lambda: ra.ButcherTableau((0.0,), ((0.0,),), None, 1),
+     InputTypeError, ["b", "NoneType"]),
+    ("Euclidean.projection of NaN", lambda: ra.Euclidean(3).projection([np.nan, 0.0, 1.0]),
+     ValidationError, ["point", "NaN"]),
+    ("a NaN beta for CircleField", lambda: ra.circle.CircleField(np.nan), ValidationError, ["beta", "nan"]),
 ]
 
 
