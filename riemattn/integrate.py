@@ -8,7 +8,7 @@ from dataclasses import dataclass, field as dc_field
 import numpy as np
 
 from . import _loops
-from ._validation import ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive
+from ._validation import ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real
 from .errors import InputTypeError, IntegrationError, ValidationError
 from .steppers import get_stepper
 
@@ -237,9 +237,12 @@ def integrate(
                 "Normalize it (manifold.projection) or pass project=True."
             )
     try:
-        t0, t1 = (float(v) for v in t_span)
-    except (TypeError, ValueError):
-        raise ValidationError(f"t_span must be a pair (t0, t1) of numbers, got {t_span!r}.") from None
+        pair = not isinstance(t_span, (str, bytes)) and len(t_span) == 2
+    except TypeError:  # no len(): a number, None, a 0-d array
+        pair = False
+    if not pair:
+        raise InputTypeError(f"t_span must be a pair (t0, t1) of real numbers, got {t_span!r}.")
+    t0, t1 = (check_real(v, "t_span") for v in t_span)
     if not (math.isfinite(t0) and math.isfinite(t1)):
         raise ValidationError(f"t_span must be finite, got {(t0, t1)}.")
     if t1 < t0 and step.forward_only:
