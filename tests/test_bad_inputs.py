@@ -188,6 +188,8 @@ ENTRIES = [
     ("gradient_flow.potential x", "x", YW, lambda v: gf.potential(v, W)),
     ("gradient_flow.potential P", "P", W, lambda v: gf.potential(YW, v)),
     ("gradient_flow.energy beta", "beta", None, lambda v: gf.energy(Y, v)),
+    ("gradient_flow.energy_field d", "d", None, lambda v: gf.energy_field(1.0, v)),
+    ("GradientField(t, y)", "y", Y, lambda v: gf.energy_field(1.0, 3)(0.0, v)),
     ("ButcherTableau order", "order", None, lambda v: ra.ButcherTableau((0.0,), ((0.0,),), (1.0,), v)),
     ("ButcherTableau b", "b", np.array([1.0]), lambda v: ra.ButcherTableau((0.0,), ((0.0,),), v, 1)),
     ("tableaux.rooted_trees", "order", None, lambda v: ra.tableaux.rooted_trees(v)),
