@@ -55,9 +55,9 @@ class HeadMatrices:
             try:
                 first = value(np.zeros(1)) if self.time_vectorized else value(0.0)
             except Exception as exc:  # noqa: BLE001 - re-raised with context
-                raise ValidationError(f"{name}(t) failed when evaluated at t = 0: {exc!r}") from exc
+                raise ValidationError(f"{name}(t) raised {exc!r} when evaluated at t = 0.") from exc
             if self.time_vectorized:
-                first = np.asarray(first, dtype=float)
+                first = as_float_array(first, f"{name}(t)")
                 if first.ndim not in (3, 4) or first.shape[0] != 1:
                     raise ValidationError(
                         f"{name}(t) with time_vectorized=True must return shape (k, d, d) or "
@@ -71,9 +71,17 @@ class HeadMatrices:
             self.const = as_heads(value, name, d)
             self.shape = self.const.shape
 
+    def _call(self, t):
+        """The user's callable at ``t``; an exception it raises is re-raised as ValidationError
+        naming the argument and the time, with the original as ``__cause__`` (at every t)."""
+        try:
+            return self.fn(t)
+        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
+            raise ValidationError(f"{self.name}(t) raised {exc!r} when evaluated at t = {t!r}.") from exc
+
     def _check(self, out, t, per_time: bool) -> np.ndarray:
         if type(out) is not np.ndarray or out.dtype != np.float64:
-            out = np.asarray(out, dtype=float)
+            out = as_float_array(out, f"{self.name}(t)")
         expect = ((len(t),) if per_time else ()) + self.shape
         if out.ndim == len(expect) - 1 and self.shape[0] == 1:  # (d, d) for one head
             out = out[..., None, :, :]
@@ -91,15 +99,15 @@ class HeadMatrices:
         if self.fn is None:
             return self.const
         if self.time_vectorized:
-            return self._check(self.fn(np.array([float(t)])), np.array([float(t)]), True)[0]
-        return self._check(self.fn(t), t, False)
+            return self._check(self._call(np.array([float(t)])), np.array([float(t)]), True)[0]
+        return self._check(self._call(t), t, False)
 
     def many(self, times: np.ndarray) -> np.ndarray:
         """The stacks at each of ``times`` (1-D, k), shape (k, h, d, d)."""
         if self.fn is None:
             return np.broadcast_to(self.const, (len(times),) + self.shape)
         if self.time_vectorized:
-            return self._check(self.fn(times), times, True)
+            return self._check(self._call(times), times, True)
         return np.stack([self(t) for t in times.tolist()])
 
     def at(self, t, batch_shape: tuple):
@@ -117,7 +125,7 @@ class HeadMatrices:
             return self(float(first))
         if self.time_vectorized:
             flat = t.reshape(-1)
-            return self._check(self.fn(flat), flat, True).reshape(batch_shape + self.shape)
+            return self._check(self._call(flat), flat, True).reshape(batch_shape + self.shape)
         times, inverse = np.unique(t, return_inverse=True)
         return self.many(times)[inverse.reshape(batch_shape)]
 

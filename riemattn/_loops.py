@@ -62,7 +62,12 @@ class Recorder:
     def _values(self, t, y) -> dict:
         if self.save_fn is None:
             return {"y": y}
-        out = self.save_fn(t, y)
+        try:
+            out = self.save_fn(t, y)
+        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
+            from .errors import ValidationError
+
+            raise ValidationError(f"save_fn(t, y) raised {exc!r} at t = {t!r}.") from exc
         if isinstance(out, dict):
             return {k: np.asarray(v) for k, v in out.items()}
         return {"value": np.asarray(out)}

@@ -2,22 +2,79 @@
 
 from __future__ import annotations
 
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 
 from .errors import InputTypeError, ValidationError
 
 
+#: Tolerance on |y^T W y - 1| for tokens that must lie on a manifold (the field, the layer,
+#: the initial tokens of ``integrate``). float32 tokens normalized in float32 are off by ~1e-7:
+#: convert them to float64 and normalize (``manifold.projection``) first.
+ON_MANIFOLD_ATOL = 1e-8
+
+
+def _describe(value) -> str:
+    """A short description of a received value for messages: its type, dtype and shape."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"{type(value).__name__} of dtype {dtype} and shape {tuple(shape)}"
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 def as_float_array(value, name: str) -> np.ndarray:
-    """Convert ``value`` to a float64 array, or raise naming ``name``."""
-    if isinstance(value, (str, bytes)) or callable(value) and not isinstance(value, np.ndarray):
-        raise InputTypeError(f"{name} must be an array of numbers, got {type(value).__name__}.")
+    """Convert ``value`` to a float64 array, or raise :class:`InputTypeError` naming ``name``.
+
+    Accepted: real numbers and arrays of them (NumPy of any integer or float dtype, e.g.
+    float32, lists, CPU torch tensors); converted to float64. Rejected (InputTypeError): None,
+    strings, callables, booleans, complex numbers (their imaginary part would be lost), ragged
+    or non-numeric sequences.
+    """
+    if value is None or isinstance(value, (str, bytes)) or callable(value) and not isinstance(value, np.ndarray):
+        raise InputTypeError(f"{name} must be an array of real numbers, got {_describe(value)}.")
     try:
-        arr = np.asarray(value, dtype=float)
+        arr = np.asarray(value)
     except (TypeError, ValueError) as exc:
-        raise InputTypeError(f"{name} must be an array of numbers, got {type(value).__name__}: {exc}") from None
-    return arr
+        raise InputTypeError(f"{name} must be an array of real numbers, got {type(value).__name__}: {exc}") from None
+    kind = arr.dtype.kind
+    if kind == "c":
+        raise InputTypeError(
+            f"{name} must be real, got complex dtype {arr.dtype}; pass the real part explicitly if that is meant."
+        )
+    if kind == "b" or isinstance(value, bool):
+        raise InputTypeError(f"{name} must be an array of real numbers, got booleans ({_describe(value)}).")
+    if kind not in "iuf":
+        try:
+            arr = arr.astype(float)
+        except (TypeError, ValueError) as exc:
+            raise InputTypeError(f"{name} must be an array of real numbers, got {_describe(value)}: {exc}") from None
+        return arr
+    return arr.astype(float, copy=False)
+
+
+def check_int(value, name: str, minimum: int | None = None, what: str = "") -> int:
+    """An integer (Python or NumPy, not bool; else InputTypeError) >= ``minimum`` (else ValidationError)."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise InputTypeError(f"{name}{what} must be an integer, got {_describe(value)}.")
+    if minimum is not None and value < minimum:
+        raise ValidationError(f"{name}{what} must be >= {minimum}, got {int(value)}.")
+    return int(value)
+
+
+def check_real(value, name: str) -> float:
+    """A finite real number (not bool): InputTypeError for other types, ValidationError for NaN/inf."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+            value = value.item()
+        else:
+            raise InputTypeError(f"{name} must be a finite real number, got {_describe(value)}.")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValidationError(f"{name} must be a finite real number, got {value!r}.")
+    return value
 
 
 def check_finite(arr: np.ndarray, name: str) -> np.ndarray:
@@ -55,10 +112,9 @@ def check_spd(value, name: str, dim: int | None = None, rtol: float = 1e-10) -> 
 
 
 def check_positive(value, name: str) -> float:
-    if not isinstance(value, Real) or isinstance(value, bool):
-        raise InputTypeError(f"{name} must be a real number, got {type(value).__name__}.")
-    value = float(value)
-    if not np.isfinite(value) or value <= 0.0:
+    """A finite real number > 0: InputTypeError for other types, ValidationError for other values."""
+    value = check_real(value, name)
+    if value <= 0.0:
         raise ValidationError(f"{name} must be a positive finite number, got {value!r}.")
     return value
 
@@ -103,17 +159,65 @@ def check_token_array(y, name: str, *, allow_d0: bool = False) -> np.ndarray:
 
 
 def check_nonnegative(value, name: str) -> float:
-    """A finite real number >= 0 (e.g. a tolerance); anything else raises ValidationError."""
-    bad = isinstance(value, bool) or not isinstance(value, Real)
-    if bad or not np.isfinite(value) or value < 0:
+    """A finite real number >= 0 (e.g. a tolerance): InputTypeError / ValidationError otherwise."""
+    value = check_real(value, name)
+    if value < 0:
         raise ValidationError(f"{name} must be a finite number >= 0, got {value!r}.")
-    return float(value)
+    return value
 
 
 def check_beta(beta, name: str = "beta") -> float:
-    """An inverse temperature: finite and real (else InputTypeError), >= 0 (else ValidationError)."""
-    if isinstance(beta, bool) or not isinstance(beta, Real) or not np.isfinite(beta):
-        raise InputTypeError(f"{name} must be a finite real number, got {beta!r}.")
+    """An inverse temperature: a real number (else InputTypeError), finite and >= 0 (else ValidationError)."""
+    beta = check_real(beta, name)
     if beta < 0:
         raise ValidationError(f"{name} must be >= 0, got {beta!r}.")
-    return float(beta)
+    return beta
+
+
+def check_vector(v, name: str, d: int, what: str = "the tokens y") -> np.ndarray:
+    """A finite vector of shape (d,)."""
+    v = check_finite(as_float_array(v, name), name)
+    if v.shape != (d,):
+        raise ValidationError(f"{name} must have shape ({d},) to match {what} (d = {d}), got shape {v.shape}.")
+    return v
+
+
+def check_nonzero_tokens(arr: np.ndarray, name: str) -> np.ndarray:
+    """Raise if some token (row over the last axis) of ``arr`` is the zero vector."""
+    if arr.size and not np.all(np.any(arr != 0.0, axis=-1)):
+        bad = int(np.sum(~np.any(arr != 0.0, axis=-1)))
+        raise ValidationError(f"{name} contains {bad} zero token(s); expected nonzero vectors.")
+    return arr
+
+
+def check_points(y, name: str, manifold, *, on_manifold: bool = True, min_axes: int = 2,
+                 atol: float = ON_MANIFOLD_ATOL, finite: bool = True) -> np.ndarray:
+    """Tokens for ``manifold``: real (InputTypeError), finite, last axis ``manifold.ambient_dim``,
+    at least ``min_axes`` axes (2: ``(..., l, d)`` with l >= 1; 1: points ``(..., d)``), and, with
+    ``on_manifold``, |y^T W y - 1| <= ``atol`` (ValidationError). Leading axes may be empty.
+    """
+    arr = as_float_array(y, name)
+    if finite:
+        check_finite(arr, name)
+    d = manifold.ambient_dim
+    if arr.ndim < min_axes:
+        layout = "(..., l, d) (at least 2 axes: tokens, components)" if min_axes == 2 else "(..., d)"
+        raise ValidationError(
+            f"{name} must have shape {layout} with d = {d} for {manifold!r}, got shape {arr.shape}."
+        )
+    if arr.shape[-1] != d:
+        layout = f"(..., l, {d})" if min_axes == 2 else f"(..., {d})"
+        raise ValidationError(
+            f"{name} must have shape {layout} for {manifold!r} in R^{d}, got shape {arr.shape} "
+            f"(points of dimension {arr.shape[-1]})."
+        )
+    if min_axes == 2 and arr.shape[-2] == 0:
+        raise ValidationError(f"{name} holds no tokens (shape {arr.shape}); expected l >= 1 tokens.")
+    if on_manifold and arr.size:
+        dev = manifold.deviation(arr)
+        if not dev <= atol:
+            raise ValidationError(
+                f"{name} is not on {manifold!r}: max |y^T W y - 1| = {dev:.3g} > {atol:g}; "
+                "normalize it with manifold.projection."
+            )
+    return arr

@@ -14,14 +14,15 @@ one transformer layer is ``pi_W(y + tau f)``, the ``"layer"`` stepper (see :mod:
 from __future__ import annotations
 
 import copy
+import math
 import threading
 from numbers import Real
 
 import numpy as np
 
 from ._heads import HeadMatrices, bmm, stack_columns
-from ._validation import check_choice
-from .errors import InputTypeError, ValidationError
+from ._validation import as_float_array, check_choice, check_finite, check_int, check_points, check_real
+from .errors import ValidationError
 from .fields import Field
 from .manifolds import manifold_for
 
@@ -33,18 +34,9 @@ NORMALIZATIONS = ("paper", "softmax", "mean")
 
 def _check_beta(beta):
     """beta as a float, or as a float array (one inverse temperature per trajectory)."""
-    if isinstance(beta, bool) or isinstance(beta, (str, bytes)):
-        raise InputTypeError(f"beta must be a finite real number or array, got {beta!r}.")
-    if isinstance(beta, Real):
-        if not np.isfinite(beta):
-            raise InputTypeError(f"beta must be a finite real number, got {beta!r}.")
-        return float(beta)
-    arr = np.asarray(beta)
-    if arr.dtype.kind not in "iuf" or arr.dtype == bool:
-        raise InputTypeError(f"beta must be a real number or an array of them, got dtype {arr.dtype}.")
-    arr = arr.astype(float)
-    if not np.isfinite(arr).all():
-        raise InputTypeError("beta contains NaN or inf entries; expected finite numbers.")
+    if isinstance(beta, Real) and not isinstance(beta, bool):
+        return check_real(beta, "beta")
+    arr = check_finite(as_float_array(beta, "beta"), "beta")
     return float(arr) if arr.ndim == 0 else arr
 
 
@@ -95,8 +87,7 @@ class AttentionField(Field):
         self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS)
         self.beta = _check_beta(beta)
         self.time_vectorized = bool(time_vectorized)
-        d_w = None if W is None else np.shape(W)[-1] if np.ndim(W) == 2 else None
-        self._P = HeadMatrices(P, "P", d_w, self.time_vectorized)
+        self._P = HeadMatrices(P, "P", None, self.time_vectorized)
         d = self._P.shape[-1]
         self._U = None if U is None else HeadMatrices(U, "U", d, self.time_vectorized)
         if self._U is not None and self._U.shape[0] not in (1, self._P.shape[0]):
@@ -105,7 +96,7 @@ class AttentionField(Field):
                     f"U has {self._U.shape[0]} heads but P has {self._P.shape[0]}; give one U per "
                     "head or a single (d, d) U shared by all heads."
                 )
-        self.manifold = manifold_for(W, d)
+        self.manifold = manifold_for(W, d, f"P of shape {self._P.shape[-2:]}")
         self.W = None if W is None else self.manifold.W
         self.h = max(self._P.shape[0], 1 if self._U is None else self._U.shape[0])
         # a scalar beta is folded into constant P; an array beta scales the scores per trajectory
@@ -122,6 +113,23 @@ class AttentionField(Field):
             self._Ucols = stack_columns(np.swapaxes(self._U.const, -1, -2))
         self._tril = {}
         self._work = threading.local()  # per-thread work buffers of the hot path (see _buffer)
+        self._checked = True  # public calls validate y; integrate() steps an unchecked copy
+
+    def _unchecked(self):
+        """This field's twin whose calls skip the token checks (made once, then cached).
+
+        ``integrate`` checks y0 once and steps the twin; steppers evaluate it at stage points,
+        which are not retracted onto the manifold.
+        """
+        if not self._checked:
+            return self
+        twin = self.__dict__.get("_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin._checked = False
+            twin._twin = twin
+            self._twin = twin
+        return twin
 
     # ------------------------------------------------------------------------------------------
     def P(self, t=0.0) -> np.ndarray:
@@ -138,12 +146,15 @@ class AttentionField(Field):
         return np.broadcast_to(Ut, Ut.shape[:-3] + (self.h,) + Ut.shape[-2:])
 
     def _check_y(self, y) -> np.ndarray:
-        y = np.asarray(y, dtype=float)
-        if y.ndim < 2 or y.shape[-1] != self.d:
-            raise ValidationError(
-                f"y must have shape (..., l, {self.d}) for this field (d = {self.d}), got {y.shape}."
-            )
-        return y
+        """Public calls: real finite tokens (..., l, d) with l >= 1 (any leading axes, even empty).
+
+        Tokens off the manifold are accepted: every method is the ambient extension of its
+        formula (what ambient ODE solvers such as SciPy's evaluate at their stage points).
+        """
+        if (type(y) is np.ndarray and y.dtype == np.float64 and y.ndim >= 2 and y.shape[-1] == self.d
+                and y.shape[-2] and math.isfinite(np.add.reduce(y, axis=None))):
+            return y  # the common case, ~2 us (NaN/inf propagate into the sum; on an overflow, the full check)
+        return check_points(y, "y", self.manifold, on_manifold=False)
 
     def take(self, index, batch_shape: tuple):
         """This field for the trajectories ``index`` of the flattened batch ``batch_shape``.
@@ -161,6 +172,7 @@ class AttentionField(Field):
                 f"{batch_shape} of the tokens (leading axes of y)."
             ) from None
         new = copy.copy(self)
+        new.__dict__.pop("_twin", None)
         new.beta = beta[np.asarray(index)]
         new._work = threading.local()
         return new
@@ -269,6 +281,8 @@ class AttentionField(Field):
     def attention(self, t, y) -> np.ndarray:
         """Attention matrices alpha_ij^eta(t, y), shape (..., h, l, l)."""
         y = self._check_y(y)
+        if y.size == 0:
+            return np.zeros(y.shape[:-2] + (self.h,) + y.shape[-2:-1] * 2)
         A = np.swapaxes(self._attention(t, y), -2, -3)
         return np.array(np.broadcast_to(A, y.shape[:-2] + (self.h,) + A.shape[-2:]))  # a copy
 
@@ -278,7 +292,8 @@ class AttentionField(Field):
         One transformer layer is ``pi_W(y + tau * update(t, y))`` (the ``"layer"`` stepper); the
         field is its tangent part, ``(I - y_i y_i^T W) f_i``.
         """
-        return self._update(t, self._check_y(y))
+        y = self._check_y(y) if self._checked else y
+        return self._update(t, y) if y.size else np.zeros(y.shape)
 
     def _update(self, t, y: np.ndarray) -> np.ndarray:
         """:meth:`update` for checked tokens."""
@@ -316,7 +331,9 @@ class AttentionField(Field):
 
     def __call__(self, t, y) -> np.ndarray:
         """Tangent field F_i = (I - y_i y_i^T W) f_i, shape (..., l, d)."""
-        y = self._check_y(y)
+        y = self._check_y(y) if self._checked else y
+        if y.size == 0:  # an empty batch
+            return np.zeros(y.shape)
         return self.manifold.tangent(y, self._update(t, y))
 
     def __repr__(self) -> str:
@@ -339,7 +356,7 @@ def sa(beta, d: int, **kwargs) -> AttentionField:
     ----------
     Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", eq. (SA).
     """
-    return AttentionField(np.eye(d), beta=beta, normalization="softmax", **kwargs)
+    return AttentionField(np.eye(_check_d(d)), beta=beta, normalization="softmax", **kwargs)
 
 
 def usa(beta, d: int, **kwargs) -> AttentionField:
@@ -351,4 +368,8 @@ def usa(beta, d: int, **kwargs) -> AttentionField:
     ----------
     Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", eq. (USA).
     """
-    return AttentionField(np.eye(d), beta=beta, normalization="mean", **kwargs)
+    return AttentionField(np.eye(_check_d(d)), beta=beta, normalization="mean", **kwargs)
+
+
+def _check_d(d) -> int:
+    return check_int(d, "d", 2, " (tokens in R^d on the sphere S^(d-1))")

@@ -24,13 +24,12 @@ section 7.1 (eq. 7.1), section 7.2 (eq. 7.2-7.4).
 
 from __future__ import annotations
 
-from numbers import Real
 
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from ._validation import as_float_array, check_choice, check_finite
-from .errors import InputTypeError, IntegrationError, ValidationError
+from ._validation import as_float_array, check_beta, check_choice, check_finite
+from .errors import IntegrationError, ValidationError
 
 __all__ = ["CircleField", "from_points", "to_points", "wrap"]
 
@@ -86,11 +85,7 @@ class CircleField:
     """
 
     def __init__(self, beta: float = 1.0, model: str = "sa"):
-        if isinstance(beta, bool) or not isinstance(beta, Real) or not np.isfinite(beta):
-            raise InputTypeError(f"beta must be a finite real number, got {beta!r}.")
-        if beta < 0:
-            raise ValidationError(f"beta must be >= 0, got {beta!r}.")
-        self.beta = float(beta)
+        self.beta = check_beta(beta)
         self.model = check_choice(model, "model", ("sa", "usa"))
 
     def _weights(self, theta):

@@ -20,7 +20,7 @@ from numbers import Integral
 
 import numpy as np
 
-from ._validation import as_float_array, check_finite, check_nonnegative, check_token_array
+from ._validation import check_nonnegative, check_nonzero_tokens, check_token_array, check_vector
 from .errors import InputTypeError, ValidationError
 from .hemispheres import common_hemisphere, in_common_hemisphere
 
@@ -48,7 +48,7 @@ def misalignment(y) -> np.ndarray:
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (9).
     """
-    y = np.asarray(y, dtype=float)
+    y = check_nonzero_tokens(check_token_array(y, "y"), "y")
     u = y / np.linalg.norm(y, axis=-1, keepdims=True)
     return 1.0 - np.mean(np.einsum("...d,...id->...i", u[..., 0, :], u), axis=-1)
 
@@ -60,8 +60,9 @@ def hemisphere_lyapunov(y, v) -> np.ndarray:
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (7).
     """
-    y = np.asarray(y, dtype=float)
-    return np.max(1.0 - y @ np.asarray(v, dtype=float), axis=-1)
+    y = check_token_array(y, "y")
+    v = check_vector(v, "v", y.shape[-1])
+    return np.max(1.0 - y @ v, axis=-1)
 
 
 def token_lyapunov(y, v) -> np.ndarray:
@@ -85,20 +86,13 @@ def token_lyapunov(y, v) -> np.ndarray:
     its proof (V_1 = 1 - y_1^T v).
     """
     y = check_token_array(y, "y")
-    v = _vector(v, "v", y.shape[-1])
+    v = check_vector(v, "v", y.shape[-1])
     return 1.0 - y @ v
 
 
 # ----------------------------------------------------------------------------------------------
 # input helpers
 # ----------------------------------------------------------------------------------------------
-def _vector(v, name, d) -> np.ndarray:
-    v = check_finite(as_float_array(v, name), name)
-    if v.shape != (d,):
-        raise ValidationError(f"{name} must have shape ({d},) to match the tokens, got {v.shape}.")
-    return v
-
-
 # ----------------------------------------------------------------------------------------------
 # clusters, consensus, equilibria
 # ----------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._validation import as_float_array, check_finite
+from ._validation import as_float_array, check_finite, check_spd
 from .errors import InputTypeError, ValidationError
 
 __all__ = ["Field", "VectorField", "AlgebraField", "LinearField", "generator_matrix"]
@@ -73,6 +73,17 @@ class Field:
         return None
 
 
+def _check_output(out, y, t):
+    """The value of a user's ``func(t, y)``: a real array of the shape of ``y``."""
+    out = as_float_array(out, "func(t, y)")
+    if out.shape != y.shape:
+        raise ValidationError(
+            f"func(t, y) returned shape {out.shape} at t = {t!r}; expected the shape of y, {y.shape} "
+            "(one tangent vector per token)."
+        )
+    return out
+
+
 class VectorField(Field):
     """Wrap a function ``func(t, y) -> tangent vectors`` as a field on ``manifold``.
 
@@ -108,7 +119,12 @@ class VectorField(Field):
         return None if self.time_vectorized else self
 
     def _eval(self, t, y):
-        out = self.func(t, y)
+        try:
+            out = self.func(t, y)
+        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
+            raise ValidationError(f"func(t, y) raised {exc!r} at t = {t!r}.") from exc
+        if type(out) is not np.ndarray or out.shape != y.shape:
+            out = _check_output(out, y, t)
         return self.manifold.tangent(y, out) if self.project else out
 
     def __call__(self, t, y):
@@ -141,8 +157,12 @@ def generator_matrix(F, y, W=None):
     -------
     ndarray, shape (..., d, d)
     """
+    y = check_finite(as_float_array(y, "y"), "y")
+    F = check_finite(as_float_array(F, "F"), "F")
+    if y.ndim < 1 or F.shape != y.shape:
+        raise ValidationError(f"F and y must have the same shape (..., d), got F {F.shape} and y {y.shape}.")
     d = y.shape[-1]
-    Wm = np.eye(d) if W is None else np.asarray(W, dtype=float)
+    Wm = np.eye(d) if W is None else check_spd(W, "W", d)
     M = F[..., :, None] * y[..., None, :] - y[..., :, None] * F[..., None, :]
     return M @ Wm
 
@@ -176,12 +196,28 @@ class AlgebraField(Field):
         return self
 
     def lie_generator(self, t, y):
-        """The algebra element(s) xi(t, y): shape (d, d) or (..., l, d, d)."""
-        return self._generator(t, y)
+        """The algebra element(s) xi(t, y): shape (d, d) or (..., l, d, d).
+
+        An exception raised by ``generator`` is re-raised as ValidationError (the original as
+        ``__cause__``); an output of another shape raises ValidationError naming ``generator(t, y)``.
+        """
+        try:
+            X = self._generator(t, y)
+        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
+            raise ValidationError(f"generator(t, y) raised {exc!r} at t = {t!r}.") from exc
+        if type(X) is not np.ndarray or X.dtype != np.float64:
+            X = as_float_array(X, "generator(t, y)")
+        d = y.shape[-1]
+        if X.shape != (d, d) and X.shape != y.shape + (d,):
+            raise ValidationError(
+                f"generator(t, y) returned shape {X.shape} at t = {t!r}; expected ({d}, {d}) or "
+                f"{y.shape + (d,)} (one matrix per token)."
+            )
+        return X
 
     def __call__(self, t, y):
         y = np.asarray(y, dtype=float)
-        X = np.asarray(self._generator(t, y), dtype=float)
+        X = self.lie_generator(t, y)
         return y @ X.T if X.ndim == 2 else (X @ y[..., None])[..., 0]
 
 

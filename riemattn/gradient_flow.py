@@ -31,9 +31,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._validation import check_beta, check_choice, check_spd
+from ._validation import check_beta, check_choice, check_int, check_points, check_spd
 from .attention import AttentionField
-from .errors import InputTypeError, ValidationError
+from .errors import InputTypeError
 from .fields import Field
 from .gradients import (
     METRIC_NORMALIZATIONS,
@@ -117,9 +117,7 @@ class GradientField(Field):
 
     def ambient_gradient(self, t, y) -> np.ndarray:
         """The ambient metric gradient sign * (w_i W)^{-1} df/dx_i, shape (..., l, d)."""
-        y = np.asarray(y, dtype=float)
-        if y.ndim < 2 or y.shape[-1] != self.d:
-            raise ValidationError(f"y must have shape (..., l, {self.d}), got {y.shape}.")
+        y = check_points(y, "y", self.manifold, on_manifold=False)
         G = _euclidean_gradient(self.f, y)
         if self._Winv is not None:
             G = G @ self._Winv
@@ -202,8 +200,7 @@ def energy_field(beta, d: int, model: str = "sa") -> GradientField:
     """
     beta = check_beta(beta)
     check_choice(model, "model", ("sa", "usa"))
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
-        raise ValidationError(f"d must be an integer >= 2, got {d!r}.")
+    d = check_int(d, "d", 2)
     if model == "sa":
         weights = lambda y: energy_weights(y, beta)
     else:

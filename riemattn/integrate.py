@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field as dc_field
-from numbers import Integral
 
 import numpy as np
 
 from . import _loops
-from ._validation import as_float_array, check_positive, check_tokens
+from ._validation import ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real
 from .errors import InputTypeError, IntegrationError, ValidationError
 from .steppers import get_stepper
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
 
-#: Tolerance on |y^T W y - 1| for initial tokens (pass ``project=True`` to normalize them instead).
-ON_MANIFOLD_ATOL = 1e-8
+#: Tolerance on |y^T W y - 1| for initial tokens (pass ``project=True`` to normalize them instead);
+#: the same constant as the field's and the layer's token checks.
+ON_MANIFOLD_ATOL = ON_MANIFOLD_ATOL
 
 
 @dataclass
@@ -124,6 +124,18 @@ def _check_saveat(saveat, t0, t1):
     return np.clip(s, t0, t1)
 
 
+def _empty_result(y0, t, save_fn, name) -> Trajectory:
+    """The Trajectory of an empty batch (a leading axis of length 0): nothing to integrate."""
+    batch = y0.shape[:-2]
+    zeros = np.zeros(batch, dtype=np.int64)
+    pt = PerTrajectory(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.ones(batch, dtype=bool),
+                       np.full(batch, np.nan))
+    return Trajectory(t=np.asarray(t, dtype=float), y=None if save_fn is not None else np.zeros((len(t),) + y0.shape),
+                      nfev=0, n_steps=0, n_rejected=0, success=True,
+                      message="The batch is empty: no trajectory to integrate.", per_trajectory=pt,
+                      stepper=name)
+
+
 def _message(status, t_fail) -> str:
     if (status == _loops.REACHED).all():
         return "The solver reached t1." if status.size <= 1 else f"All {status.size} trajectories reached t1."
@@ -162,7 +174,8 @@ def integrate(
         A :class:`~riemattn.attention.AttentionField` or any :class:`~riemattn.fields.Field`.
     y0 : array_like, shape (..., l, d)
         Initial tokens on ``field.manifold`` (|y^T W y - 1| <= 1e-8); leading axes are independent
-        trajectories integrated together.
+        trajectories integrated together. Real numbers of any integer or float dtype (converted
+        to float64); an empty batch (a leading axis of length 0) gives an empty result.
     t_span : (t0, t1)
         Start and end time (t1 >= t0).
     stepper : str or Stepper
@@ -210,8 +223,10 @@ def integrate(
         raise InputTypeError(
             f"field must be a riemattn Field (callable with a .manifold), got {type(field).__name__}."
         )
-    d = manifold.ambient_dim
-    y0 = check_tokens(y0, "y0", d)
+    y0 = check_points(y0, "y0", manifold, on_manifold=False)
+    unchecked = getattr(field, "_unchecked", None)
+    if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks
+        field = unchecked()  # (the stepper's own call of _unchecked then returns it at once)
     if project:
         y0 = manifold.projection(y0)
     else:
@@ -222,9 +237,12 @@ def integrate(
                 "Normalize it (manifold.projection) or pass project=True."
             )
     try:
-        t0, t1 = (float(v) for v in t_span)
-    except (TypeError, ValueError):
-        raise ValidationError(f"t_span must be a pair (t0, t1) of numbers, got {t_span!r}.") from None
+        pair = not isinstance(t_span, (str, bytes)) and len(t_span) == 2
+    except TypeError:  # no len(): a number, None, a 0-d array
+        pair = False
+    if not pair:
+        raise InputTypeError(f"t_span must be a pair (t0, t1) of real numbers, got {t_span!r}.")
+    t0, t1 = (check_real(v, "t_span") for v in t_span)
     if not (math.isfinite(t0) and math.isfinite(t1)):
         raise ValidationError(f"t_span must be finite, got {(t0, t1)}.")
     if t1 < t0 and step.forward_only:
@@ -243,8 +261,7 @@ def integrate(
         if dt is None:
             raise ValidationError(f"dt is required for the fixed-step stepper {step.name!r}.")
         dt = check_positive(dt, "dt")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, Integral) or max_steps < 1:
-        raise ValidationError(f"max_steps must be a positive integer, got {max_steps!r}.")
+    max_steps = check_int(max_steps, "max_steps", 1)
     if save_fn is not None and not callable(save_fn):
         raise InputTypeError(f"save_fn must be callable as save_fn(t, y), got {type(save_fn).__name__}.")
     save = _check_saveat(saveat, t0, t1)
@@ -252,6 +269,8 @@ def integrate(
     if save is None and step.adaptive and batch:
         save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
 
+    if y0.size == 0:  # an empty batch: an empty result
+        return _empty_result(y0, save if save is not None else np.unique([t0, t1]), save_fn, step.name)
     rec = _loops.Recorder(save, batch, save_fn)
     stats = _loops.Stats(batch)
     if save is None or save[0] == t0:

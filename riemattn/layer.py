@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_float_array, check_finite
+from ._validation import as_float_array, check_finite, check_points
 from .attention import AttentionField
 from .errors import InputTypeError, ValidationError
 from .steppers import ProjectedEuler, register
@@ -111,8 +111,15 @@ class TransformerLayer:
         return AttentionField(self.P, self.U / tau, W=W, mask=mask, normalization="paper")
 
     def __call__(self, y) -> np.ndarray:
-        """The next layer's tokens, shape (..., l, d)."""
-        return _LAYER.step(self.field, 0.0, np.asarray(y, dtype=float), 1.0).y
+        """The next layer's tokens, shape (..., l, d).
+
+        ``y`` must be real finite tokens on the layer's manifold (|y^T W y - 1| <= 1e-8, the
+        output of a layer normalization); an empty batch gives an empty result.
+        """
+        y = check_points(y, "y", self.manifold)
+        if y.size == 0:
+            return np.zeros(y.shape)
+        return _LAYER.step(self.field, 0.0, y, 1.0).y
 
 
 _LAYER = LayerStep()

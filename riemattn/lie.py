@@ -57,7 +57,7 @@ class LieStepper(Stepper):
 
     def _start(self, field, y, slots: int):
         """The step's frame and the function evaluating a stage's algebra value at (t, Y)."""
-        _check_field(field)
+        field = _check_field(field)
         y = np.asarray(y, dtype=float)
         if hasattr(field, "lie_generator"):
             return DenseFrame(y), field.lie_generator

@@ -28,8 +28,8 @@ from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 from geomstats.geometry.riemannian_metric import RiemannianMetric
 
-from ._validation import as_float_array, check_spd
-from .errors import InputTypeError, ValidationError
+from ._validation import as_float_array, check_int, check_nonzero_tokens, check_points, check_spd
+from .errors import ValidationError
 
 __all__ = ["Sphere", "Ellipsoid", "Euclidean", "EllipsoidMetric", "project"]
 
@@ -83,6 +83,41 @@ class _FastMixin:
 
         return OWFrame(self, y, slots)
 
+    # --- checked public methods (geomstats' names and argument order) ------------------------
+    def projection(self, point):
+        """Layer normalization pi_W(x) = x / |x|_W, shape (..., d).
+
+        Checked: real finite points with d components, none of them zero (ValidationError).
+        """
+        point = check_nonzero_tokens(check_points(point, "point", self, on_manifold=False, min_axes=1), "point")
+        return point / self.norm(point)[..., None]
+
+    def belongs(self, point, atol=ATOL):
+        """Whether |x^T W x - 1| <= atol, shape (...); False for points with the wrong d."""
+        point = as_float_array(point, "point")
+        if point.shape[-1:] != (self.dim + 1,):
+            return np.zeros(point.shape[:-1], dtype=bool)
+        return np.abs(self.inner(point, point) - 1.0) <= atol
+
+    def to_tangent(self, vector, base_point):
+        """(I - y y^T W) v: the tangent part of ``vector`` at ``base_point`` on the manifold, shape (..., d).
+
+        Checked: real arrays with d components that broadcast together. Not checked, on purpose:
+        that ``base_point`` lies on the manifold (user fields call this at the steppers' stage
+        points, which are near it) and finiteness (NaN/inf propagate so that ``integrate``
+        reports them per trajectory).
+        """
+        base_point = check_points(base_point, "base_point", self, on_manifold=False, min_axes=1, finite=False)
+        vector = check_points(vector, "vector", self, on_manifold=False, min_axes=1, finite=False)
+        try:
+            np.broadcast_shapes(vector.shape, base_point.shape)
+        except ValueError:
+            raise ValidationError(
+                f"vector of shape {vector.shape} does not broadcast against base_point of shape "
+                f"{base_point.shape}."
+            ) from None
+        return vector - self.inner(base_point, vector)[..., None] * base_point
+
 
 class Sphere(_FastMixin, Hypersphere):
     """The unit sphere S^dim in R^(dim+1): geomstats' Hypersphere plus fast primitives.
@@ -99,11 +134,8 @@ class Sphere(_FastMixin, Hypersphere):
     """
 
     def __init__(self, dim: int, equip: bool = True):
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
-            raise InputTypeError(f"dim must be an integer, got {type(dim).__name__}.")
-        if dim < 1:
-            raise ValidationError(f"dim must be >= 1 (the sphere S^dim lives in R^(dim+1)), got {dim}.")
-        super().__init__(int(dim), intrinsic=False, equip=equip)
+        dim = check_int(dim, "dim", 1, " (the sphere S^dim lives in R^(dim+1))")
+        super().__init__(dim, intrinsic=False, equip=equip)
 
     @property
     def W(self) -> np.ndarray:
@@ -125,6 +157,10 @@ class Sphere(_FastMixin, Hypersphere):
     @property
     def is_identity(self) -> bool:
         return True
+
+    def random_uniform(self, n_samples=1):
+        """Uniform points on the sphere, shape (n_samples, dim + 1) (geomstats' global RNG; squeezed for 1)."""
+        return super().random_uniform(check_int(n_samples, "n_samples", 1))
 
     def __repr__(self) -> str:
         return f"Sphere({self.dim})"
@@ -193,6 +229,10 @@ class Ellipsoid(_FastMixin, LevelSet):
 
     def __init__(self, W, equip: bool = True):
         W = check_spd(W, "W")
+        if W.shape[0] < 2:
+            raise ValidationError(
+                f"W must be at least 2 x 2 (E_W is a manifold of dimension d - 1 >= 1), got shape {W.shape}."
+            )
         self._W = W
         lam, vec = np.linalg.eigh(W)
         self._sqrt_W = (vec * np.sqrt(lam)) @ vec.T
@@ -238,28 +278,9 @@ class Ellipsoid(_FastMixin, LevelSet):
         """Differential of the submersion: 2 x^T W v, shape (...)."""
         return 2.0 * self.inner(point, vector)
 
-    def belongs(self, point, atol=ATOL):
-        """Whether |x^T W x - 1| <= atol, shape (...)."""
-        point = as_float_array(point, "point")
-        if point.shape[-1:] != (self.dim + 1,):
-            return np.zeros(point.shape[:-1], dtype=bool)
-        return np.abs(self.submersion(point)) <= atol
-
     def is_tangent(self, vector, base_point, atol=ATOL):
         """Whether |y^T W v| <= atol, shape (...)."""
         return np.abs(self.inner(base_point, vector)) <= atol
-
-    def projection(self, point):
-        """Layer normalization pi_W(x) = x / |x|_W, shape (..., d). Raises for x = 0."""
-        point = as_float_array(point, "point")
-        norm = self.norm(point)
-        if np.any(norm == 0.0):
-            raise ValidationError("point contains a zero vector, which has no projection onto E_W.")
-        return point / norm[..., None]
-
-    def to_tangent(self, vector, base_point):
-        """(I - y y^T W) v: the tangent map of pi_W at y in E_W, shape (..., d)."""
-        return vector - self.inner(base_point, vector)[..., None] * base_point
 
     def random_uniform(self, n_samples=1):
         """Push-forward by W^{-1/2} of uniform points on the sphere, shape (n_samples, d).
@@ -268,6 +289,7 @@ class Ellipsoid(_FastMixin, LevelSet):
         uniform on E_W only when W is a multiple of the identity. Uses geomstats' global RNG
         (``gs.random.seed``) like Hypersphere.random_uniform; squeezed when ``n_samples == 1``.
         """
+        n_samples = check_int(n_samples, "n_samples", 1)
         return Hypersphere(self.dim).random_uniform(n_samples) @ self._inv_sqrt_W
 
     def random_point(self, n_samples=1, bound=1.0):
@@ -300,11 +322,8 @@ class Euclidean(_GsEuclidean):
     """
 
     def __init__(self, dim: int, equip: bool = True):
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
-            raise InputTypeError(f"dim must be an integer, got {type(dim).__name__}.")
-        if dim < 1:
-            raise ValidationError(f"dim must be >= 1 (the space R^dim), got {dim}.")
-        super().__init__(int(dim), equip=equip)
+        dim = check_int(dim, "dim", 1, " (the space R^dim)")
+        super().__init__(dim, equip=equip)
 
     @property
     def ambient_dim(self) -> int:
@@ -349,13 +368,8 @@ class Euclidean(_GsEuclidean):
         return 0.0
 
     def projection(self, point):
-        """The identity (checked: finite numbers with ``dim`` components), shape (..., dim)."""
-        point = as_float_array(point, "point")
-        if point.shape[-1:] != (self.dim,):
-            raise ValidationError(
-                f"point must have shape (..., {self.dim}) for {self!r}, got shape {point.shape}."
-            )
-        return point
+        """The identity (checked: finite real numbers with ``dim`` components), shape (..., dim)."""
+        return check_points(point, "point", self, on_manifold=False, min_axes=1)
 
     def lie_frame(self, y, slots: int):
         """The translation action for one Lie-group step (exponentials are sums)."""
@@ -365,7 +379,7 @@ class Euclidean(_GsEuclidean):
 
     def random_uniform(self, n_samples=1):
         """Points uniform in the cube [-1, 1]^dim, shape (n_samples, dim) (geomstats' global RNG)."""
-        return self.random_point(n_samples)
+        return self.random_point(check_int(n_samples, "n_samples", 1))
 
     def __repr__(self) -> str:
         return f"Euclidean({self.dim})"
@@ -379,11 +393,15 @@ def project(y, W=None):
     return y / np.sqrt(np.einsum("...i,...i->...", y, y @ W))[..., None]
 
 
-def manifold_for(W, d: int):
-    """The manifold for tokens in R^d: ``Sphere(d - 1)`` if W is None, else ``Ellipsoid(W)``."""
+def manifold_for(W, d: int, source: str = "the tokens"):
+    """The manifold for tokens in R^d: ``Sphere(d - 1)`` if W is None, else ``Ellipsoid(W)``.
+
+    ``source`` names where d comes from, for the message when W has another size."""
     if W is None:
         return Sphere(d - 1)
     manifold = Ellipsoid(W)
     if manifold.dim + 1 != d:
-        raise ValidationError(f"W must have shape ({d}, {d}) to match d = {d}, got {manifold.W.shape}.")
+        raise ValidationError(
+            f"W must have shape ({d}, {d}) to match {source} (d = {d}), got shape {manifold.W.shape}."
+        )
     return manifold

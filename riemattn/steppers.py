@@ -103,10 +103,14 @@ def per_trajectory(a, y):
 
 
 def _check_field(field):
+    """The field a step evaluates: its unchecked twin where it has one (stage points are not
+    retracted, so the field's on-manifold token check is for users' calls only)."""
     if getattr(field, "manifold", None) is None or not callable(field):
         raise InputTypeError(
             f"field must be a riemattn Field (callable with a .manifold), got {type(field).__name__}."
         )
+    unchecked = getattr(field, "_unchecked", None)
+    return field if unchecked is None else unchecked()
 
 
 class Stepper:
@@ -195,7 +199,7 @@ class ProjectedRK(Stepper):
         return field(t, y)
 
     def step(self, field, t, y, h, k1=None):
-        _check_field(field)
+        field = _check_field(field)
         stages, b, b_err = self._plan()
         normalize = field.manifold.normalize
         hc = per_trajectory(h, y)

@@ -22,7 +22,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .errors import ValidationError
+from ._validation import check_int
+from .errors import InputTypeError, ValidationError
 
 __all__ = [
     "ButcherTableau",
@@ -43,16 +44,24 @@ __all__ = [
 
 
 def coefficient(x) -> float:
-    """A coefficient given as a number or as a fraction string ("-56/15")."""
-    return float(Fraction(x)) if isinstance(x, str) else float(x)
+    """A coefficient given as a real number or as a fraction string ("-56/15")."""
+    if isinstance(x, str):
+        return float(Fraction(x))
+    if isinstance(x, (bool, np.bool_, complex, np.complexfloating)) or np.ndim(x) != 0:
+        raise InputTypeError(f"a tableau coefficient must be a real number or a fraction string, got {x!r}.")
+    return float(x)
 
 
 # ----------------------------------------------------------------------------------------------
 # Rooted trees and order conditions
 # ----------------------------------------------------------------------------------------------
-@lru_cache(maxsize=None)
 def rooted_trees(order: int) -> tuple:
-    """All rooted trees with ``order`` nodes; a tree is a sorted tuple of its children."""
+    """All rooted trees with ``order`` nodes (an integer >= 1); a tree is a sorted tuple of its children."""
+    return _rooted_trees(check_int(order, "order", 1))
+
+
+@lru_cache(maxsize=None)
+def _rooted_trees(order: int) -> tuple:
     if order == 1:
         return ((),)
     out = set()
@@ -70,7 +79,7 @@ def rooted_trees(order: int) -> tuple:
             if not parts:
                 yield ()
                 return
-            for t in rooted_trees(parts[0]):
+            for t in _rooted_trees(parts[0]):
                 for rest in combos(parts[1:]):
                     yield (t,) + rest
 
@@ -101,6 +110,7 @@ def _weights(tree, A) -> np.ndarray:
 
 def order_residuals(A, b, order: int) -> list[tuple[tuple, float]]:
     """For every tree of order <= ``order``: (tree, b . Phi(t) - 1/gamma(t))."""
+    order = check_int(order, "order", 0)
     A = np.asarray(A, dtype=float)
     b = np.asarray(b, dtype=float)
     res = []
@@ -113,6 +123,25 @@ def order_residuals(A, b, order: int) -> list[tuple[tuple, float]]:
 # ----------------------------------------------------------------------------------------------
 # Butcher tableau
 # ----------------------------------------------------------------------------------------------
+def _coefficients(values, name: str, ndim: int) -> np.ndarray:
+    """Tableau coefficients (numbers or fraction strings) as a finite float array of ``ndim`` axes."""
+    try:
+        if ndim == 1:
+            arr = np.array([coefficient(x) for x in values])
+        else:
+            arr = np.array([[coefficient(x) for x in row] for row in values])
+    except (TypeError, ValueError, ZeroDivisionError) as exc:
+        raise InputTypeError(
+            f"{name} must be {'a sequence' if ndim == 1 else 'a sequence of rows'} of real numbers or "
+            f"fraction strings, got {type(values).__name__}: {exc}"
+        ) from None
+    if arr.ndim != ndim:
+        raise ValidationError(f"{name} must have {ndim} axis/axes, got shape {arr.shape}.")
+    if not np.isfinite(arr).all():
+        raise ValidationError(f"{name} contains NaN or infinite coefficients.")
+    return arr
+
+
 @dataclass(frozen=True)
 class ButcherTableau:
     """An explicit Runge--Kutta tableau, validated on construction.
@@ -136,9 +165,10 @@ class ButcherTableau:
     _arrays: dict = dc_field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
-        c = np.array([coefficient(x) for x in self.c])
-        A = np.array([[coefficient(x) for x in row] for row in self.A])
-        b = np.array([coefficient(x) for x in self.b])
+        check_int(self.order, "order", 1)
+        c = _coefficients(self.c, "c", 1)
+        A = _coefficients(self.A, "A", 2)
+        b = _coefficients(self.b, "b", 1)
         s = len(b)
         if A.shape != (s, s) or c.shape != (s,):
             raise ValidationError(f"tableau shapes disagree: c {c.shape}, A {A.shape}, b {b.shape}.")
@@ -149,9 +179,10 @@ class ButcherTableau:
         self._check(A, b, self.order, "b")
         self._arrays.update(c=c, A=A, b=b)
         if self.b_hat is not None:
-            b_hat = np.array([coefficient(x) for x in self.b_hat])
+            b_hat = _coefficients(self.b_hat, "b_hat", 1)
             if self.embedded_order is None:
                 raise ValidationError("embedded_order is required with b_hat.")
+            check_int(self.embedded_order, "embedded_order", 1)
             self._check(A, b_hat, self.embedded_order, "b_hat")
             self._arrays.update(b_hat=b_hat, b_err=b - b_hat)
 

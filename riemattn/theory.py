@@ -36,14 +36,14 @@ Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, The
 
 from __future__ import annotations
 
-from numbers import Integral, Real
-
 import numpy as np
 from scipy import integrate as _spi
 from scipy import optimize as _spo
 
-from ._validation import as_float_array, check_finite, check_square_matrix, check_tokens
-from .errors import InputTypeError, ValidationError
+from ._validation import (
+    as_float_array, check_beta, check_choice, check_finite, check_int, check_real, check_square_matrix, check_tokens,
+)
+from .errors import ValidationError
 
 __all__ = [
     "equiangular_rate",
@@ -58,30 +58,16 @@ MODELS = ("sa", "usa")
 
 
 def _check_model(model) -> str:
-    if model not in MODELS:
-        raise ValidationError(f"model must be one of {list(MODELS)}, got {model!r}.")
-    return model
-
-
-def _check_beta(beta) -> float:
-    if isinstance(beta, bool) or not isinstance(beta, Real):
-        raise InputTypeError(f"beta must be a real number, got {type(beta).__name__}.")
-    beta = float(beta)
-    if not np.isfinite(beta) or beta < 0.0:
-        raise ValidationError(f"beta must be a finite number >= 0, got {beta!r}.")
-    return beta
+    return check_choice(model, "model", MODELS)
 
 
 def _check_n(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, Integral):
-        raise InputTypeError(f"n (number of particles) must be an integer, got {type(n).__name__}.")
-    if n < 2:
-        raise ValidationError(f"n (number of particles) must be >= 2, got {n!r}.")
-    return int(n)
+    return check_int(n, "n", 2, " (number of particles)")
 
 
 def _check_eps(eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, Real) or not (0.0 < float(eps) < 1.0):
+    eps = check_real(eps, "eps")
+    if not 0.0 < eps < 1.0:
         raise ValidationError(f"eps must be a number in (0, 1), got {eps!r}.")
     return float(eps)
 
@@ -116,8 +102,25 @@ def equiangular_rate(rho, beta: float, n: int, model: str = "sa"):
     ----------
     GLPR, Theorem 6.8, eqs. (6.9)-(6.10); derivation in this module's docstring.
     """
+    beta = check_beta(beta)
+    n = _check_n(n)
     model = _check_model(model)
-    rho = np.asarray(rho, dtype=float)
+    rho = check_finite(as_float_array(rho, "rho"), "rho")
+    lo = -1.0 / (n - 1)
+    if rho.size and (rho.min() < lo - RHO_TOL or rho.max() > 1.0 + RHO_TOL):
+        raise ValidationError(
+            f"rho must lie in [-1/(n-1), 1] = [{lo:.6g}, 1] (the common inner product of n = {n} unit "
+            f"vectors), got values in [{float(rho.min()):.6g}, {float(rho.max()):.6g}]."
+        )
+    return _rate(rho, beta, n, model)
+
+
+#: Slack on the range [-1/(n-1), 1] of rho accepted by :func:`equiangular_rate`.
+RHO_TOL = 1e-12
+
+
+def _rate(rho, beta: float, n: int, model: str):
+    """:func:`equiangular_rate` for checked arguments."""
     poly = (1.0 - rho) * ((n - 1) * rho + 1.0)
     if model == "sa":
         return 2.0 * poly / (np.exp(beta * (1.0 - rho)) + (n - 1))
@@ -158,7 +161,7 @@ def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 
     Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
     Theorem 6.8, eqs. (6.9)-(6.10).
     """
-    beta = _check_beta(beta)
+    beta = check_beta(beta)
     n = _check_n(n)
     model = _check_model(model)
     t_arr = _check_times(t)
@@ -171,7 +174,7 @@ def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 
         uniq = np.unique(flat)
 
         def rhs(_, u):
-            return -equiangular_rate(1.0 - u, beta, n, model)
+            return -_rate(1.0 - u, beta, n, model)
 
         sol = _spi.solve_ivp(rhs, (0.0, t_max), [1.0], method="DOP853", t_eval=uniq, rtol=rtol, atol=atol)
         if not sol.success:  # pragma: no cover - smooth scalar ODE
@@ -206,13 +209,13 @@ def clustering_time(beta: float, n: int, eps: float = 1e-3, model: str = "sa") -
     ----------
     GLPR, Theorem 6.8 and section 6.3.
     """
-    beta = _check_beta(beta)
+    beta = check_beta(beta)
     n = _check_n(n)
     eps = _check_eps(eps)
     model = _check_model(model)
 
     def inv_rate(rho):
-        return 1.0 / equiangular_rate(rho, beta, n, model)
+        return 1.0 / _rate(rho, beta, n, model)
 
     # The SA integrand grows like e^{beta (1 - rho)} near rho = 0: tell quad where the action is.
     pts = None
@@ -257,7 +260,7 @@ def phase_boundary(t, n: int, eps: float = 1e-3, model: str = "sa", *, beta_max:
     eps = _check_eps(eps)
     model = _check_model(model)
     t_arr = _check_times(t)
-    beta_max = _check_beta(beta_max)
+    beta_max = check_beta(beta_max, "beta_max")
     T0 = clustering_time(0.0, n, eps, model)
     Tmax = clustering_time(beta_max, n, eps, model)
     flat = t_arr.ravel()

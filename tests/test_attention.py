@@ -238,7 +238,7 @@ def test_one_time_per_trajectory(vectorized):
         (dict(P=np.ones((3, 2))), ValidationError, ["P", "(d, d)"]),
         (dict(P=np.ones((2, 2, 3, 3))), ValidationError, ["P", "(h, d, d)"]),
         (dict(P=np.eye(3), U=np.eye(4)), ValidationError, ["U", "R^3"]),
-        (dict(P=np.eye(3), W=np.eye(4)), ValidationError, ["P", "R^4"]),
+        (dict(P=np.eye(3), W=np.eye(4)), ValidationError, ["W must have shape (3, 3)", "P", "(4, 4)"]),
         (dict(P=np.eye(3), W=-np.eye(3)), ValidationError, ["W", "positive definite"]),
         (dict(P=np.eye(3), W=np.array([[1, 1, 0], [0, 1, 0], [0, 0, 1.0]])), ValidationError, ["W", "symmetric"]),
         (dict(P=np.full((3, 3), np.inf)), ValidationError, ["P", "NaN or infinite"]),

@@ -112,8 +112,10 @@ def test_points_roundtrip_and_errors():
     assert wrap(2 * np.pi + 0.5) == pytest.approx(0.5)
     with pytest.raises(ValidationError, match="beta must be >= 0"):
         CircleField(-1.0)
+    with pytest.raises(ValidationError, match="beta must be a finite real"):
+        CircleField(float("nan"))  # NaN is a wrong value (a float), not a wrong type
     with pytest.raises(InputTypeError, match="beta must be a finite real"):
-        CircleField(float("nan"))
+        CircleField("1")
     with pytest.raises(ValidationError, match="model must be one of"):
         CircleField(1.0, "kuramoto")
     with pytest.raises(ValidationError, match="x must have shape"):
