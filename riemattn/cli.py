@@ -52,21 +52,29 @@ def _cmd_list(args) -> int:
 
 def _cmd_reproduce(args) -> int:
     from .experiments import available, reproduce
+    from .experiments._runner import Interrupted, check_outputs
 
     modules = available()
+    if args.all and args.names:
+        raise RiemattnError(f"give reproduction NAMEs or --all, not both (got --all and {args.names}).")
     if args.all:
         names = list(modules)
     elif args.names:
         unknown = [n for n in args.names if n not in modules]
         if unknown:
             raise RiemattnError(f"unknown reproduction(s) {unknown}; `riemattn list` shows {sorted(modules)}.")
-        names = args.names
+        names = list(dict.fromkeys(args.names))
     else:
         raise RiemattnError("give reproduction NAMEs or --all (see `riemattn list`).")
-    summaries = reproduce(
-        names, quick=args.quick, out=args.out, workers=args.workers, progress=not args.no_progress,
-        force=args.force,
-    )
+    check_outputs(args.out, names, "--out")
+    try:
+        summaries = reproduce(
+            names, quick=args.quick, out=args.out, workers=args.workers, progress=not args.no_progress,
+            force=args.force,
+        )
+    except Interrupted as exc:
+        print(f"riemattn: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     failed = 0
     for s in summaries:
         status = "PASS" if s["passed"] else "FAIL"
