@@ -192,9 +192,9 @@ def test_failure_while_writing_leaves_no_directory_and_no_part_files(tmp_path, m
         real(path, write)
 
     monkeypatch.setattr(runner, "_atomic_write", fail_on_pdf)
-    (s,) = reproduce([NAME], out=tmp_path, smoke=True, progress=False)
+    (s,) = reproduce([NAME], out=tmp_path / "new" / "results", smoke=True, progress=False)
     assert not s["passed"] and "No space left" in s["error"]
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # neither the figure's directory nor --out and its parent
 
 
 # ---------------------------------------------------------------------------------------------

@@ -211,7 +211,7 @@ def run_one(
             for v in getattr(module, "TIMINGS", ()) if v in ds
         }
         ds = ds.drop_vars(list(timings))  # data.nc holds results only: the same bytes every run
-        created = not outdir.exists()
+        created = [d for d in (outdir, *outdir.parents) if not d.exists()]  # innermost first
         try:
             outdir.mkdir(parents=True, exist_ok=True)
             # from here until summary.json is written, the directory is not a finished figure
@@ -244,12 +244,13 @@ def run_one(
                 outdir / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n")
             )
         except BaseException:
-            if created:  # leave no directory behind that this call created
+            if created:  # leave no directory behind that this call created (OUT too)
                 for f in OUTPUTS:
                     with contextlib.suppress(OSError):
                         (outdir / f).unlink()
-                with contextlib.suppress(OSError):
-                    outdir.rmdir()
+                for d in created:
+                    with contextlib.suppress(OSError):
+                        d.rmdir()  # only if empty
             raise
     finally:
         plt.close(fig)
