@@ -6,6 +6,12 @@
     riemattn sweep CONFIG.toml --out STORE.zarr [--scheduler ADDRESS] [--workers N]
     riemattn sweep-plot STORE.zarr --var NAME --x DIM --y DIM [--sel DIM=VALUE ...] [--out FIG.png]
     riemattn loop --model gpt2 ...            (needs the ``llm`` extra)
+    riemattn --version
+
+A user mistake (a bad option, a bad configuration, an output path that cannot be written) is one
+line ``riemattn: error: ...`` on stderr and exit status 2, found before any work starts; never a
+traceback. An interrupted ``reproduce`` (Ctrl-C, SIGTERM) prints one line saying what finished and
+exits with 128 + the signal number (130, 143).
 """
 
 from __future__ import annotations
@@ -15,7 +21,27 @@ import logging
 import os
 import sys
 
+from . import __version__
+from ._paths import check_output_dir
 from .errors import RiemattnError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line ``riemattn: error: ...`` (exit 2), like every other error."""
+
+    def error(self, message):
+        self.exit(2, f"riemattn: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _workers(text: str) -> int:
+    """--workers: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
 
 
 def _cmd_list(args) -> int:
@@ -28,21 +54,29 @@ def _cmd_list(args) -> int:
 
 def _cmd_reproduce(args) -> int:
     from .experiments import available, reproduce
+    from .experiments._runner import Interrupted, check_outputs
 
     modules = available()
+    if args.all and args.names:
+        raise RiemattnError(f"give reproduction NAMEs or --all, not both (got --all and {args.names}).")
     if args.all:
         names = list(modules)
     elif args.names:
         unknown = [n for n in args.names if n not in modules]
         if unknown:
             raise RiemattnError(f"unknown reproduction(s) {unknown}; `riemattn list` shows {sorted(modules)}.")
-        names = args.names
+        names = list(dict.fromkeys(args.names))
     else:
         raise RiemattnError("give reproduction NAMEs or --all (see `riemattn list`).")
-    summaries = reproduce(
-        names, quick=args.quick, out=args.out, workers=args.workers, progress=not args.no_progress,
-        force=args.force,
-    )
+    check_outputs(args.out, names, "--out")
+    try:
+        summaries = reproduce(
+            names, quick=args.quick, out=args.out, workers=args.workers, progress=not args.no_progress,
+            force=args.force,
+        )
+    except Interrupted as exc:
+        print(f"riemattn: {exc}", file=sys.stderr)
+        return 128 + exc.signum
     failed = 0
     for s in summaries:
         status = "PASS" if s["passed"] else "FAIL"
@@ -61,9 +95,11 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_simulate(args) -> int:
-    from .simulate import simulate_file
+    from .simulate import load_config, simulate_config
 
-    summary = simulate_file(args.config, out=args.out, progress=not args.no_progress)
+    cfg = load_config(args.config)
+    check_output_dir(args.out, "--out")
+    summary = simulate_config(cfg, out=args.out, progress=not args.no_progress)
     print(f"wrote {args.out}: " + ", ".join(summary["files"]))
     return 0
 
@@ -96,9 +132,10 @@ def _cmd_loop(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="riemattn", description="The geometry of attention: simulate, reproduce the papers' figures."
     )
+    parser.add_argument("--version", action="version", version=f"riemattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="list the reproducible figures")
@@ -109,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="run every reproduction")
     p.add_argument("--quick", action="store_true", help="smaller sizes that keep each figure's meaning")
     p.add_argument("--out", default="results", help="output directory (default: results)")
-    p.add_argument("--workers", type=int, default=1, help="parallel processes (default 1)")
+    p.add_argument("--workers", type=_workers, default=1,
+                   help="parallel processes, >= 1 (default 1); the results do not depend on it")
     p.add_argument("--force", action="store_true", help="recompute figures that are already finished")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_reproduce)
@@ -158,6 +196,12 @@ def main(argv=None) -> int:
         return args.func(args)
     except RiemattnError as exc:
         print(f"riemattn: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("riemattn: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("riemattn: error: out of memory; choose smaller sizes (tokens, trajectories, saves, d)", file=sys.stderr)
         return 2
 
 

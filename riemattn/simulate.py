@@ -32,30 +32,44 @@ Example (every key is optional; these are the defaults)::
     dt = 0.01               # fixed-step steppers
     rtol = 1e-6             # adaptive steppers
     atol = 1e-9
-    saves = 101             # number of saved times in [0, t1]
+    saves = 101             # number of saved times, evenly spaced in [0, t1], both ends included: >= 2
 
 Matrix recipes: "uniform" (entries uniform in [-scale, scale], the papers' choice), "gaussian"
 (entries N(0, scale^2)), "symmetric" (A + A^T, A uniform), "spd" (A A^T + scale I), "identity"
-(scale * I). Outputs in ``--out``: ``data.nc``, ``misalignment.png``, ``trajectories.png`` (d = 3 only) and
-``summary.json``.
+(scale * I; for U, "identity" is I itself and U_scale is not used). Outputs in ``--out``:
+``data.nc``, ``misalignment.png``, ``trajectories.png`` (d = 3 only) and ``summary.json``.
+
+The configuration is checked before any work (:func:`validate_config`): unknown keys, TOML types
+(an integer key takes an integer: ``tokens = 2.7`` or ``true`` is an error, not truncated; a number
+key takes an integer or a float), ranges (``seed >= 0``, ``trajectories, tokens, heads >= 1``,
+``d >= 2``, ``W_cond >= 1``, ``P_scale, U_scale >= 0``, ``t1, dt, rtol, atol > 0``, ``saves >= 2``;
+every number finite), matrix shapes, an explicit ``W`` symmetric positive definite. The first
+problem raises :class:`~riemattn.errors.InputTypeError` (type) or
+:class:`~riemattn.errors.ValidationError` (value) naming the key as written (``integration.saves``).
+Keys that do not apply are accepted and not used: ``W`` and ``W_cond`` on the sphere, ``dt`` with
+an adaptive stepper, ``rtol``/``atol`` with a fixed-step one, ``P_scale``/``U_scale`` with an explicit
+matrix.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import tomllib
-from pathlib import Path
 
 import numpy as np
 
-from ._validation import check_choice
+from ._paths import check_input_file, check_output_dir
+from ._validation import check_choice, check_spd
 from .attention import AttentionField
 from .diagnostics import misalignment
 from .errors import InputTypeError, ValidationError
 from .integrate import integrate
 from .steppers import STEPPERS, get_stepper
 
-__all__ = ["simulate_file", "simulate_config", "build_model", "DEFAULTS", "random_matrix"]
+__all__ = [
+    "DEFAULTS", "build_model", "load_config", "random_matrix", "simulate_config", "simulate_file", "validate_config",
+]
 
 DEFAULTS = {
     "seed": 0,
@@ -74,19 +88,156 @@ DEFAULTS = {
 RECIPES = ("uniform", "gaussian", "symmetric", "spd", "identity")
 
 
+def _kind(value) -> str:
+    """The TOML type of a parsed value, for messages."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"
+
+
+def _text(value) -> str:
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _got(value) -> str:
+    return f"got {_text(value)} ({_kind(value)})"
+
+
+def _integer(value, name: str, minimum: int, note: str = "") -> int:
+    expected = f"{name} must be an integer >= {minimum}{note}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputTypeError(f"{expected}, {_got(value)}.")
+    if value < minimum:
+        raise ValidationError(f"{expected}, got {value}.")
+    return value
+
+
+def _number(value, name: str, minimum: float | None = None, strict: bool = False) -> float:
+    if minimum == 0 and strict:
+        expected = f"{name} must be a positive finite number"
+    else:
+        bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum:g}"
+        expected = f"{name} must be a finite number{bound}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputTypeError(f"{expected}, {_got(value)}.")
+    number = float(value)
+    if not math.isfinite(number) or (minimum is not None and (number <= minimum if strict else number < minimum)):
+        raise ValidationError(f"{expected}, got {value!r}.")
+    return number
+
+
+def _choice(value, name: str, choices) -> str:
+    if not isinstance(value, str):
+        raise InputTypeError(f"{name} must be one of {sorted(choices)}, {_got(value)}.")
+    return check_choice(value, name, choices)
+
+
+def _leaves(value):
+    if isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+def _array(value, name: str, shapes: tuple, words: str) -> np.ndarray:
+    """A TOML array of numbers of one of ``shapes``, finite."""
+    for leaf in _leaves(value):
+        if isinstance(leaf, bool) or not isinstance(leaf, (int, float)):
+            raise InputTypeError(f"{name} must contain numbers only; it contains {_text(leaf)} ({_kind(leaf)}).")
+    try:
+        arr = np.array(value, dtype=float)
+    except ValueError:  # ragged
+        raise ValidationError(f"{name} must be {words}; its rows have different lengths.") from None
+    if arr.shape not in shapes:
+        raise ValidationError(f"{name} must be {words}, got an array of shape {arr.shape}.")
+    if not np.all(np.isfinite(arr)):
+        raise ValidationError(f"{name} must contain finite numbers, got nan or inf.")
+    return arr
+
+
+def _matrices(value, name: str, d: int, h: int | None, choices) -> None:
+    """A recipe name from ``choices``, a (d, d) matrix, or (when ``h``) a list of h such matrices."""
+    if isinstance(value, str):
+        _choice(value, name, choices)
+        return
+    if not isinstance(value, list):
+        raise InputTypeError(f"{name} must be one of {sorted(choices)} or a ({d}, {d}) matrix, {_got(value)}.")
+    shapes = ((d, d),) if h is None else ((d, d), (h, d, d))
+    words = f"a ({d}, {d}) matrix" if h is None else f"a ({d}, {d}) matrix or a list of heads = {h} such matrices"
+    arr = _array(value, name, shapes, words)
+    if name == "manifold.W":
+        check_spd(arr, name, d)
+
+
 def _merge(defaults: dict, given: dict, where: str) -> dict:
-    out = {}
-    for key, value in given.items():
+    for key in given:
         if key not in defaults:
             raise ValidationError(f"unknown key {where}{key!r} in the configuration; known: {sorted(defaults)}.")
+    out = {}
     for key, default in defaults.items():
         value = given.get(key, default)
         if isinstance(default, dict):
             if not isinstance(value, dict):
-                raise ValidationError(f"{where}{key} must be a table ([{key}]), got {value!r}.")
+                raise InputTypeError(f"{where}{key} must be a table ([{where}{key}]), {_got(value)}.")
             value = _merge(default, value, f"{where}{key}.")
+        elif isinstance(value, dict):
+            raise InputTypeError(f"{where}{key} must be a value, not a table ([{where}{key}]).")
         out[key] = value
     return out
+
+
+def validate_config(given: dict) -> dict:
+    """The configuration ``given`` (a parsed TOML table) merged with :data:`DEFAULTS` and checked.
+
+    Every key's type and range is checked before any work starts; the first problem raises
+    :class:`~riemattn.errors.InputTypeError` (wrong TOML type) or
+    :class:`~riemattn.errors.ValidationError` (wrong value), naming the key as written in the file
+    (``integration.saves``). Integers are not truncated: ``tokens = 2.7`` and ``tokens = true`` are
+    errors. Returns a new dict; ``given`` is not modified.
+    """
+    if not isinstance(given, dict):
+        raise InputTypeError(f"the configuration must be a table (dict), {_got(given)}.")
+    cfg = _merge(DEFAULTS, given, "")
+    _integer(cfg["seed"], "seed", 0)
+    _integer(cfg["trajectories"], "trajectories", 1)
+    _integer(cfg["tokens"], "tokens", 1)
+    d = _integer(cfg["d"], "d", 2)
+    man = cfg["manifold"]
+    _choice(man["kind"], "manifold.kind", ("sphere", "ellipsoid"))
+    _matrices(man["W"], "manifold.W", d, None, ("random-spd",))
+    _number(man["W_cond"], "manifold.W_cond", 1.0)
+    att = cfg["attention"]
+    h = _integer(att["heads"], "attention.heads", 1)
+    _matrices(att["P"], "attention.P", d, h, RECIPES)
+    _number(att["P_scale"], "attention.P_scale", 0.0)
+    _choice(att["modulation"], "attention.modulation", ("none", "sinusoid"))
+    _matrices(att["U"], "attention.U", d, h, RECIPES)
+    _number(att["U_scale"], "attention.U_scale", 0.0)
+    _choice(att["mask"], "attention.mask", ("full", "causal"))
+    _choice(att["normalization"], "attention.normalization", ("paper", "softmax", "mean"))
+    _number(att["beta"], "attention.beta")
+    _choice(cfg["initial"]["distribution"], "initial.distribution", ("cube", "uniform"))
+    integ = cfg["integration"]
+    _choice(integ["stepper"], "integration.stepper", tuple(STEPPERS))
+    _number(integ["t1"], "integration.t1", 0.0, strict=True)
+    _number(integ["dt"], "integration.dt", 0.0, strict=True)
+    _number(integ["rtol"], "integration.rtol", 0.0, strict=True)
+    _number(integ["atol"], "integration.atol", 0.0, strict=True)
+    # saves = 1 would be t = 0 alone (t1 ignored): rejected, not redefined
+    _integer(integ["saves"], "integration.saves", 2, " (evenly spaced times from 0 to t1, both saved)")
+    return cfg
 
 
 def random_matrix(recipe, d: int, scale: float, rng: np.random.Generator, name: str) -> np.ndarray:
@@ -110,11 +261,8 @@ def random_matrix(recipe, d: int, scale: float, rng: np.random.Generator, name: 
 
 
 def _heads(spec, h, d, scale, rng, name):
-    if isinstance(spec, list) and spec and isinstance(spec[0], list) and spec and np.ndim(spec) == 3:
-        M = np.asarray(spec, dtype=float)
-        if M.shape != (h, d, d):
-            raise ValidationError(f"{name} must have shape ({h}, {d}, {d}) for {h} heads, got {M.shape}.")
-        return M
+    if isinstance(spec, list) and np.ndim(spec) == 3:  # a list of h matrices (checked by validate_config)
+        return np.asarray(spec, dtype=float)
     return np.stack([random_matrix(spec, d, scale, rng, name) for _ in range(h)])
 
 
@@ -125,31 +273,23 @@ def _random_spd(d, cond, rng):
 
 
 def build_model(cfg: dict, beta=None):
-    """(field, y0, t_save) from a merged configuration.
+    """(field, y0, t_save) from a configuration (checked with :func:`validate_config` first).
 
     ``beta`` (optional) replaces ``attention.beta``: a float, or an array broadcasting over the
     leading axes of the batch (used by ``riemattn sweep`` to carry several beta in one integration).
     """
+    cfg = validate_config(cfg)
     rng = np.random.default_rng(cfg["seed"])
-    d, ell, n_traj = int(cfg["d"]), int(cfg["tokens"]), int(cfg["trajectories"])
-    for key, value in (("d", d), ("tokens", ell), ("trajectories", n_traj)):
-        if value < 1 or (key == "d" and value < 2):
-            raise ValidationError(f"{key} must be >= {2 if key == 'd' else 1}, got {value}.")
+    d, ell, n_traj = cfg["d"], cfg["tokens"], cfg["trajectories"]
     man = cfg["manifold"]
-    check_choice(man["kind"], "manifold.kind", ("sphere", "ellipsoid"))
     W = None
     if man["kind"] == "ellipsoid":
-        W = _random_spd(d, float(man["W_cond"]), rng) if man["W"] == "random-spd" else man["W"]
+        W = _random_spd(d, float(man["W_cond"]), rng) if man["W"] == "random-spd" else np.asarray(man["W"], float)
     att = cfg["attention"]
-    h = int(att["heads"])
-    if h < 1:
-        raise ValidationError(f"attention.heads must be >= 1, got {h}.")
+    h = att["heads"]
     P0 = _heads(att["P"], h, d, float(att["P_scale"]), rng, "attention.P")
-    U = None if att["U"] == "identity" and float(att["U_scale"]) == 1.0 else _heads(
-        att["U"], h, d, float(att["U_scale"]), rng, "attention.U")
-    if att["U"] == "identity":
-        U = None
-    check_choice(att["modulation"], "attention.modulation", ("none", "sinusoid"))
+    # U = "identity" is the identity itself (U_scale applies to U's other recipes)
+    U = None if att["U"] == "identity" else _heads(att["U"], h, d, float(att["U_scale"]), rng, "attention.U")
     if att["modulation"] == "sinusoid":
         omega = rng.uniform(0.0, 1.0, (h, d))
         phi = rng.uniform(0.0, 2 * np.pi, (h, d))
@@ -161,22 +301,24 @@ def build_model(cfg: dict, beta=None):
         P = P0
     field = AttentionField(P, U, W=W, mask=att["mask"], normalization=att["normalization"],
                            beta=float(att["beta"]) if beta is None else beta)
-    dist = check_choice(cfg["initial"]["distribution"], "initial.distribution", ("cube", "uniform"))
-    if dist == "cube":
+    if cfg["initial"]["distribution"] == "cube":
         y0 = rng.uniform(-0.5, 0.5, (n_traj, ell, d))
     else:
         y0 = rng.normal(size=(n_traj, ell, d)) @ field.manifold.inv_sqrt_W
     y0 = field.manifold.projection(y0)
     integ = cfg["integration"]
-    t1 = float(integ["t1"])
-    if not t1 > 0:
-        raise ValidationError(f"integration.t1 must be > 0, got {t1}.")
-    t_save = np.linspace(0.0, t1, int(integ["saves"]))
+    t_save = np.linspace(0.0, float(integ["t1"]), integ["saves"])
     return field, y0, t_save
 
 
 def simulate_config(cfg: dict, out="simulation", progress=False) -> dict:
-    """Run a merged configuration and write data.nc, plots and summary.json into ``out``."""
+    """Run a configuration and write data.nc, plots and summary.json into ``out``.
+
+    ``cfg`` is checked (:func:`validate_config`) and ``out`` must be a directory that exists or can
+    be created, before anything is computed.
+    """
+    cfg = validate_config(cfg)
+    out = check_output_dir(out, "out")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -184,12 +326,12 @@ def simulate_config(cfg: dict, out="simulation", progress=False) -> dict:
 
     field, y0, t_save = build_model(cfg)
     integ = cfg["integration"]
-    if integ["stepper"] not in STEPPERS:
-        raise ValidationError(f"integration.stepper must be one of {sorted(STEPPERS)}, got {integ['stepper']!r}.")
     stepper = get_stepper(integ["stepper"])
-    kwargs = dict(rtol=float(integ["rtol"]), atol=float(integ["atol"])) if stepper.adaptive else dict(dt=float(integ["dt"]))
+    if stepper.adaptive:
+        kwargs = {"rtol": float(integ["rtol"]), "atol": float(integ["atol"])}
+    else:
+        kwargs = {"dt": float(integ["dt"])}
     sol = integrate(field, y0, (0.0, t_save[-1]), stepper=stepper, saveat=t_save, progress=progress, **kwargs)
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     E = misalignment(sol.y)  # (time, trajectory)
     ds = sol.to_xarray()
@@ -230,15 +372,19 @@ def simulate_config(cfg: dict, out="simulation", progress=False) -> dict:
     return summary
 
 
-def simulate_file(path, out="simulation", progress=False) -> dict:
-    """Read a TOML configuration (see the module docstring), run it, write the outputs."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValidationError(f"config file {str(path)!r} does not exist.")
+def load_config(path) -> dict:
+    """Read a TOML configuration file and return it checked and merged (:func:`validate_config`)."""
+    text = check_input_file(path, "config file")
     try:
-        given = tomllib.loads(path.read_text())
+        given = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValidationError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
-    if not isinstance(given, dict):
-        raise InputTypeError("the configuration must be a TOML table.")
-    return simulate_config(_merge(DEFAULTS, given, ""), out=out, progress=progress)
+    return validate_config(given)
+
+
+def simulate_file(path, out="simulation", progress=False) -> dict:
+    """Read a TOML configuration (see the module docstring), run it, write the outputs.
+
+    The file, its schema (:func:`validate_config`) and ``out`` are all checked before any work.
+    """
+    return simulate_config(load_config(path), out=out, progress=progress)

@@ -8,6 +8,9 @@ Each module defines ``NAME`` (the CLI name), ``PAPER``, ``FIGURE``, ``DESCRIPTIO
 - ``claims(ds) -> dict``: ``{name: {"passed": bool, "value": ..., "description": str}}``, the paper's
   claims checked on the data.
 
+Optional: ``TIMINGS``, names of data variables that are wall-clock measurements, not results; the
+runner moves them from ``data.nc`` (which stays byte-identical between runs) to ``summary.json``.
+
 Modules are discovered automatically (every non-underscore module of this package with a ``NAME``).
 :func:`riemattn.experiments.reproduce` runs them and writes PNG/PDF, NetCDF and ``summary.json``.
 """

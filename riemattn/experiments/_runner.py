@@ -1,15 +1,38 @@
 """Run reproductions, write their outputs as they finish, and skip what is already done.
 
 Outputs per figure, in ``OUT/NAME/``: ``figure.png``, ``figure.pdf``, ``data.nc`` (NetCDF) and
-``summary.json`` (configuration, its hash, runtime, claims with pass/fail). ``summary.json`` is written
-last and atomically: a figure whose summary exists with the same configuration hash is finished and
-is not recomputed, so an interrupted ``--all`` run resumes where it stopped.
+``summary.json`` (configuration, its hash, the package version, runtime, claims with pass/fail,
+the size and SHA-256 of each of the three other files, and the module's ``TIMINGS``: wall-clock
+measurements such as icml-gpt's ``pass_seconds``, kept out of ``data.nc``).
 
-Sizes: full (the papers'), ``quick`` (``riemattn reproduce --quick``) and ``smoke`` (the test suite's:
-``config(quick=True, smoke=True)`` for modules whose ``config`` accepts ``smoke``, else quick).
-With ``workers > 1`` each worker process limits its BLAS/OpenMP threads to
-``cpu_count // workers`` (threadpoolctl, when installed): otherwise every process starts one BLAS
-thread per core and they oversubscribe the machine (measured: 5x slower field evaluations).
+Cache validity comes from the files themselves. A figure is finished (and not recomputed) when its
+``summary.json`` has the same configuration hash (name, configuration, package version) and every
+output it lists exists with the recorded size and SHA-256. The order of writing makes this safe
+against a kill at any moment: everything is computed first (run, plot, claims), then the old
+``summary.json`` is removed, then each output is written to ``FILE.part`` and renamed over
+``FILE``, and ``summary.json`` comes last, atomically. A deleted, truncated or replaced ``data.nc``
+or a missing figure is therefore recomputed, and a ``--quick`` run killed after replacing
+``data.nc`` cannot leave a full-size summary behind. A figure that fails leaves no directory
+it created.
+
+Sizes: full (the papers'), ``quick`` (``riemattn reproduce --quick``) and ``smoke`` (the test
+suite's: ``config(quick=True, smoke=True)`` for modules whose ``config`` accepts ``smoke``, else
+quick).
+
+Threads and determinism: every figure runs with BLAS/OpenMP limited to one thread
+(:data:`BLAS_THREADS`, threadpoolctl), in the calling process (one worker) and in each worker
+process alike, so ``data.nc`` is byte-identical whatever ``workers`` is (measured on
+``--all --quick``: all ten). (More BLAS threads change
+the summation order of some products, hence the last bit; and N processes each with one thread per
+core oversubscribe the machine, measured 5x slower field evaluations.)
+
+Workers (``workers > 1``, :mod:`._workers`) are fresh processes (``spawn``), one figure at a time.
+They ignore SIGINT (the parent decides) and die with their parent: on Linux the kernel sends them
+SIGKILL when the parent dies (``prctl(PR_SET_PDEATHSIG)``), and on every system a thread in each
+worker exits it within half a second of its parent's death (the parent pid changes).
+Ctrl-C (SIGINT) or SIGTERM of the parent kills the workers at once, removes their partial files
+and raises :class:`Interrupted`, which says what finished; the CLI prints it as one line and
+exits with 128 + the signal number. Running the same command again resumes.
 """
 
 from __future__ import annotations
@@ -19,16 +42,49 @@ import hashlib
 import inspect
 import json
 import os
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from .. import __version__
-from . import get
+from .._paths import check_output_dir
+from ..errors import InputTypeError, ValidationError
+from . import available, get
+from ._workers import run_parallel, signals_raise, thread_limit
 
-__all__ = ["config_for", "config_hash", "reproduce", "run_one"]
+__all__ = [
+    "BLAS_THREADS", "Interrupted", "check_outputs", "config_for", "config_hash", "is_done", "reproduce",
+    "run_one",
+]
+
+#: BLAS/OpenMP threads of every figure's process, whatever the number of workers
+BLAS_THREADS = 1
+
+#: the outputs of a figure besides summary.json, in the order they are written
+OUTPUTS = ("data.nc", "figure.png", "figure.pdf")
+
+
+class Interrupted(KeyboardInterrupt):
+    """``reproduce`` stopped by SIGINT or SIGTERM: its workers are stopped, ``finished`` are done.
+
+    Attributes: ``signum`` (the signal), ``finished`` (summaries of the figures that finished, in
+    the order of the names), ``unfinished`` (names not finished). ``str()`` is the one-line report.
+    """
+
+    def __init__(self, signum: int, finished: list, unfinished: list):
+        self.signum, self.finished, self.unfinished = signum, finished, unfinished
+        done = ", ".join(
+            f"{s['name']} ({'PASS' if s.get('passed') else 'FAIL'}{', cached' if s.get('cached') else ''})"
+            for s in finished
+        ) or "none"
+        super().__init__(
+            f"interrupted by {signal.Signals(signum).name}: finished {len(finished)} of "
+            f"{len(finished) + len(unfinished)}: {done}; not finished: {', '.join(unfinished) or 'none'}; "
+            "run the same command again to resume."
+        )
 
 
 def config_hash(name: str, config: dict) -> str:
@@ -67,19 +123,61 @@ def _jsonable(value):
 
 
 def _atomic_write(path: Path, write):
+    """``write(tmp)`` then rename ``tmp`` over ``path``; the partial ``tmp`` is removed on any failure."""
     tmp = path.with_name(path.name + ".part")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _file_record(path: Path) -> dict:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def is_done(outdir: Path, digest: str) -> bool:
-    summary = outdir / "summary.json"
-    if not summary.exists():
-        return False
+    """Whether ``outdir`` holds a finished figure of configuration hash ``digest``.
+
+    True when ``summary.json`` has that hash and every output it lists (:data:`OUTPUTS`) exists with
+    the recorded size and SHA-256.
+    """
+    outdir = Path(outdir)
     try:
-        return json.loads(summary.read_text()).get("config_hash") == digest
-    except (OSError, json.JSONDecodeError):
+        summary = json.loads((outdir / "summary.json").read_text())
+    except (OSError, ValueError):
         return False
+    if not isinstance(summary, dict) or summary.get("config_hash") != digest:
+        return False
+    files = summary.get("files")
+    if not isinstance(files, dict) or set(files) != set(OUTPUTS):
+        return False
+    for fname, record in files.items():
+        path = outdir / fname
+        try:
+            if not isinstance(record, dict) or path.stat().st_size != record.get("bytes"):
+                return False
+            if _file_record(path) != record:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def check_outputs(out, names, name: str = "out") -> Path:
+    """``out`` writable (see :func:`riemattn._paths.check_output_dir`) and no ``out/NAME`` a file."""
+    out = check_output_dir(out, name)
+    for n in names:
+        sub = out / n
+        if sub.exists() and not sub.is_dir():
+            raise ValidationError(f"{name} {str(out)!r} holds a file {n!r} where the directory of {n} goes.")
+    return out
 
 
 def run_one(
@@ -99,38 +197,63 @@ def run_one(
         summary = json.loads((outdir / "summary.json").read_text())
         summary["cached"] = True
         return summary
-    outdir.mkdir(parents=True, exist_ok=True)
+    # compute everything before touching the directory
     start = time.perf_counter()
     ds = module.run(config)
     runtime = time.perf_counter() - start
     ds.attrs["reproduction"] = name
     ds.attrs["config"] = json.dumps(config, sort_keys=True)
-    _atomic_write(outdir / "data.nc", lambda p: ds.to_netcdf(p, engine="scipy"))
     fig = module.plot(ds)
-    _atomic_write(outdir / "figure.png", lambda p: fig.savefig(p, dpi=120, format="png"))
-    _atomic_write(
-        outdir / "figure.pdf",
-        lambda p: fig.savefig(p, format="pdf", metadata={"CreationDate": None, "ModDate": None}),
-    )
-    plt.close(fig)
-    claims = _jsonable(module.claims(ds))
-    summary = {
-        "name": name,
-        "paper": module.PAPER,
-        "figure": module.FIGURE,
-        "description": module.DESCRIPTION,
-        "quick": bool(quick or smoke),
-        "size": _size(quick, smoke),
-        "config": config,
-        "config_hash": digest,
-        "runtime_s": round(runtime, 3),
-        "claims": claims,
-        # a claim with "passed": None is an observation: reported, not counted
-        "passed": bool(all(c["passed"] for c in claims.values() if c["passed"] is not None)),
-    }
-    _atomic_write(
-        outdir / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n")
-    )
+    try:
+        claims = _jsonable(module.claims(ds))
+        timings = {
+            v: {"dims": list(ds[v].dims), "values": _jsonable(ds[v].values)}
+            for v in getattr(module, "TIMINGS", ()) if v in ds
+        }
+        ds = ds.drop_vars(list(timings))  # data.nc holds results only: the same bytes every run
+        created = [d for d in (outdir, *outdir.parents) if not d.exists()]  # innermost first
+        try:
+            outdir.mkdir(parents=True, exist_ok=True)
+            # from here until summary.json is written, the directory is not a finished figure
+            with contextlib.suppress(FileNotFoundError):
+                (outdir / "summary.json").unlink()
+            _atomic_write(outdir / "data.nc", lambda p: ds.to_netcdf(p, engine="scipy"))
+            _atomic_write(outdir / "figure.png", lambda p: fig.savefig(p, dpi=120, format="png"))
+            _atomic_write(
+                outdir / "figure.pdf",
+                lambda p: fig.savefig(p, format="pdf", metadata={"CreationDate": None, "ModDate": None}),
+            )
+            summary = {
+                "name": name,
+                "paper": module.PAPER,
+                "figure": module.FIGURE,
+                "description": module.DESCRIPTION,
+                "quick": bool(quick or smoke),
+                "size": _size(quick, smoke),
+                "config": config,
+                "config_hash": digest,
+                "version": __version__,
+                "runtime_s": round(runtime, 3),
+                "timings": timings,
+                "claims": claims,
+                # a claim with "passed": None is an observation: reported, not counted
+                "passed": bool(all(c["passed"] for c in claims.values() if c["passed"] is not None)),
+                "files": {f: _file_record(outdir / f) for f in OUTPUTS},
+            }
+            _atomic_write(
+                outdir / "summary.json", lambda p: p.write_text(json.dumps(summary, indent=2) + "\n")
+            )
+        except BaseException:
+            if created:  # leave no directory behind that this call created (OUT too)
+                for f in OUTPUTS:
+                    with contextlib.suppress(OSError):
+                        (outdir / f).unlink()
+                for d in created:
+                    with contextlib.suppress(OSError):
+                        d.rmdir()  # only if empty
+            raise
+    finally:
+        plt.close(fig)
     summary["cached"] = False
     return summary
 
@@ -140,29 +263,15 @@ def _safe_run_one(name, quick, out, force, smoke=False):
     try:
         return run_one(name, quick, out, force, smoke)
     except Exception as exc:  # noqa: BLE001 - reported in the summary and by the CLI
-        return {
-            "name": name,
-            "passed": False,
-            "error": f"{type(exc).__name__}: {exc}",
-            "claims": {},
-            "cached": False,
-        }
+        return _failed(name, f"{type(exc).__name__}: {exc}")
 
 
-def _thread_limit(threads: int | None):
-    """Context limiting BLAS/OpenMP threads (threadpoolctl), or a no-op when unavailable/None."""
-    if threads is None:
-        return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=threads)
+def _failed(name, error):
+    return {"name": name, "passed": False, "error": error, "claims": {}, "cached": False}
 
 
-def _worker_run_one(name, quick, out, force, smoke, threads):
-    with _thread_limit(threads):
-        return _safe_run_one(name, quick, out, force, smoke)
+def _partial_files(out, name):
+    return [Path(out) / name / f"{f}.part" for f in (*OUTPUTS, "summary.json")]
 
 
 def reproduce(
@@ -170,30 +279,51 @@ def reproduce(
 ):
     """Run the reproductions ``names`` (in parallel processes when ``workers > 1``).
 
-    Results are written as each finishes; finished ones (same configuration hash) are skipped.
-    Returns the list of summaries in the order of ``names``. ``smoke`` selects the test suite's
-    sizes (see the module docstring).
+    Results are written as each finishes; finished ones (see :func:`is_done`) are skipped.
+    Returns the list of summaries in the order of ``names`` (a name given twice runs once).
+    ``smoke`` selects the test suite's sizes (see the module docstring). The outputs do not depend
+    on ``workers``. SIGINT or SIGTERM (in the main thread) stops every worker and raises
+    :class:`Interrupted` (a ``KeyboardInterrupt``) saying what finished.
     """
     from tqdm.auto import tqdm
 
-    names = list(names)
+    if isinstance(names, str):
+        names = [names]
+    names = list(dict.fromkeys(names))
+    known = available()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValidationError(f"names: unknown reproduction(s) {unknown}; choose from {sorted(known)}.")
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
+        raise InputTypeError(f"workers must be an integer >= 1, got {workers!r} ({type(workers).__name__}).")
+    if workers < 1:
+        raise ValidationError(f"workers must be an integer >= 1, got {workers}.")
+    check_outputs(out, names, "out")
     summaries: dict[str, dict] = {}
     bar = tqdm(total=len(names), desc="reproduce", unit="figure", disable=not progress)
-    if workers <= 1 or len(names) <= 1:
-        for name in names:
-            bar.set_postfix_str(name)
-            summaries[name] = _safe_run_one(name, quick, out, force, smoke)
-            bar.update()
-    else:
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {
-                pool.submit(_worker_run_one, name, quick, out, force, smoke, threads): name
-                for name in names
-            }
-            for future in as_completed(futures):
-                summaries[futures[future]] = future.result()
-                bar.set_postfix_str(futures[future])
-                bar.update()
+
+    def done(summary):
+        summaries[summary["name"]] = summary
+        bar.set_postfix_str(summary["name"])
+        bar.update()
+
+    try:
+        with signals_raise():
+            if workers == 1 or len(names) <= 1:
+                with thread_limit(BLAS_THREADS):
+                    for name in names:
+                        bar.set_postfix_str(name)
+                        done(_safe_run_one(name, quick, out, force, smoke))
+            else:
+                run_parallel(
+                    names, int(workers), _safe_run_one, (quick, out, force, smoke), done,
+                    on_died=lambda name, code: _failed(name, f"worker process died (exit code {code})"),
+                    partial_files=partial(_partial_files, out), threads=BLAS_THREADS,
+                )
+    except KeyboardInterrupt as exc:
+        bar.close()
+        signum = getattr(exc, "signum", signal.SIGINT)
+        finished = [summaries[n] for n in names if n in summaries]
+        raise Interrupted(signum, finished, [n for n in names if n not in summaries]) from None
     bar.close()
     return [summaries[name] for name in names]

@@ -27,6 +27,8 @@ PAPER = "ICML"
 FIGURE = "Figs. 7-10"
 DESCRIPTION = "looped GPT-2 / GPT-Neo (random weights, fixed and redrawn, +-FF) and trained MiniLM: E per layer"
 ORDER = 90
+#: wall-clock measurements, not results: the runner keeps them in summary.json, out of data.nc
+TIMINGS = ("pass_seconds",)
 
 _VARIANTS = ("trained", "trained-noff", "random", "random-noff", "redrawn", "redrawn-noff")
 _RANDOM = ["random", "random-noff", "redrawn", "redrawn-noff"]
