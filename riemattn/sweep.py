@@ -317,6 +317,8 @@ def local_cluster(n_workers: int | None = None):
     processes (to hand memory back to the OS); that disables glibc's adaptive mmap threshold, so
     every large temporary of an integration is mmapped and unmapped again: measured 2.7x slower
     (a 2.0 s phase-diagram task took 5.6-5.9 s). This cluster's workers start without it.
+    Inside a daemonic process (which may not have children) the cluster is one in-process
+    worker thread instead.
     """
     import dask
     from distributed import LocalCluster
@@ -328,6 +330,14 @@ def local_cluster(n_workers: int | None = None):
             logging.getLogger(name).setLevel(logging.WARNING)
     # the worker processes read this at start (they too import geomstats)
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:
+        # a daemonic process (a worker of `riemattn reproduce --workers N`, which already runs
+        # figures side by side) may not start processes: one in-process worker thread. Results
+        # do not depend on the cluster (each point's stream comes from its coordinates).
+        return LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                            dashboard_address=":0", silence_logs=logging.WARNING)
     env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}))
     env.pop("MALLOC_TRIM_THRESHOLD_", None)
     with dask.config.set({"logging.distributed": "warning",

@@ -114,8 +114,10 @@ def test_force_recomputes_and_changed_config_is_not_cached(tmp_path, monkeypatch
 
 
 def test_workers_give_byte_identical_outputs(tmp_path):
-    """Issue 14: data.nc does not depend on --workers (one BLAS thread per figure, whatever N)."""
-    names = ["glpr-equiangular", "arxiv-fig4"]
+    """Issue 14: data.nc does not depend on --workers (one BLAS thread per figure, whatever N).
+    glpr-fig3 runs through ra.sweep: inside a (daemonic) reproduce worker its Dask cluster must
+    not start processes (it did, and the figure failed with --workers 2)."""
+    names = ["glpr-equiangular", "arxiv-fig4", "glpr-fig3"]
     serial = reproduce(names, out=tmp_path / "serial", smoke=True, progress=False)
     parallel = reproduce(names, out=tmp_path / "parallel", smoke=True, progress=False, workers=2)
     assert [s["name"] for s in parallel] == names
