@@ -115,6 +115,23 @@ def _signals_ignored(signals=(signal.SIGINT, signal.SIGTERM)):
             signal.signal(s, h)
 
 
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (shared with the workers) without its leak warning.
+
+    A worker killed on Ctrl-C leaves the semaphores it created (e.g. a Dask cluster's); the
+    tracker still removes them, but would also print a two-line warning after the run's one-line
+    report. Its warnings come from its own process, started with the interpreter's -W options.
+    """
+    from multiprocessing import resource_tracker
+
+    saved = list(sys.warnoptions)
+    sys.warnoptions.append("ignore:resource_tracker:UserWarning")
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions[:] = saved
+
+
 class _Worker:
     def __init__(self, ctx, threads, target, args, pool):
         self.conn, child = ctx.Pipe()
@@ -146,6 +163,7 @@ def run_parallel(tasks, workers, target, args, on_done, on_died, partial_files, 
     middle of ``task``. Call inside :func:`signals_raise` to make SIGINT/SIGTERM stop everything.
     """
     ctx = multiprocessing.get_context("spawn")
+    _quiet_resource_tracker()
     queue = deque(tasks)
     pool: list[_Worker] = []
     try:
