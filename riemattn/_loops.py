@@ -125,7 +125,7 @@ class Recorder:
                 self.store["y"][slots, rows[pend]] = ys[pend]
                 self.next[rows[pend]] += 1
             else:
-                times = np.full(self.B, np.nan)
+                times = np.full(self.B, self.saveat[-1])  # rows not saved now: any valid time
                 times[rows] = s
                 values = self._values(times.reshape(self.batch), whole(ys))
                 self._put(rows[pend], values)
