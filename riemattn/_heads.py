@@ -11,7 +11,7 @@ import contextlib
 
 import numpy as np
 
-from ._validation import as_float_array, check_finite
+from ._validation import as_float_array, call_user, check_finite
 from .errors import ValidationError
 
 __all__ = ["HeadMatrices", "as_heads", "bmm", "stack_columns"]
@@ -52,10 +52,7 @@ class HeadMatrices:
         self.time_vectorized = bool(time_vectorized)
         if callable(value) and not isinstance(value, np.ndarray):
             self.fn = value
-            try:
-                first = value(np.zeros(1)) if self.time_vectorized else value(0.0)
-            except Exception as exc:  # noqa: BLE001 - re-raised with context
-                raise ValidationError(f"{name}(t) raised {exc!r} when evaluated at t = 0.") from exc
+            first = call_user(value, f"{name}(t)", 0.0, np.zeros(1) if self.time_vectorized else 0.0)
             if self.time_vectorized:
                 first = as_float_array(first, f"{name}(t)")
                 if first.ndim not in (3, 4) or first.shape[0] != 1:
@@ -72,12 +69,8 @@ class HeadMatrices:
             self.shape = self.const.shape
 
     def _call(self, t):
-        """The user's callable at ``t``; an exception it raises is re-raised as ValidationError
-        naming the argument and the time, with the original as ``__cause__`` (at every t)."""
-        try:
-            return self.fn(t)
-        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
-            raise ValidationError(f"{self.name}(t) raised {exc!r} when evaluated at t = {t!r}.") from exc
+        """The user's callable at ``t`` (exceptions wrapped, see :func:`~riemattn._validation.call_user`)."""
+        return call_user(self.fn, f"{self.name}(t)", t, t)
 
     def _check(self, out, t, per_time: bool) -> np.ndarray:
         if type(out) is not np.ndarray or out.dtype != np.float64:

@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from ._validation import call_user
+
 #: status codes of a trajectory
 REACHED, RUNNING, MAX_STEPS, UNDERFLOW, NON_FINITE = 0, 1, -1, -2, -3
 MESSAGES = {
@@ -62,29 +64,26 @@ class Recorder:
     def _values(self, t, y) -> dict:
         if self.save_fn is None:
             return {"y": y}
-        try:
-            out = self.save_fn(t, y)
-        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
-            from .errors import ValidationError
-
-            raise ValidationError(f"save_fn(t, y) raised {exc!r} at t = {t!r}.") from exc
+        out = call_user(self.save_fn, "save_fn(t, y)", t, t, y)
         if isinstance(out, dict):
             return {k: np.asarray(v) for k, v in out.items()}
         return {"value": np.asarray(out)}
 
     def _put(self, rows, values):
-        """Store the whole-batch ``values`` of the trajectories ``rows`` at their next save slot."""
-        nb = len(self.batch)
+        """Store ``values`` (name -> array of shape (len(rows), ...)) of the trajectories ``rows``
+        (indices into the flattened batch) at their next save slots."""
         if self.store is None:
-            self.store = {}
-            for k, v in values.items():
-                self.store[k] = np.full((len(self.saveat), self.B) + v.shape[nb:], np.nan,
-                                        dtype=np.result_type(v.dtype, np.float64))
+            self.store = {k: np.full((len(self.saveat), self.B) + v.shape[1:], np.nan,
+                                     dtype=np.result_type(v.dtype, np.float64)) for k, v in values.items()}
         slots = self.next[rows]
         for k, v in values.items():
-            flat = np.reshape(v, (self.B,) + np.shape(v)[nb:])
-            self.store[k][slots, rows] = flat[rows]
+            self.store[k][slots, rows] = v
         self.next[rows] += 1
+
+    def _put_whole(self, rows, values):
+        """:meth:`_put` for values of the whole batch (leading axes: the batch shape)."""
+        nb = len(self.batch)
+        self._put(rows, {k: np.reshape(v, (self.B,) + np.shape(v)[nb:])[rows] for k, v in values.items()})
 
     def record_all(self, t, y):
         """Save (t, y) for every trajectory at its next save time (fixed steps, or t0)."""
@@ -92,7 +91,7 @@ class Recorder:
             self.times.append(t)
             self.rows.append(self._values(t, y))
             return
-        self._put(np.arange(self.B), self._values(t, y))
+        self._put_whole(np.arange(self.B), self._values(t, y))
 
     def pending(self, rows, t_new, accepted):
         """Which of the trajectories ``rows`` have a save time in their accepted step (..., t_new]."""
@@ -119,16 +118,11 @@ class Recorder:
                     theta = np.where(between, (s - t_old) / np.where(h > 0, h, 1.0), 1.0)
                 ys = _where(at_end, y_new, interp(np.clip(theta, 0.0, 1.0)))
             if self.save_fn is None:
-                slots = self.next[rows[pend]]
-                if self.store is None:
-                    self.store = {"y": np.full((n, self.B) + ys.shape[1:], np.nan)}
-                self.store["y"][slots, rows[pend]] = ys[pend]
-                self.next[rows[pend]] += 1
+                self._put(rows[pend], {"y": ys[pend]})
             else:
                 times = np.full(self.B, self.saveat[-1])  # rows not saved now: any valid time
                 times[rows] = s
-                values = self._values(times.reshape(self.batch), whole(ys))
-                self._put(rows[pend], values)
+                self._put_whole(rows[pend], self._values(times.reshape(self.batch), whole(ys)))
             pend = self.pending(rows, t_new, pend)
 
     def result(self):

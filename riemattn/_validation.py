@@ -221,3 +221,15 @@ def check_points(y, name: str, manifold, *, on_manifold: bool = True, min_axes: 
                 "normalize it with manifold.projection."
             )
     return arr
+
+
+def call_user(fn, label: str, t, *args):
+    """``fn(*args)`` for a user's callable ``label`` (e.g. ``"P(t)"``) evaluated at time ``t``.
+
+    The package's convention: an exception it raises is re-raised as :class:`ValidationError`
+    naming the callable and the time, with the original exception as ``__cause__``.
+    """
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the callable's name and the time
+        raise ValidationError(f"{label} raised {exc!r} at t = {t!r}.") from exc

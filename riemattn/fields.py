@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._validation import as_float_array, check_finite, check_spd
+from ._validation import as_float_array, call_user, check_finite, check_spd
 from .errors import InputTypeError, ValidationError
 
 __all__ = ["Field", "VectorField", "AlgebraField", "LinearField", "generator_matrix"]
@@ -119,10 +119,7 @@ class VectorField(Field):
         return None if self.time_vectorized else self
 
     def _eval(self, t, y):
-        try:
-            out = self.func(t, y)
-        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
-            raise ValidationError(f"func(t, y) raised {exc!r} at t = {t!r}.") from exc
+        out = call_user(self.func, "func(t, y)", t, t, y)
         if type(out) is not np.ndarray or out.shape != y.shape:
             out = _check_output(out, y, t)
         return self.manifold.tangent(y, out) if self.project else out
@@ -201,10 +198,7 @@ class AlgebraField(Field):
         An exception raised by ``generator`` is re-raised as ValidationError (the original as
         ``__cause__``); an output of another shape raises ValidationError naming ``generator(t, y)``.
         """
-        try:
-            X = self._generator(t, y)
-        except Exception as exc:  # noqa: BLE001 - the package's convention: wrap, keep the cause
-            raise ValidationError(f"generator(t, y) raised {exc!r} at t = {t!r}.") from exc
+        X = call_user(self._generator, "generator(t, y)", t, t, y)
         if type(X) is not np.ndarray or X.dtype != np.float64:
             X = as_float_array(X, "generator(t, y)")
         d = y.shape[-1]
