@@ -11,6 +11,7 @@ import contextlib
 
 import numpy as np
 
+from ._backend import convert, is_torch, to_numpy
 from ._validation import as_float_array, call_user, check_finite
 from .errors import ValidationError
 
@@ -103,13 +104,20 @@ class HeadMatrices:
             return self._check(self._call(times), times, True)
         return np.stack([self(t) for t in times.tolist()])
 
-    def at(self, t, batch_shape: tuple):
+    def at(self, t, batch_shape: tuple, like=None):
         """The stack at time ``t``: (h, d, d) for a shared time, else batch_shape + (h, d, d).
 
         ``t`` is a float or an array broadcasting to ``batch_shape`` (one time per trajectory).
         A time-vectorized callable is called once with all the times; any other callable once
-        per distinct time.
+        per distinct time. With ``like`` (tokens that are not a NumPy float64 array) the result is
+        an array of ``like``'s kind, device and dtype.
+
+        Tensors (the PyTorch backend): a time-vectorized callable receives the times as a 1-D
+        tensor on the tokens' device and may return a tensor there (no host round trip); any other
+        callable receives host floats (one synchronisation per evaluation).
         """
+        if like is not None and not (type(like) is np.ndarray and like.dtype == np.float64):
+            return self._at_device(t, batch_shape, like)
         if self.fn is None or np.ndim(t) == 0:
             return self(float(t)) if self.fn is not None else self.const
         t = np.broadcast_to(np.asarray(t, dtype=float), batch_shape)
@@ -122,11 +130,35 @@ class HeadMatrices:
         times, inverse = np.unique(t, return_inverse=True)
         return self.many(times)[inverse.reshape(batch_shape)]
 
+    def _at_device(self, t, batch_shape: tuple, like):
+        """:meth:`at` for tokens ``like`` of another kind, device or dtype (see there)."""
+        if self.fn is None:
+            cache = self.__dict__.setdefault("_consts", {})
+            key = (str(getattr(like, "device", "cpu")), str(like.dtype))
+            if key not in cache:
+                cache[key] = convert(self.const, like)
+            return cache[key]
+        if self.time_vectorized and is_torch(t) and t.ndim:
+            flat = t.expand(batch_shape).reshape(-1) if tuple(t.shape) != batch_shape else t.reshape(-1)
+            out = call_user(self.fn, f"{self.name}(t)", "(per-trajectory times)", flat)
+            out = convert(out, like)
+            expect = (flat.shape[0],) + self.shape
+            if out.ndim == len(expect) - 1 and self.shape[0] == 1:
+                out = out[..., None, :, :]
+            if tuple(out.shape) != expect:
+                raise ValidationError(
+                    f"{self.name}(t) returned shape {tuple(out.shape)} for {flat.shape[0]} times; "
+                    f"expected {expect} (time_vectorized=True)."
+                )
+            return out.reshape(batch_shape + self.shape)
+        t_host = to_numpy(t) if is_torch(t) else t
+        return convert(self.at(t_host, batch_shape), like)
+
 
 def stack_columns(M: np.ndarray) -> np.ndarray:
     """(..., h, d, d) -> (..., d, h*d) with block eta equal to M_eta: ``y @ out`` gives y^T M_eta per head."""
     *lead, h, d, _ = M.shape
-    return np.swapaxes(M, -3, -2).reshape(tuple(lead) + (d, h * d))
+    return M.swapaxes(-3, -2).reshape(tuple(lead) + (d, h * d))
 
 
 _BLAS_LIMITER = []

@@ -6,6 +6,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from ._backend import is_torch, namespace, size
 from .errors import InputTypeError, ValidationError
 
 
@@ -55,6 +56,32 @@ def as_float_array(value, name: str) -> np.ndarray:
     return arr.astype(float, copy=False)
 
 
+def as_token_array(value, name: str):
+    """:func:`as_float_array`, except that a PyTorch tensor stays a tensor on its device.
+
+    A floating tensor keeps its dtype (float64, or float32 where the user asks for it); integer
+    tensors become float64; bool and complex tensors are rejected like NumPy arrays.
+    """
+    if not is_torch(value):
+        return as_float_array(value, name)
+    if value.is_complex():
+        raise InputTypeError(
+            f"{name} must be real, got complex dtype {value.dtype}; pass the real part explicitly if that is meant."
+        )
+    if value.dtype == namespace(value).bool:
+        raise InputTypeError(f"{name} must be an array of real numbers, got booleans ({_describe(value)}).")
+    return value if value.is_floating_point() else value.to(dtype=namespace(value).float64)
+
+
+def token_atol(arr, atol: float) -> float:
+    """The on-manifold tolerance for tokens of ``arr``'s dtype: ``atol`` for float64, and
+    64 eps of the dtype for lower precisions (float32 tensors normalized in float32 are off by ~1e-7)."""
+    if str(arr.dtype).endswith("float64"):
+        return atol
+    eps = float(np.finfo(str(arr.dtype).removeprefix("torch.")).eps)
+    return max(atol, 64 * eps)
+
+
 def check_int(value, name: str, minimum: int | None = None, what: str = "") -> int:
     """An integer (Python or NumPy, not bool; else InputTypeError) >= ``minimum`` (else ValidationError)."""
     if isinstance(value, bool) or not isinstance(value, Integral):
@@ -78,8 +105,9 @@ def check_real(value, name: str) -> float:
 
 
 def check_finite(arr: np.ndarray, name: str) -> np.ndarray:
-    if not np.all(np.isfinite(arr)):
-        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+    xp = namespace(arr)
+    if not bool(xp.all(xp.isfinite(arr))):
+        bad = int(size(arr) - int(xp.count_nonzero(xp.isfinite(arr))))
         raise ValidationError(f"{name} contains {bad} NaN or infinite entries; expected finite numbers.")
     return arr
 
@@ -149,7 +177,7 @@ def check_token_array(y, name: str, *, allow_d0: bool = False) -> np.ndarray:
     Unlike :func:`check_tokens` no dimension d is imposed, and the leading (batch) axes may be
     empty.
     """
-    arr = check_finite(as_float_array(y, name), name)
+    arr = check_finite(as_token_array(y, name), name)
     if arr.ndim < 2 or arr.shape[-2] == 0 or (arr.shape[-1] == 0 and not allow_d0):
         need = "l >= 1" if allow_d0 else "l, d >= 1"
         raise ValidationError(
@@ -184,8 +212,9 @@ def check_vector(v, name: str, d: int, what: str = "the tokens y") -> np.ndarray
 
 def check_nonzero_tokens(arr: np.ndarray, name: str) -> np.ndarray:
     """Raise if some token (row over the last axis) of ``arr`` is the zero vector."""
-    if arr.size and not np.all(np.any(arr != 0.0, axis=-1)):
-        bad = int(np.sum(~np.any(arr != 0.0, axis=-1)))
+    xp = namespace(arr)
+    if size(arr) and not bool(xp.all(xp.any(arr != 0.0, axis=-1))):
+        bad = int(xp.sum(~xp.any(arr != 0.0, axis=-1)))
         raise ValidationError(f"{name} contains {bad} zero token(s); expected nonzero vectors.")
     return arr
 
@@ -196,7 +225,7 @@ def check_points(y, name: str, manifold, *, on_manifold: bool = True, min_axes: 
     at least ``min_axes`` axes (2: ``(..., l, d)`` with l >= 1; 1: points ``(..., d)``), and, with
     ``on_manifold``, |y^T W y - 1| <= ``atol`` (ValidationError). Leading axes may be empty.
     """
-    arr = as_float_array(y, name)
+    arr = as_token_array(y, name)
     if finite:
         check_finite(arr, name)
     d = manifold.ambient_dim
@@ -213,7 +242,8 @@ def check_points(y, name: str, manifold, *, on_manifold: bool = True, min_axes: 
         )
     if min_axes == 2 and arr.shape[-2] == 0:
         raise ValidationError(f"{name} holds no tokens (shape {arr.shape}); expected l >= 1 tokens.")
-    if on_manifold and arr.size:
+    if on_manifold and size(arr):
+        atol = token_atol(arr, atol)
         dev = manifold.deviation(arr)
         if not dev <= atol:
             raise ValidationError(

@@ -20,6 +20,7 @@ from numbers import Real
 
 import numpy as np
 
+from ._backend import constant, convert, device_of, is_torch, namespace, size
 from ._heads import HeadMatrices, bmm, stack_columns
 from ._validation import as_float_array, check_choice, check_finite, check_int, check_points, check_real
 from .errors import ValidationError
@@ -112,6 +113,7 @@ class AttentionField(Field):
         if self._U is not None and self._U.const is not None:
             self._Ucols = stack_columns(np.swapaxes(self._U.const, -1, -2))
         self._tril = {}
+        self._consts = {}  # the constants above on other devices / dtypes (see _backend.constant)
         self._work = threading.local()  # per-thread work buffers of the hot path (see _buffer)
         self._checked = True  # public calls validate y; integrate() steps an unchecked copy
 
@@ -156,6 +158,11 @@ class AttentionField(Field):
             return y  # the common case, ~2 us (NaN/inf propagate into the sum; on an overflow, the full check)
         return check_points(y, "y", self.manifold, on_manifold=False)
 
+    # Array backends: the same code runs on NumPy arrays and PyTorch tensors (riemattn._backend).
+    # NumPy float64 tokens use the constants as stored; tensors get cached converted copies.
+    def _const(self, name: str, value, y):
+        return constant(self._consts, name, value, y)
+
     def take(self, index, batch_shape: tuple):
         """This field for the trajectories ``index`` of the flattened batch ``batch_shape``.
 
@@ -173,16 +180,24 @@ class AttentionField(Field):
             ) from None
         new = copy.copy(self)
         new.__dict__.pop("_twin", None)
-        new.beta = beta[np.asarray(index)]
+        if is_torch(index):  # per-trajectory beta on the device of the (compacted) batch
+            full = self._consts.get(("beta_flat", str(index.device)))
+            if full is None or full.shape != beta.shape:
+                full = self._consts[("beta_flat", str(index.device))] = convert(beta, index, namespace(index).float64)
+            new.beta = full[index]
+        else:
+            new.beta = beta[np.asarray(index)]
+        new._consts = {k: v for k, v in self._consts.items() if k[0] != "beta"}
         new._work = threading.local()
         return new
 
-    def _beta_factor(self, batch_shape):
+    def _beta_factor(self, batch_shape, y):
         """Array beta reshaped to scale scores [..., i, eta, j], or None for a scalar beta."""
         if isinstance(self.beta, float):
             return None
+        beta = self.beta if type(y) is np.ndarray and type(self.beta) is np.ndarray else convert(self.beta, y)
         try:
-            b = np.broadcast_to(self.beta, batch_shape)
+            b = namespace(y).broadcast_to(beta, batch_shape)
         except ValueError:
             raise ValidationError(
                 f"beta of shape {self.beta.shape} does not broadcast against the batch shape "
@@ -190,29 +205,36 @@ class AttentionField(Field):
             ) from None
         return b[..., None, None, None]
 
+    def _mm(self, a, b, buffer: str | None = None):
+        """``a @ b``: NumPy through :func:`bmm` (small-product threading, optional work buffer)."""
+        if type(a) is np.ndarray:
+            out = None if buffer is None else self._buffer(buffer, a.shape[:-1] + b.shape[-1:])
+            return bmm(a, b, out=out)
+        return a @ b
+
     # Internal layout of scores and attention: [..., i, eta, j] (token, head, neighbour). With it every
     # product below is one BLAS call on contiguous operands: (l*h, d) @ (d, l) for the scores and
     # (l, l*h) @ (l*h, d) for the mixing, per trajectory.
     def _scores(self, t, y: np.ndarray) -> np.ndarray:
         """S[..., i, eta, j] = y_i^T beta P_eta(t) y_j."""
-        yT = np.swapaxes(y, -1, -2)
-        batch = y.shape[:-2]
+        yT = y.swapaxes(-1, -2)
+        batch = tuple(y.shape[:-2])
         n = y.shape[-2]
         if self._scalar_P is not None:
-            S = (self._scalar_P * bmm(y, yT))[..., :, None, :]
+            S = (self._scalar_P * self._mm(y, yT))[..., :, None, :]
         else:
             if self._Pcols is not None:
-                cols = self._Pcols
+                cols = self._const("Pcols", self._Pcols, y)
             else:
-                Pt = self._P.at(t, batch)
+                Pt = self._P.at(t, batch, y)
                 cols = stack_columns(Pt if self._bscale == 1.0 else self._bscale * Pt)
             h = cols.shape[-1] // self.d
             if cols.ndim == 2:  # one P for the whole batch: a single (B l, d) @ (d, h d) product
-                yP = bmm(y.reshape(-1, self.d), cols).reshape(batch + (n * h, self.d))
+                yP = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * h, self.d))
             else:  # one P per trajectory
-                yP = bmm(y, cols).reshape(batch + (n * h, self.d))
-            S = bmm(yP, yT, out=self._buffer("S", batch + (n * h, n))).reshape(batch + (n, h, n))
-        factor = self._beta_factor(batch)
+                yP = self._mm(y, cols).reshape(batch + (n * h, self.d))
+            S = self._mm(yP, yT, "S").reshape(batch + (n, h, n))
+        factor = self._beta_factor(batch, y)
         if factor is not None:
             S *= factor
         return S
@@ -231,10 +253,13 @@ class AttentionField(Field):
             buf = store[name] = np.empty(shape)
         return buf
 
-    def _causal(self, n: int) -> np.ndarray:
+    def _causal(self, n: int, y=None) -> np.ndarray:
+        """The causal mask [i, 1, j] (j <= i): bool for NumPy; for tensors 0/1 in y's dtype."""
         if n not in self._tril:
             self._tril[n] = np.tril(np.ones((n, n), dtype=bool))[:, None, :]
-        return self._tril[n]
+        if y is None or type(y) is np.ndarray:
+            return self._tril[n]
+        return self._const(("tril", n), self._tril[n].astype(float), y)
 
     #: Largest spread max(S) - min(S) of the scores for which one shift by the global maximum is
     #: used in the softmax (exp(-600) ~ 1e-261 is still a normal float, so no row underflows and
@@ -248,6 +273,8 @@ class AttentionField(Field):
         n = y.shape[-2]
         causal = self.mask == "causal"
         scale = np.sqrt(self.d) if self.normalization == "paper" else 1.0
+        if type(S) is not np.ndarray:
+            return self._weights_device(S, n, causal, scale)
         if self.normalization != "mean":
             smax, smin = S.max(), S.min()
             if smax - smin < self._GLOBAL_SHIFT_SPREAD:  # False for NaN: the per-row path below
@@ -271,6 +298,19 @@ class AttentionField(Field):
                     ) from None
         return E, 1.0 / (scale * np.sum(E, axis=-1))
 
+    def _weights_device(self, S, n: int, causal: bool, scale: float):
+        """:meth:`_weights` for tensors, without a host synchronisation: every row is shifted by
+        its own maximum (no data-dependent branch); an overflow of "mean" gives inf, which
+        ``integrate`` reports as a non-finite trajectory instead of raising."""
+        xp = namespace(S)
+        if causal:
+            S = xp.where(self._causal(n, S) > 0, S, -math.inf)
+        m = xp.max(S, axis=-1, keepdims=True)
+        E = xp.exp(S - m)
+        if self.normalization == "mean":
+            return E * (xp.exp(m) / n), None
+        return E, 1.0 / (scale * xp.sum(E, axis=-1))
+
     def _attention(self, t, y: np.ndarray) -> np.ndarray:
         """alpha[..., i, eta, j] (internal layout)."""
         E, r = self._weights(t, y)
@@ -281,10 +321,13 @@ class AttentionField(Field):
     def attention(self, t, y) -> np.ndarray:
         """Attention matrices alpha_ij^eta(t, y), shape (..., h, l, l)."""
         y = self._check_y(y)
-        if y.size == 0:
-            return np.zeros(y.shape[:-2] + (self.h,) + y.shape[-2:-1] * 2)
-        A = np.swapaxes(self._attention(t, y), -2, -3)
-        return np.array(np.broadcast_to(A, y.shape[:-2] + (self.h,) + A.shape[-2:]))  # a copy
+        xp = namespace(y)
+        shape = tuple(y.shape[:-2]) + (self.h,) + tuple(y.shape[-2:-1]) * 2
+        if size(y) == 0:
+            return xp.zeros(shape, dtype=y.dtype, device=device_of(y))
+        A = self._attention(t, y).swapaxes(-2, -3)
+        A = xp.broadcast_to(A, shape)
+        return np.array(A) if type(A) is np.ndarray else A.contiguous()  # a copy (A holds a work buffer)
 
     def update(self, t, y) -> np.ndarray:
         """The un-normalised attention update f_i = sum_eta sum_j alpha_ij^eta U_eta y_j, shape (..., l, d).
@@ -293,7 +336,7 @@ class AttentionField(Field):
         field is its tangent part, ``(I - y_i y_i^T W) f_i``.
         """
         y = self._check_y(y) if self._checked else y
-        return self._update(t, y) if y.size else np.zeros(y.shape)
+        return self._update(t, y) if size(y) else namespace(y).zeros_like(y)
 
     def _update(self, t, y: np.ndarray) -> np.ndarray:
         """:meth:`update` for checked tokens."""
@@ -302,24 +345,27 @@ class AttentionField(Field):
             E, r = self._weights(t, y)  # (..., l, hP, l), (..., l, hP)
             if r is None:
                 A = E.sum(axis=-2) if E.shape[-2] > 1 else E[..., 0, :]
+            elif type(E) is not np.ndarray:
+                A = (E * r[..., None]).sum(-2) if E.shape[-2] > 1 else E[..., 0, :] * r
             else:  # normalise and sum over heads in one pass
                 A = np.einsum("...ihj,...ih->...ij", E, r, out=self._buffer("A", E.shape[:-3] + (n, n)))
-            return bmm(A, y)
+            return self._mm(A, y)
         A = self._attention(t, y)  # (..., l, hP, l)
+        batch = tuple(y.shape[:-2])
         if self._Ucols is not None:
-            cols = self._Ucols
+            cols = self._const("Ucols", self._Ucols, y)
         else:
-            cols = stack_columns(np.swapaxes(self._U.at(t, y.shape[:-2]), -1, -2))
+            cols = stack_columns(self._U.at(t, batch, y).swapaxes(-1, -2))
         hU = cols.shape[-1] // self.d
         # rows (j, eta)
         if cols.ndim == 2:
-            Uy = bmm(y.reshape(-1, self.d), cols).reshape(y.shape[:-2] + (n * hU, self.d))
+            Uy = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * hU, self.d))
         else:
-            Uy = bmm(y, cols).reshape(y.shape[:-2] + (n * hU, self.d))
+            Uy = self._mm(y, cols).reshape(batch + (n * hU, self.d))
         if A.shape[-2] != hU:  # one P shared by several U heads
-            A = np.broadcast_to(A, A.shape[:-2] + (hU, n))
-        A = np.swapaxes(A, -1, -2).reshape(A.shape[:-3] + (n, n * hU))  # columns (j, eta)
-        return bmm(A, Uy)
+            A = namespace(A).broadcast_to(A, tuple(A.shape[:-2]) + (hU, n))
+        A = A.swapaxes(-1, -2).reshape(tuple(A.shape[:-3]) + (n, n * hU))  # columns (j, eta)
+        return self._mm(A, Uy)
 
     def drive(self, t, y) -> np.ndarray:
         """Deprecated alias of :meth:`update` (the name used before version 0.2)."""
@@ -332,8 +378,8 @@ class AttentionField(Field):
     def __call__(self, t, y) -> np.ndarray:
         """Tangent field F_i = (I - y_i y_i^T W) f_i, shape (..., l, d)."""
         y = self._check_y(y) if self._checked else y
-        if y.size == 0:  # an empty batch
-            return np.zeros(y.shape)
+        if size(y) == 0:  # an empty batch
+            return namespace(y).zeros_like(y)
         return self.manifold.tangent(y, self._update(t, y))
 
     def __repr__(self) -> str:

@@ -28,6 +28,7 @@ from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 from geomstats.geometry.riemannian_metric import RiemannianMetric
 
+from ._backend import constant, dot_last, namespace, size
 from ._validation import as_float_array, check_int, check_nonzero_tokens, check_points, check_spd
 from .errors import ValidationError
 
@@ -49,11 +50,11 @@ class _FastMixin:
 
     def inner(self, x, y):
         """W-inner product x^T W y over the last axis; shape (...)."""
-        return np.einsum("...i,...i->...", x, self.apply_W(y))
+        return dot_last(x, self.apply_W(y))
 
     def norm(self, x):
         """|x|_W = sqrt(x^T W x) over the last axis; shape (...)."""
-        return np.sqrt(self.inner(x, x))
+        return namespace(x).sqrt(self.inner(x, x))
 
     @property
     def is_identity(self) -> bool:
@@ -75,7 +76,10 @@ class _FastMixin:
 
     def deviation(self, x) -> float:
         """max |x^T W x - 1| over all points of x (how far x is from the manifold)."""
-        return float(np.max(np.abs(self.inner(x, x) - 1.0), initial=0.0))
+        if not size(x):
+            return 0.0
+        xp = namespace(x)
+        return float(xp.max(xp.abs(self.inner(x, x) - 1.0)))
 
     def lie_frame(self, y, slots: int):
         """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
@@ -264,7 +268,9 @@ class Ellipsoid(_FastMixin, LevelSet):
 
     def apply_W(self, x):
         """W x over the last axis (x @ W, W symmetric)."""
-        return x if self._is_identity else x @ self._W
+        if self._is_identity:
+            return x
+        return x @ constant(self.__dict__.setdefault("_consts", {}), "W", self._W, x)
 
     @property
     def is_identity(self) -> bool:
@@ -343,10 +349,10 @@ class Euclidean(_GsEuclidean):
     @staticmethod
     def inner(x, y):
         """Euclidean inner product over the last axis; shape (...)."""
-        return np.einsum("...i,...i->...", x, y)
+        return dot_last(x, y)
 
     def norm(self, x):
-        return np.sqrt(self.inner(x, x))
+        return namespace(x).sqrt(self.inner(x, x))
 
     @staticmethod
     def tangent(y, v):

@@ -1,0 +1,121 @@
+"""Array backends: the numerical core runs on NumPy arrays or PyTorch tensors (CPU or CUDA).
+
+One code path serves both. The core asks :func:`namespace` for the array namespace of its inputs:
+
+- NumPy arrays: :mod:`numpy` itself (NumPy >= 2.1 implements the array API standard in its main
+  namespace, so the hot path keeps NumPy's own functions and their speed);
+- PyTorch tensors: ``array_api_compat.torch``, PyTorch behind the array API standard's names and
+  signatures (``axis=``, ``matrix_transpose``, ``broadcast_to``, ...), from the well-kept
+  `array-api-compat <https://data-apis.org/array-api-compat/>`_ library.
+
+Results have the kind, device and dtype of the tokens passed in. Constants of a field (P, U, W
+given as NumPy arrays) are converted once per device and dtype and cached. PyTorch is never
+imported here: a tensor can only reach the core if the caller imported torch already, so the core
+install stays torch-free.
+
+Only the few operations whose spelling differs between the two libraries live here (copies,
+conversions, device queries); everything else is written against the array API standard.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+__all__ = ["namespace", "is_torch", "is_numpy", "device_of", "convert", "to_numpy", "copy", "size",
+           "dtype_name", "dot_last", "constant"]
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def is_torch(x) -> bool:
+    """Whether ``x`` is a PyTorch tensor (False without importing torch when it is not loaded)."""
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+_TORCH_NS = []
+
+
+def namespace(*arrays):
+    """The array namespace of ``arrays``: :mod:`numpy`, or ``array_api_compat.torch`` if any is a tensor."""
+    for a in arrays:
+        if is_torch(a):
+            if not _TORCH_NS:
+                import array_api_compat.torch as xp_torch
+
+                _TORCH_NS.append(xp_torch)
+            return _TORCH_NS[0]
+    return np
+
+
+def is_numpy(xp) -> bool:
+    """Whether the namespace ``xp`` is NumPy."""
+    return xp is np
+
+
+def device_of(x):
+    """The device of ``x`` (a ``torch.device``, or ``"cpu"`` for NumPy arrays and scalars)."""
+    return x.device if is_torch(x) else "cpu"
+
+
+def dtype_name(x) -> str:
+    """``"float64"``, ``"float32"``, ... for an array or tensor."""
+    return str(x.dtype).removeprefix("torch.")
+
+
+def convert(value, like, dtype=None):
+    """``value`` (array_like, NumPy array or tensor) as an array of the kind and device of ``like``.
+
+    The dtype is ``dtype`` if given, else the dtype of ``like`` (floating values) -- so a field's
+    NumPy float64 constants follow the tokens to float32 on the GPU when the user asks for it.
+    """
+    if is_torch(like):
+        torch = _torch()
+        return torch.as_tensor(value, dtype=like.dtype if dtype is None else dtype, device=like.device)
+    if is_torch(value):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value, dtype=like.dtype if dtype is None else dtype)
+
+
+def to_numpy(x) -> np.ndarray:
+    """A NumPy array of ``x`` (tensors are copied to the host; one synchronisation on a GPU)."""
+    if is_torch(x):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def copy(x):
+    """A copy of the array ``x`` (same kind, device, dtype)."""
+    return x.clone() if is_torch(x) else x.copy()
+
+
+def size(x) -> int:
+    """Number of elements of ``x`` (NumPy's ``x.size``; a method on tensors)."""
+    return math.prod(x.shape)
+
+
+def dot_last(x, y):
+    """Inner product over the last axis, shape ``broadcast(x, y).shape[:-1]``."""
+    if is_torch(x) or is_torch(y):
+        return (x * y).sum(-1)
+    return np.einsum("...i,...i->...", x, y)
+
+
+def constant(cache: dict, key, value, like):
+    """``value`` (a NumPy constant) as an array of the kind, device and dtype of ``like``, cached.
+
+    NumPy float64 tokens get ``value`` itself; other kinds get one converted copy per
+    (key, device, dtype), stored in ``cache`` (a dict owned by the object holding the constant).
+    """
+    if type(like) is np.ndarray and like.dtype == np.float64:
+        return value
+    k = (key, str(device_of(like)), str(like.dtype), type(like).__module__)
+    out = cache.get(k)
+    if out is None:
+        out = cache[k] = convert(value, like)
+    return out
