@@ -13,6 +13,13 @@ mean 137 and max 241 steps) compaction cut the wall time by 12 % against masking
 Saving: ``saveat`` times are reached exactly by fixed steps; adaptive steps are not shortened for
 them, the values come from the stepper's interpolant (its dense output), retracted onto the
 manifold. ``save_fn(t, y)`` stores observables instead of tokens.
+
+Array backends: both loops run on NumPy arrays or PyTorch tensors (:mod:`riemattn._backend`);
+with tensors every per-trajectory quantity (times, step sizes, counters, status) lives on the
+tokens' device and the step-size decisions are array operations. The host is consulted
+(a synchronisation) once per adaptive step, for the number of unfinished trajectories (to stop, and
+to compact the batch), and on steps that pass a save time; the fixed-step loop checks for
+trajectories that all failed every ``_SYNC_EVERY`` steps only.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import math
 
 import numpy as np
 
+from ._backend import convert, copy, device_of, is_torch, namespace
 from ._validation import call_user
 
 #: status codes of a trajectory
@@ -34,17 +42,50 @@ MESSAGES = {
 }
 
 
+#: With tensors, the fixed-step loop asks the device whether any trajectory is still alive (a
+#: synchronisation) only every this many steps.
+_SYNC_EVERY = 64
+
+
 def _rms(x):
-    return np.sqrt(np.mean(np.square(x), axis=(-2, -1)))
+    xp = namespace(x)
+    return xp.sqrt(xp.mean(xp.square(x), axis=(-2, -1)))
 
 
 def _where(mask, a, b):
     """Per-trajectory select between two token arrays (mask of the batch shape)."""
-    return np.where(mask[..., None, None], a, b)
+    return namespace(a).where(mask[..., None, None], a, b)
 
 
 def _finite(y):
-    return np.isfinite(y).all(axis=(-2, -1))
+    xp = namespace(y)
+    return xp.all(xp.isfinite(y), axis=(-2, -1))
+
+
+def _any(mask) -> bool:
+    """``mask.any()`` for NumPy; True for tensors (the caller then applies its masked update
+    unconditionally instead of synchronising with the device to decide)."""
+    return bool(mask.any()) if type(mask) is np.ndarray else True
+
+
+class _Kind:
+    """How to make arrays like the tokens: namespace, device and float dtype."""
+
+    def __init__(self, y):
+        self.xp, self.device, self.dtype = namespace(y), device_of(y), y.dtype
+        self.numpy = self.xp is np
+
+    def full(self, shape, value, dtype=None):
+        xp = self.xp
+        return xp.full(shape, value, dtype=dtype or xp.float64, device=self.device)
+
+    def arange(self, n):
+        return self.xp.arange(n, device=self.device)
+
+    def asarray(self, value, dtype=None):
+        """Host values (NumPy, floats) as an array on the device (float64 unless ``dtype``)."""
+        xp = self.xp
+        return xp.asarray(value, dtype=dtype or xp.float64, device=self.device)
 
 
 class Recorder:
@@ -54,27 +95,47 @@ class Recorder:
     always called on the whole batch, in its original shape.
     """
 
-    def __init__(self, saveat, batch, save_fn):
-        self.saveat, self.batch, self.save_fn = saveat, batch, save_fn
+    def __init__(self, saveat, batch, save_fn, like=None):
+        self.batch, self.save_fn = batch, save_fn
+        self.kind = _Kind(np.zeros(0) if like is None else like)
+        self.saveat_host = saveat  # NumPy (or None)
+        self.saveat = None if saveat is None else self.kind.asarray(saveat)
         self.B = math.prod(batch)
-        self.next = np.zeros(self.B, dtype=np.int64)  # index of each trajectory's next save time
+        # index of each trajectory's next save time
+        self.next = self.kind.full((self.B,), 0, dtype=self.kind.xp.int64)
         self.store = None  # dict name -> (n_save, B, ...) array
         self.times, self.rows = [], []  # for saveat=None (every step of the shared grid)
+
+    def _array(self, v):
+        """A saved value as an array of the tokens' kind (NumPy results of save_fn are moved)."""
+        if self.kind.numpy:
+            return np.asarray(to_host(v))
+        if is_torch(v):
+            return v
+        arr = np.asarray(v)
+        return self.kind.xp.asarray(arr, dtype=self.kind.dtype if arr.dtype.kind == "f" else None,
+                                    device=self.kind.device)
 
     def _values(self, t, y) -> dict:
         if self.save_fn is None:
             return {"y": y}
         out = call_user(self.save_fn, "save_fn(t, y)", t, t, y)
         if isinstance(out, dict):
-            return {k: np.asarray(v) for k, v in out.items()}
-        return {"value": np.asarray(out)}
+            return {k: self._array(v) for k, v in out.items()}
+        return {"value": self._array(out)}
 
     def _put(self, rows, values):
         """Store ``values`` (name -> array of shape (len(rows), ...)) of the trajectories ``rows``
         (indices into the flattened batch) at their next save slots."""
         if self.store is None:
-            self.store = {k: np.full((len(self.saveat), self.B) + v.shape[1:], np.nan,
-                                     dtype=np.result_type(v.dtype, np.float64)) for k, v in values.items()}
+            self.store = {}
+            for k, v in values.items():
+                shape = (len(self.saveat_host), self.B) + tuple(v.shape[1:])
+                if self.kind.numpy:
+                    self.store[k] = np.full(shape, np.nan, dtype=np.result_type(v.dtype, np.float64))
+                else:
+                    floating = v.dtype.is_floating_point
+                    self.store[k] = self.kind.full(shape, math.nan, dtype=v.dtype if floating else None)
         slots = self.next[rows]
         for k, v in values.items():
             self.store[k][slots, rows] = v
@@ -83,7 +144,7 @@ class Recorder:
     def _put_whole(self, rows, values):
         """:meth:`_put` for values of the whole batch (leading axes: the batch shape)."""
         nb = len(self.batch)
-        self._put(rows, {k: np.reshape(v, (self.B,) + np.shape(v)[nb:])[rows] for k, v in values.items()})
+        self._put(rows, {k: v.reshape((self.B,) + tuple(v.shape[nb:]))[rows] for k, v in values.items()})
 
     def record_all(self, t, y):
         """Save (t, y) for every trajectory at its next save time (fixed steps, or t0)."""
@@ -91,13 +152,13 @@ class Recorder:
             self.times.append(t)
             self.rows.append(self._values(t, y))
             return
-        self._put_whole(np.arange(self.B), self._values(t, y))
+        self._put_whole(self.kind.arange(self.B), self._values(t, y))
 
     def pending(self, rows, t_new, accepted):
         """Which of the trajectories ``rows`` have a save time in their accepted step (..., t_new]."""
-        n = len(self.saveat)
+        n = len(self.saveat_host)
         nxt = self.next[rows]
-        return accepted & (nxt < n) & (self.saveat[np.minimum(nxt, n - 1)] <= t_new)
+        return accepted & (nxt < n) & (self.saveat[self.kind.xp.clip(nxt, 0, n - 1)] <= t_new)
 
     def record_dense(self, rows, t_old, h, y_new, t_new, accepted, interp, whole):
         """Save every save time passed by the accepted steps of the trajectories ``rows``.
@@ -106,21 +167,23 @@ class Recorder:
         (len(rows), l, d); ``interp(theta)`` gives the tokens at ``t_old + theta h``;
         ``whole(ys)`` puts tokens of ``rows`` into a copy of the whole batch (original shape).
         """
-        n = len(self.saveat)
+        xp = self.kind.xp
+        n = len(self.saveat_host)
         pend = self.pending(rows, t_new, accepted)
-        while pend.any():
-            s = self.saveat[np.minimum(self.next[rows], n - 1)]
+        while bool(pend.any()):  # a host decision (a synchronisation for tensors), on saving steps
+            s = self.saveat[xp.clip(self.next[rows], 0, n - 1)]
             at_end = s >= t_new
             between = pend & ~at_end
             ys = y_new
-            if between.any():
+            if bool(between.any()):
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    theta = np.where(between, (s - t_old) / np.where(h > 0, h, 1.0), 1.0)
-                ys = _where(at_end, y_new, interp(np.clip(theta, 0.0, 1.0)))
+                    theta = xp.where(between, (s - t_old) / xp.where(h > 0, h, 1.0), 1.0)
+                ys = _where(at_end, y_new, interp(xp.clip(theta, 0.0, 1.0)))
             if self.save_fn is None:
                 self._put(rows[pend], {"y": ys[pend]})
             else:
-                times = np.full(self.B, self.saveat[-1])  # rows not saved now: any valid time
+                # rows not saved now: any valid time
+                times = self.kind.full((self.B,), float(self.saveat_host[-1]))
                 times[rows] = s
                 self._put_whole(rows[pend], self._values(times.reshape(self.batch), whole(ys)))
             pend = self.pending(rows, t_new, pend)
@@ -128,22 +191,34 @@ class Recorder:
     def result(self):
         """(t, data): times (m,) and a dict of arrays of shape (m,) + batch + ...."""
         if self.saveat is None:
-            data = {k: np.stack([r[k] for r in self.rows]) for k in self.rows[0]}
+            data = {k: self.kind.xp.stack([r[k] for r in self.rows]) for k in self.rows[0]}
             return np.asarray(self.times, dtype=float), data
-        data = {k: v.reshape((len(self.saveat),) + self.batch + v.shape[2:]) for k, v in self.store.items()}
-        return self.saveat.copy(), data
+        n = len(self.saveat_host)
+        data = {k: v.reshape((n,) + tuple(self.batch) + tuple(v.shape[2:])) for k, v in self.store.items()}
+        return self.saveat_host.copy(), data
 
 
 class Stats:
     """Per-trajectory counters and status."""
 
-    def __init__(self, batch):
-        self.nfev = np.zeros(batch, dtype=np.int64)
-        self.n_steps = np.zeros(batch, dtype=np.int64)
-        self.n_rejected = np.zeros(batch, dtype=np.int64)
-        self.status = np.full(batch, RUNNING, dtype=np.int64)
-        self.t_fail = np.full(batch, np.nan)
+    def __init__(self, batch, like=None):
+        kind = _Kind(np.zeros(0) if like is None else like)
+        i64 = kind.xp.int64
+        self.nfev = kind.full(batch, 0, i64)
+        self.n_steps = kind.full(batch, 0, i64)
+        self.n_rejected = kind.full(batch, 0, i64)
+        self.status = kind.full(batch, RUNNING, i64)
+        self.t_fail = kind.full(batch, math.nan)
         self.calls = 0  # field evaluations of the whole batch
+
+    def host(self) -> dict:
+        """The per-trajectory arrays as NumPy arrays (one copy from the device for tensors)."""
+        return {k: to_host(getattr(self, k)) for k in ("nfev", "n_steps", "n_rejected", "status", "t_fail")}
+
+
+def to_host(x):
+    """A NumPy array of ``x`` (tensors copied to the host)."""
+    return x.detach().cpu().numpy() if is_torch(x) else x
 
 
 def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats, max_steps, bar):
@@ -153,24 +228,27 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
     if not targets or targets[-1] < t1:
         targets.append(t1)
     save_times = set() if saveat is None else set(saveat.tolist())
-    alive = np.ones(y.shape[:-2], dtype=bool)
+    xp = namespace(y)
+    alive = xp.ones(tuple(y.shape[:-2]), dtype=xp.bool, device=device_of(y))
+    steps = 0
     for target in targets:
         n = max(1, math.ceil((target - t) / dt - 1e-9))
         start, h = t, (target - t) / n
         for k in range(1, n + 1):
-            if stats.n_steps.max(initial=0) >= max_steps:
-                stats.status[alive] = MAX_STEPS
-                stats.t_fail[alive] = t
+            if steps >= max_steps:
+                stats.status[...] = xp.where(alive, MAX_STEPS, stats.status)
+                stats.t_fail[...] = xp.where(alive, t, stats.t_fail)
                 return y
             res = stepper.step(field, t, y, h)
+            steps += 1
             stats.calls += res.nfev
-            stats.nfev[alive] += res.nfev
-            stats.n_steps[alive] += 1
+            stats.nfev += res.nfev * alive
+            stats.n_steps += alive
             bad = alive & ~_finite(res.y)
-            if bad.any():
-                stats.status[bad] = NON_FINITE
-                stats.t_fail[bad] = t
-                alive &= ~bad
+            if _any(bad):
+                stats.status[...] = xp.where(bad, NON_FINITE, stats.status)
+                stats.t_fail[...] = xp.where(bad, t, stats.t_fail)
+                alive = alive & ~bad
             y = _where(alive, res.y, y)
             t_new = target if k == n else start + k * h
             if bar is not None:
@@ -178,28 +256,29 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
             t = t_new
             if saveat is None:
                 rec.record_all(t, y)
-            if not alive.any():
+            if (xp is np or steps % _SYNC_EVERY == 0) and not bool(alive.any()):
                 return y
         if t in save_times:
             rec.record_all(t, y)
-    stats.status[alive] = REACHED
+    stats.status[...] = xp.where(alive, REACHED, stats.status)
     return y
 
 
 def initial_step(field, stepper, t0, y0, f0, rtol, atol, t1):
     """Hairer, Norsett & Wanner (1993), II.4 'starting step size', per trajectory (2 evaluations)."""
-    scale = atol + np.abs(y0) * rtol
+    xp = namespace(y0)
+    scale = atol + xp.abs(y0) * rtol
     d0, d1 = _rms(y0 / scale), _rms(f0 / scale)
-    h0 = np.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / np.where(d1 > 0, d1, 1.0))
-    h0 = np.minimum(h0, t1 - t0)
+    h0 = xp.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / xp.where(d1 > 0, d1, 1.0))
+    h0 = xp.clip(h0, None, t1 - t0)
     y1 = field.manifold.retract(y0 + h0[..., None, None] * f0)
     f1 = field(t0 + h0, y1)
     d2 = _rms((f1 - f0) / scale) / h0
-    dmax = np.maximum(d1, d2)
+    dmax = xp.maximum(d1, d2)
     with np.errstate(divide="ignore"):
-        h1 = np.where(dmax <= 1e-15, np.maximum(1e-6, h0 * 1e-3),
-                      (0.01 / np.where(dmax > 0, dmax, 1.0)) ** (1.0 / (stepper.order + 1)))
-    return np.minimum(np.minimum(100 * h0, h1), t1 - t0)
+        h1 = xp.where(dmax <= 1e-15, xp.clip(h0 * 1e-3, 1e-6, None),
+                      (0.01 / xp.where(dmax > 0, dmax, 1.0)) ** (1.0 / (stepper.order + 1)))
+    return xp.clip(xp.minimum(100 * h0, h1), None, t1 - t0)
 
 
 #: PI step-size controller (Gustafsson 1991, as in Hairer's DOPRI5 with its default beta = 0.04):
@@ -222,24 +301,28 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
     being stepped. Fields with a :meth:`~riemattn.fields.Field.take` method are evaluated on the
     unfinished trajectories only (the rows are compacted when fewer than ``COMPACT_BELOW`` of
     them are still running); other fields see the whole batch in its shape, and finished
-    trajectories are frozen (masked).
+    trajectories are frozen (masked). Every per-trajectory decision is an array operation; the
+    only host decisions per step are the number of unfinished rows and, on steps that pass a
+    save time, the saving (see the module docstring).
     """
-    batch, tail = y.shape[:-2], y.shape[-2:]
+    kind = _Kind(y)
+    xp = kind.xp
+    batch, tail = tuple(y.shape[:-2]), tuple(y.shape[-2:])
     B = math.prod(batch)
-    sub = field.take(np.arange(B), batch) if B > 1 and callable(getattr(field, "take", None)) else None
+    sub = field.take(kind.arange(B), batch) if B > 1 and callable(getattr(field, "take", None)) else None
     compact = sub is not None
     field_w = sub if compact else field
 
     def shaped(a):  # flat per-row arrays as the field and stepper see them
-        return a if compact else a.reshape(batch + a.shape[1:])
+        return a if compact else a.reshape(batch + tuple(a.shape[1:]))
 
     k = (stepper.error_order or stepper.order) + 1
     alpha = 1.0 / k - 0.75 * PI_BETA
     nfev, n_steps, n_rej = stats.nfev.reshape(-1), stats.n_steps.reshape(-1), stats.n_rejected.reshape(-1)
     status, t_fail = stats.status.reshape(-1), stats.t_fail.reshape(-1)
-    y_out = y.reshape((B,) + tail).copy()
-    w = np.arange(B)
-    y_w = y_out.copy()
+    y_out = copy(y.reshape((B,) + tail))
+    w = kind.arange(B)
+    y_w = copy(y_out)
     k1 = None
     if stepper.fsal or h is None:
         k1 = field_w(t0, shaped(y_w))
@@ -253,92 +336,101 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
             k1 = None
     if k1 is not None:
         k1 = k1.reshape((B,) + tail)
-    h_w = np.broadcast_to(np.asarray(h, dtype=float).reshape(-1) if np.ndim(h) else float(h), (B,)).copy()
-    t_w = np.full(B, t0)
-    done = np.full(B, not t1 > t0)
-    status[done] = REACHED
-    err_prev = np.ones(B)
-    rejected_prev = np.zeros(B, dtype=bool)
-    nonfinite_prev = np.zeros(B, dtype=bool)
+    if np.ndim(h):
+        h_w = copy(xp.broadcast_to(h.reshape(-1) if is_torch(h) else kind.asarray(np.reshape(h, -1)), (B,)))
+        h_w = h_w.to(xp.float64) if is_torch(h_w) else h_w
+    else:
+        h_w = kind.full((B,), float(h))
+    t_w = kind.full((B,), t0)
+    done = kind.full((B,), not t1 > t0, dtype=xp.bool)
+    status[...] = xp.where(done, REACHED, status)
+    err_prev = kind.full((B,), 1.0)
+    rejected_prev = kind.full((B,), False, dtype=xp.bool)
+    nonfinite_prev = kind.full((B,), False, dtype=xp.bool)
     progress = t0
+    n_rows = B  # len(w), known on the host
 
     def whole(ys):  # tokens of the rows w inside the whole batch (for save_fn)
-        out = y_out.copy()
+        out = copy(y_out)
         out[w] = ys
         return out.reshape(batch + tail)
 
     while True:
-        n_active = w.size - np.count_nonzero(done)
-        if compact and n_active < COMPACT_BELOW * w.size:
-            y_out[w[done]] = y_w[done]
+        # the one host decision of every step: how many rows are unfinished
+        n_active = n_rows - int(xp.count_nonzero(done))
+        if compact and n_active < COMPACT_BELOW * n_rows:
+            y_out[w] = _where(done, y_w, y_out[w])
             keep = ~done
             w, y_w, t_w, h_w = w[keep], y_w[keep], t_w[keep], h_w[keep]
             err_prev, rejected_prev, nonfinite_prev = err_prev[keep], rejected_prev[keep], nonfinite_prev[keep]
             k1 = None if k1 is None else k1[keep]
             done = done[keep]
-            if w.size:
+            n_rows = n_active
+            if n_rows:
                 field_w = field.take(w, batch)
         if n_active == 0:
             break
         active = ~done
         over = active & (n_steps[w] + n_rej[w] >= max_steps)
-        if over.any():
-            status[w[over]] = MAX_STEPS
-            t_fail[w[over]] = t_w[over]
-            done |= over
-            continue
+        if _any(over):
+            status[w] = xp.where(over, MAX_STEPS, status[w])
+            t_fail[w] = xp.where(over, t_w, t_fail[w])
+            done = done | over
+            if kind.numpy:  # recount (and maybe stop) before stepping; tensors step on, masked
+                continue
+            active = ~done
         remaining = t1 - t_w
-        h_try = np.where(active, np.minimum(h_w, remaining), 0.0)
+        h_try = xp.where(active, xp.minimum(h_w, remaining), 0.0)
         last = active & (h_try >= remaining - 1e-12 * max(1.0, abs(t1)))
-        h_try = np.where(last, remaining, h_try)
+        h_try = xp.where(last, remaining, h_try)
         res = stepper.step(field_w, shaped(t_w), shaped(y_w), shaped(h_try), None if k1 is None else shaped(k1))
         stats.calls += res.nfev
-        rows = w[active]
-        nfev[rows] += res.nfev
+        nfev[w] += res.nfev * active
         y_new = res.y.reshape(y_w.shape)
-        scale = atol + rtol * np.maximum(np.abs(shaped(y_w)), np.abs(res.y))
+        scale = atol + rtol * xp.maximum(xp.abs(shaped(y_w)), xp.abs(res.y))
         with np.errstate(invalid="ignore", over="ignore"):
-            err = np.reshape(stepper.error_norm(res, scale), -1)
-        finite = np.isfinite(err) & _finite(y_new)
-        err = np.where(finite, err, np.inf)
+            err = stepper.error_norm(res, scale).reshape(-1)
+        finite = xp.isfinite(err) & _finite(y_new)
+        err = xp.where(finite, err, math.inf)
         accept = active & (err <= 1.0)
-        t_new = np.where(last, t1, t_w + h_try)
-        if rec.saveat is not None and rec.pending(w, t_new, accept).any():
+        t_new = xp.where(last, t1, t_w + h_try)
+        if rec.saveat is not None and bool(rec.pending(w, t_new, accept).any()):  # host decision
             interp = stepper.interpolant(field_w, shaped(t_w), shaped(y_w), shaped(h_try), res)
             rec.record_dense(w, t_w, h_try, y_new, t_new, accept,
                              lambda th: interp(shaped(th)).reshape(y_w.shape), whole)
             stats.calls += interp.nfev
-            nfev[rows] += interp.nfev
+            nfev[w] += interp.nfev * active
         # step-size update, per trajectory
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            grow = SAFETY * np.where(err > 0, err, 1.0) ** (-alpha) * err_prev ** PI_BETA
-            grow = np.where(err > 0, grow, FACMAX)
-            grow = np.clip(grow, FACMIN, np.where(rejected_prev, 1.0, FACMAX))
-            shrink = np.where(finite & (err > 1.0), np.maximum(FACMIN, SAFETY * err ** (-1.0 / k)), FACMIN)
-        h_new = np.where(accept, np.where(last, np.maximum(h_w, h_try), h_try) * grow, h_try * shrink)
-        h_w = np.where(active, h_new, h_w)
-        err_prev = np.where(accept, np.maximum(err, 1e-4), err_prev)
-        rejected_prev = np.where(active, ~accept, rejected_prev)
-        nonfinite_prev = np.where(active, ~finite, nonfinite_prev)
-        t_w = np.where(accept, t_new, t_w)
+            grow = SAFETY * xp.where(err > 0, err, 1.0) ** (-alpha) * err_prev ** PI_BETA
+            grow = xp.where(err > 0, grow, FACMAX)
+            grow = xp.clip(grow, FACMIN, None)
+            grow = xp.where(rejected_prev, xp.clip(grow, None, 1.0), xp.clip(grow, None, FACMAX))
+            shrink = xp.where(finite & (err > 1.0), xp.clip(SAFETY * err ** (-1.0 / k), FACMIN, None), FACMIN)
+        h_new = xp.where(accept, xp.where(last, xp.maximum(h_w, h_try), h_try) * grow, h_try * shrink)
+        h_w = xp.where(active, h_new, h_w)
+        err_prev = xp.where(accept, xp.clip(err, 1e-4, None), err_prev)
+        rejected_prev = xp.where(active, ~accept, rejected_prev)
+        nonfinite_prev = xp.where(active, ~finite, nonfinite_prev)
+        t_w = xp.where(accept, t_new, t_w)
         y_w = _where(accept, y_new, y_w)
         if k1 is not None:
             k1 = _where(accept, res.k_next.reshape(y_w.shape), k1)
         n_steps[w] += accept
         n_rej[w] += active & ~accept
-        if rec.saveat is None and accept.all():  # a single trajectory: save every step
+        if rec.saveat is None and not batch and bool(accept.all()):  # a single trajectory: every step
             rec.record_all(float(t_w[0]), shaped(y_w))
         finished = accept & last
-        status[w[finished]] = REACHED
-        done |= finished
-        tiny = active & ~accept & (h_w < 1e-14 * np.maximum(1.0, np.abs(t_w)))
-        if tiny.any():
-            status[w[tiny]] = np.where(nonfinite_prev[tiny], NON_FINITE, UNDERFLOW)
-            t_fail[w[tiny]] = t_w[tiny]
-            done |= tiny
+        status[w] = xp.where(finished, REACHED, status[w])
+        done = done | finished
+        tiny = active & ~accept & (h_w < 1e-14 * xp.clip(xp.abs(t_w), 1.0, None))
+        if _any(tiny):
+            status[w] = xp.where(tiny, xp.where(nonfinite_prev, NON_FINITE, UNDERFLOW), status[w])
+            t_fail[w] = xp.where(tiny, t_w, t_fail[w])
+            done = done | tiny
         if bar is not None:
             running = t_w[~done]
-            now = float(running.min()) if running.size else t1
+            now = float(running.min()) if running.shape[0] else t1
             bar.update(now - progress)
             progress = now
     y_out[w] = y_w

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._backend import constant, is_torch, namespace
 from .steppers import (
     Interpolant,
     ProjectedRK,
@@ -30,6 +31,8 @@ from .steppers import (
 from .tableaux import DOP853, DOP853_BHH, DOP853_DENSE, DOPRI5, DOPRI5_DENSE
 
 __all__ = ["ProjectedDormandPrince", "ProjectedDOP853"]
+
+_DENSE_CACHE: dict = {}  # dense-output coefficients on other devices / dtypes
 
 
 @register
@@ -56,9 +59,14 @@ class ProjectedDormandPrince(ProjectedRK):
         P = np.asarray(DOPRI5_DENSE)  # (7, 4): b_i(theta) = sum_k P[i, k] theta^(k+1)
 
         def u(theta):
-            th = np.asarray(theta, dtype=float)
-            powers = th[..., None] ** np.arange(1, 5)  # (..., 4)
-            weights = [powers @ P[i] for i in range(len(K))]
+            if is_torch(theta):
+                th = theta.to(y.dtype)
+                Pt = constant(_DENSE_CACHE, "dopri5", P, th)
+                powers = th[..., None] ** constant(_DENSE_CACHE, "powers", np.arange(1.0, 5.0), th)
+            else:
+                th, Pt = np.asarray(theta, dtype=float), P
+                powers = th[..., None] ** np.arange(1, 5)  # (..., 4)
+            weights = [powers @ Pt[i] for i in range(len(K))]
             return self._dense_sum(field, t, y, h, weights, K)
 
         return Interpolant(u)
@@ -113,10 +121,13 @@ class ProjectedDOP853(ProjectedRK):
 
     def error_norm(self, res, scale):
         e5, e3 = res.error
-        n5 = np.sum(np.square(e5 / scale), axis=(-2, -1))
-        n3 = np.sum(np.square(e3 / scale), axis=(-2, -1))
+        xp = namespace(e5)
+        n5 = xp.sum(xp.square(e5 / scale), axis=(-2, -1))
+        n3 = xp.sum(xp.square(e3 / scale), axis=(-2, -1))
         size = e5.shape[-2] * e5.shape[-1]
-        denom = np.sqrt((n5 + 0.01 * n3) * size)
+        denom = xp.sqrt((n5 + 0.01 * n3) * size)
+        if xp is not np:
+            return xp.where(denom > 0, n5 / xp.where(denom > 0, denom, 1.0), 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(denom > 0, n5 / np.where(denom > 0, denom, 1.0), 0.0)
 
@@ -136,7 +147,7 @@ class ProjectedDOP853(ProjectedRK):
 
         def u(theta):
             # y + s (F1 + (1-s) (F2 + s (F3 + (1-s) (F4 + s (F5 + (1-s) (F6 + s F7))))))
-            s = per_trajectory(np.asarray(theta, dtype=float), y)
+            s = per_trajectory(theta if is_torch(theta) else np.asarray(theta, dtype=float), y)
             acc = F[-1]
             for k in range(len(F) - 2, -1, -1):
                 acc = F[k] + (s if k % 2 else 1.0 - s) * acc

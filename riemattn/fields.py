@@ -19,7 +19,8 @@ from typing import Callable
 
 import numpy as np
 
-from ._validation import as_float_array, call_user, check_finite, check_spd
+from ._backend import convert, is_torch, namespace
+from ._validation import as_float_array, as_token_array, call_user, check_finite, check_spd
 from .errors import InputTypeError, ValidationError
 
 __all__ = ["Field", "VectorField", "AlgebraField", "LinearField", "generator_matrix"]
@@ -74,9 +75,13 @@ class Field:
 
 
 def _check_output(out, y, t):
-    """The value of a user's ``func(t, y)``: a real array of the shape of ``y``."""
-    out = as_float_array(out, "func(t, y)")
-    if out.shape != y.shape:
+    """The value of a user's ``func(t, y)``: a real array of the shape of ``y`` (of y's kind:
+    a NumPy result for tensor tokens is moved to their device)."""
+    if is_torch(y):
+        out = convert(as_token_array(out, "func(t, y)"), y)
+    else:
+        out = as_float_array(out, "func(t, y)")
+    if tuple(out.shape) != tuple(y.shape):
         raise ValidationError(
             f"func(t, y) returned shape {out.shape} at t = {t!r}; expected the shape of y, {y.shape} "
             "(one tangent vector per token)."
@@ -120,19 +125,20 @@ class VectorField(Field):
 
     def _eval(self, t, y):
         out = call_user(self.func, "func(t, y)", t, t, y)
-        if type(out) is not np.ndarray or out.shape != y.shape:
+        if type(out) is not type(y) or out.shape != y.shape or out.dtype != y.dtype:
             out = _check_output(out, y, t)
         return self.manifold.tangent(y, out) if self.project else out
 
     def __call__(self, t, y):
         if np.ndim(t) == 0 or self.time_vectorized:
             return self._eval(t, y)
-        t = np.broadcast_to(np.asarray(t, dtype=float), y.shape[:-2])
-        first = t.flat[0]
-        if (t == first).all():
+        xp = namespace(t, y)
+        t = xp.broadcast_to(t if is_torch(t) else np.asarray(t, dtype=float), tuple(y.shape[:-2]))
+        first = t.reshape(-1)[0]
+        if bool(xp.all(t == first)):  # one host decision per call for tensors
             return self._eval(float(first), y)
-        out = np.empty_like(y)
-        for tk in np.unique(t).tolist():
+        out = xp.empty_like(y)
+        for tk in xp.unique_values(t).tolist():
             rows = t == tk
             out[rows] = self._eval(tk, y[rows])
         return out

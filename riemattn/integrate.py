@@ -8,6 +8,7 @@ from dataclasses import dataclass, field as dc_field
 import numpy as np
 
 from . import _loops
+from ._backend import device_of, namespace, size
 from ._validation import ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real
 from .errors import InputTypeError, IntegrationError, ValidationError
 from .steppers import get_stepper
@@ -130,7 +131,11 @@ def _empty_result(y0, t, save_fn, name) -> Trajectory:
     zeros = np.zeros(batch, dtype=np.int64)
     pt = PerTrajectory(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.ones(batch, dtype=bool),
                        np.full(batch, np.nan))
-    return Trajectory(t=np.asarray(t, dtype=float), y=None if save_fn is not None else np.zeros((len(t),) + y0.shape),
+    y = None
+    if save_fn is None:
+        xp = namespace(y0)
+        y = xp.zeros((len(t),) + tuple(y0.shape), dtype=y0.dtype, device=device_of(y0))
+    return Trajectory(t=np.asarray(t, dtype=float), y=y,
                       nfev=0, n_steps=0, n_rejected=0, success=True,
                       message="The batch is empty: no trajectory to integrate.", per_trajectory=pt,
                       stepper=name)
@@ -269,10 +274,11 @@ def integrate(
     if save is None and step.adaptive and batch:
         save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
 
-    if y0.size == 0:  # an empty batch: an empty result
+    if size(y0) == 0:  # an empty batch: an empty result
         return _empty_result(y0, save if save is not None else np.unique([t0, t1]), save_fn, step.name)
-    rec = _loops.Recorder(save, batch, save_fn)
-    stats = _loops.Stats(batch)
+    batch = tuple(batch)
+    rec = _loops.Recorder(save, batch, save_fn, like=y0)
+    stats = _loops.Stats(batch, like=y0)
     if save is None or save[0] == t0:
         rec.record_all(t0, y0)
     bar = None
@@ -290,17 +296,18 @@ def integrate(
         if bar is not None:
             bar.close()
     t, data = rec.result()
-    status = stats.status
-    pt = PerTrajectory(stats.nfev, stats.n_steps, stats.n_rejected, status, status == 0, stats.t_fail)
+    host = stats.host()  # per-trajectory counters on the host (one copy from a device)
+    status = host["status"]
+    pt = PerTrajectory(host["nfev"], host["n_steps"], host["n_rejected"], status, status == 0, host["t_fail"])
     sol = Trajectory(
         t=t,
         y=data.pop("y") if save_fn is None else None,
         observables=data,
         nfev=int(stats.calls),
-        n_steps=int(stats.n_steps.max(initial=0)),
-        n_rejected=int(stats.n_rejected.max(initial=0)),
+        n_steps=int(host["n_steps"].max(initial=0)),
+        n_rejected=int(host["n_rejected"].max(initial=0)),
         success=bool((status == 0).all()),
-        message=_message(status, stats.t_fail),
+        message=_message(status, host["t_fail"]),
         per_trajectory=pt,
         stepper=step.name,
     )

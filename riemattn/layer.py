@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._backend import namespace, size
 from ._validation import as_float_array, check_finite, check_points
 from .attention import AttentionField
 from .errors import InputTypeError, ValidationError
@@ -117,8 +118,8 @@ class TransformerLayer:
         output of a layer normalization); an empty batch gives an empty result.
         """
         y = check_points(y, "y", self.manifold)
-        if y.size == 0:
-            return np.zeros(y.shape)
+        if size(y) == 0:
+            return namespace(y).zeros_like(y)
         return _LAYER.step(self.field, 0.0, y, 1.0).y
 
 

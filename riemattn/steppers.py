@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._backend import convert, copy, is_torch, namespace
 from .errors import InputTypeError, ValidationError
 from .tableaux import EULER, HEUN, RK4, ButcherTableau, order_residuals, rooted_trees
 
@@ -93,12 +94,19 @@ class StepResult(NamedTuple):
 
 
 def per_trajectory(a, y):
-    """A scalar, or a per-trajectory array shaped to broadcast against tokens ``y`` (..., l, d)."""
+    """A scalar, or a per-trajectory array shaped to broadcast against tokens ``y`` (..., l, d).
+
+    Arrays follow ``y``'s kind and dtype (per-trajectory step sizes of float32 tensors are cast
+    to float32, so that the arithmetic stays in the tokens' precision).
+    """
     if np.ndim(a) == 0:
         return a
-    a = np.asarray(a, dtype=float)
-    if a.shape != y.shape[:-2]:
-        a = np.broadcast_to(a, y.shape[:-2])
+    if type(y) is np.ndarray:
+        a = np.asarray(a, dtype=float)
+    elif not is_torch(a) or a.dtype != y.dtype:
+        a = convert(a, y)
+    if tuple(a.shape) != tuple(y.shape[:-2]):
+        a = namespace(a).broadcast_to(a, tuple(y.shape[:-2]))
     return a[..., None, None]
 
 
@@ -136,7 +144,8 @@ class Stepper:
 
     def error_norm(self, res: StepResult, scale) -> np.ndarray:
         """Per-trajectory RMS of ``res.error / scale`` over tokens and components, shape (...)."""
-        return np.sqrt(np.mean(np.square(res.error / scale), axis=(-2, -1)))
+        xp = namespace(res.error)
+        return xp.sqrt(xp.mean(xp.square(res.error / scale), axis=(-2, -1)))
 
     def interpolant(self, field, t, y, h, res: StepResult) -> "Interpolant":
         """An :class:`Interpolant` of the solution between ``t`` and ``t + h``, on the manifold.
@@ -203,7 +212,9 @@ class ProjectedRK(Stepper):
         stages, b, b_err = self._plan()
         normalize = field.manifold.normalize
         hc = per_trajectory(h, y)
-        K = np.empty((len(stages) + 1,) + y.shape)  # stage values G(t + c_i h, X_i), stacked
+        xp = namespace(y)
+        # stage values G(t + c_i h, X_i), stacked
+        K = xp.empty((len(stages) + 1,) + tuple(y.shape), dtype=y.dtype, device=_device(y))
         K[0] = self._evaluate(field, t, y) if k1 is None else k1
         nfev = 1 if k1 is None else 0
         for i, (ci, a) in enumerate(stages, start=1):
@@ -211,8 +222,10 @@ class ProjectedRK(Stepper):
             F = self._evaluate(field, shifted_time(t, ci, h), X)
             if r is None:
                 K[i] = F
-            else:
+            elif xp is np:
                 np.multiply(F, r, out=K[i])
+            else:
+                K[i] = F * r
             nfev += 1
         y_new, r = normalize(axpy(y, hc, b, K))
         error = None
@@ -231,7 +244,7 @@ class ProjectedRK(Stepper):
 
     def _dense_sum(self, field, t, y, h, weights, K):
         """retract(y + h sum_i w_i K_i) for per-trajectory weights w_i (floats or arrays)."""
-        x = y.copy()
+        x = copy(y)
         hc = per_trajectory(h, y)
         for w, k in zip(weights, K):
             if np.ndim(w) or w != 0.0:
@@ -247,10 +260,27 @@ def coefficients(row) -> np.ndarray:
 
 
 def shifted_time(t, c, h):
-    """t + c h for floats or per-trajectory arrays."""
+    """t + c h for floats or per-trajectory arrays (NumPy arrays or tensors)."""
     if np.ndim(t) == 0 and np.ndim(h) == 0:
         return float(t) + c * float(h)
-    return t + c * np.asarray(h)
+    return t + c * (h if is_torch(h) else np.asarray(h))
+
+
+def _device(y):
+    return y.device if is_torch(y) else "cpu"
+
+
+_COEFFS: dict = {}
+
+
+def _coefficients_like(a: np.ndarray, K):
+    """The NumPy coefficient row ``a`` as a tensor on ``K``'s device and dtype, cached (a host to
+    device copy per stage would synchronise with the GPU)."""
+    key = (id(a), str(K.device), str(K.dtype))
+    hit = _COEFFS.get(key)
+    if hit is None or hit[0] is not a:
+        hit = _COEFFS[key] = (a, convert(a, K))
+    return hit[1]
 
 
 def combine(a, K):
@@ -263,18 +293,20 @@ def combine(a, K):
         return None
     if isinstance(K, np.ndarray):
         return np.einsum("j,jk->k", a, K[:n].reshape(n, -1)).reshape(K.shape[1:])
+    if is_torch(K) and isinstance(a, np.ndarray):
+        return (_coefficients_like(a, K) @ K[:n].reshape(n, -1)).reshape(K.shape[1:])
     out = None
     for aj, kj in zip(a.tolist(), K):
         if aj != 0.0:
             out = kj * aj if out is None else out + kj * aj
-    return out if out is not None else np.zeros_like(K[0])
+    return out if out is not None else namespace(K[0]).zeros_like(K[0])
 
 
 def axpy(y, hc, a, K):
     """``y + h * sum_j a_j K_j`` (``y`` None: without it); ``h`` a float or per-trajectory array."""
     acc = combine(a, K)
     if acc is None:
-        return y.copy() if y is not None else np.zeros_like(K[0])
+        return copy(y) if y is not None else namespace(K[0]).zeros_like(K[0])
     acc *= hc
     if y is not None:
         acc += y
