@@ -9,7 +9,8 @@ import numpy as np
 
 from . import _loops
 from ._backend import device_of, namespace, size
-from ._validation import ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real
+from ._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
+                          token_atol)
 from .errors import InputTypeError, IntegrationError, ValidationError
 from .steppers import get_stepper
 
@@ -235,10 +236,10 @@ def integrate(
     if project:
         y0 = manifold.projection(y0)
     else:
-        dev = manifold.deviation(y0)
-        if dev > ON_MANIFOLD_ATOL:
+        dev, limit = manifold.deviation(y0), token_atol(y0, ON_MANIFOLD_ATOL)
+        if dev > limit:
             raise ValidationError(
-                f"y0 is not on {manifold!r}: max |y^T W y - 1| = {dev:.3g} > {ON_MANIFOLD_ATOL:g}. "
+                f"y0 is not on {manifold!r}: max |y^T W y - 1| = {dev:.3g} > {limit:g}. "
                 "Normalize it (manifold.projection) or pass project=True."
             )
     try:

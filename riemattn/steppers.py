@@ -276,11 +276,11 @@ _COEFFS: dict = {}
 def _coefficients_like(a: np.ndarray, K):
     """The NumPy coefficient row ``a`` as a tensor on ``K``'s device and dtype, cached (a host to
     device copy per stage would synchronise with the GPU)."""
-    key = (id(a), str(K.device), str(K.dtype))
-    hit = _COEFFS.get(key)
-    if hit is None or hit[0] is not a:
-        hit = _COEFFS[key] = (a, convert(a, K))
-    return hit[1]
+    key = (a.tobytes(), str(K.device), K.dtype)
+    out = _COEFFS.get(key)
+    if out is None:
+        out = _COEFFS[key] = convert(a, K)
+    return out
 
 
 def combine(a, K):

@@ -1,0 +1,247 @@
+"""The PyTorch backend: the same field, steppers and ``integrate`` on tensors as on NumPy arrays.
+
+The reference of every comparison is the NumPy path (itself tested against exact solutions,
+independent loop formulas and tight SciPy solves elsewhere). float64 tensors on the CPU must give
+the NumPy results to 1e-12 with the same step sequence (per-trajectory step counts, rejections,
+field evaluations); outputs keep the tokens' kind, device and dtype. CUDA tests are marked
+``cuda`` and skipped without a GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+import riemattn as ra  # noqa: E402
+from riemattn.experiments._papers import hemisphere_P  # noqa: E402
+from riemattn.steppers import get_stepper  # noqa: E402
+
+from strategies import time_varying_P, tokens_in_hemisphere, W_or_identity  # noqa: E402
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+TOL = 1e-12
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _fields():
+    """AttentionFields covering the code paths: P constant / scalar (SA, USA) / time-dependent /
+    time-vectorized, U given, masks, normalizations, ellipsoid, per-trajectory beta."""
+    rng = _rng(1)
+    P = rng.uniform(-1, 1, (2, 3, 3))
+    U = rng.uniform(-1, 1, (2, 3, 3))
+    W = np.diag([1.0, 2.0, 4.0])
+    return {
+        "full": ra.AttentionField(P),
+        "causal-U": ra.AttentionField(P, U, mask="causal"),
+        "ellipsoid-softmax": ra.AttentionField(P, W=W, normalization="softmax"),
+        "usa-mean": ra.usa(2.0, 3),
+        "sa-beta-array": ra.sa(np.array([0.5, 1.0, 3.0, 9.0]), 3),
+        "time-P": ra.AttentionField(lambda t: np.cos(3 * t) * P),
+        "time-vectorized-P": ra.AttentionField(hemisphere_P, time_vectorized=True),
+        "time-U": ra.AttentionField(P, lambda t: (1 + np.sin(t)) * U),
+    }
+
+
+FIELDS = _fields()
+
+
+def _y0(field, batch=(4,), l=5, seed=0):
+    y = _rng(seed).normal(size=batch + (l, field.d))
+    return field.manifold.projection(y)
+
+
+def _same(a, b_tensor, tol=TOL):
+    assert isinstance(b_tensor, torch.Tensor)
+    np.testing.assert_allclose(b_tensor.detach().cpu().numpy(), a, rtol=0, atol=tol)
+
+
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(FIELDS))
+def test_field_update_attention_equal_numpy(name):
+    field = FIELDS[name]
+    y = _y0(field)
+    t = np.array([0.1, 0.4, 0.4, 0.9])  # per-trajectory times
+    for tt in (0.3, t):
+        tt_t = tt if np.ndim(tt) == 0 else torch.as_tensor(tt)
+        _same(field(tt, y), field(tt_t, torch.as_tensor(y)))
+        _same(field.update(tt, y), field.update(tt_t, torch.as_tensor(y)))
+    _same(field.attention(0.3, y), field.attention(0.3, torch.as_tensor(y)))
+
+
+STEP_CASES = [(s, f) for s in sorted(ra.STEPPERS) for f in ("full", "time-vectorized-P", "ellipsoid-softmax")]
+
+
+@pytest.mark.parametrize("stepper,name", STEP_CASES)
+def test_every_stepper_one_step_equals_numpy(stepper, name):
+    """One step with per-trajectory times and step sizes, every registered stepper."""
+    field, step = FIELDS[name], get_stepper(stepper)
+    y = _y0(field)
+    t = np.array([0.0, 0.2, 0.5, 1.0])
+    h = np.array([0.05, 0.1, 0.02, 0.07])
+    a = step.step(field, t, y, h)
+    b = step.step(field, torch.as_tensor(t), torch.as_tensor(y), torch.as_tensor(h))
+    _same(a.y, b.y)
+    assert a.nfev == b.nfev
+
+
+def _run(field, y0, stepper, **kw):
+    T = kw.pop("T", 2.0)
+    if ra.STEPPERS[stepper].adaptive:
+        kw.setdefault("rtol", 1e-8)
+        kw.setdefault("atol", 1e-10)
+    else:
+        kw.setdefault("dt", 0.05)
+    return ra.integrate(field, y0, (0.0, T), stepper=stepper, **kw)
+
+
+def _same_solution(a, b):
+    _same(a.y, b.y)
+    pa, pb = a.per_trajectory, b.per_trajectory
+    for key in ("nfev", "n_steps", "n_rejected", "status"):
+        np.testing.assert_array_equal(getattr(pa, key), getattr(pb, key), err_msg=key)
+    assert a.nfev == b.nfev and a.success and b.success
+    np.testing.assert_array_equal(a.t, b.t)
+
+
+@pytest.mark.parametrize("stepper", sorted(ra.STEPPERS))
+def test_integrate_every_stepper_equals_numpy(stepper):
+    """Whole integrations: same tokens to 1e-12, same per-trajectory step sequence."""
+    field = FIELDS["time-vectorized-P"]
+    y0 = _y0(field, batch=(3,))
+    saveat = np.linspace(0.0, 2.0, 5)
+    _same_solution(_run(field, y0, stepper, saveat=saveat),
+                   _run(field, torch.as_tensor(y0), stepper, saveat=saveat))
+
+
+@pytest.mark.parametrize("name", ["sa-beta-array", "causal-U", "time-P", "usa-mean"])
+def test_adaptive_batch_with_compaction_and_dense_output_equals_numpy(name):
+    """Per-trajectory steps: trajectories finish at different steps (beta from 0.5 to 9), the
+    batch is compacted, save points come from the dense output."""
+    field = FIELDS[name]
+    y0 = _y0(field, batch=(4,), l=6, seed=3)
+    for stepper in ("dopri5", "dop853"):
+        kw = dict(saveat=np.linspace(0.0, 3.0, 13), T=3.0)
+        a = _run(field, y0, stepper, **kw)
+        b = _run(field, torch.as_tensor(y0), stepper, **kw)
+        _same_solution(a, b)
+        if name == "sa-beta-array" and stepper == "dopri5":
+            assert len(set(a.per_trajectory.n_steps.tolist())) > 1  # the steps really differ
+
+
+def test_save_fn_observables_stay_tensors():
+    field = FIELDS["full"]
+    y0 = _y0(field)
+
+    def obs(t, y):
+        return {"first": y[..., 0, 0], "sq": (y ** 2).sum(-1)}
+
+    a = ra.integrate(field, y0, (0, 1), "dopri5", saveat=[0, 0.5, 1], save_fn=obs)
+    b = ra.integrate(field, torch.as_tensor(y0), (0, 1), "dopri5", saveat=[0, 0.5, 1], save_fn=obs)
+    for k in ("first", "sq"):
+        _same(a.observables[k], b.observables[k])
+
+
+def test_empty_batch_and_single_trajectory():
+    field = FIELDS["full"]
+    empty = torch.zeros((0, 5, 3), dtype=torch.float64)
+    sol = ra.integrate(field, empty, (0, 1), "rk4", dt=0.1)
+    assert isinstance(sol.y, torch.Tensor) and sol.y.shape[1:] == (0, 5, 3)
+    y0 = _y0(field, batch=())
+    kw = dict(saveat=[0.0, 0.25, 1.0])
+    _same_solution(ra.integrate(field, y0, (0, 1), "dop853", **kw),
+                   ra.integrate(field, torch.as_tensor(y0), (0, 1), "dop853", **kw))
+    # saveat=None saves at every step: the step endpoints agree to rounding of the step-size
+    # control. The error estimate is a difference of nearly equal stage sums (here ~1e-13 against
+    # stages of size 1), so rounding differences of 1e-16 between the libraries' products move
+    # the step sizes by ~1e-7 relative; the step sequence (counts, accept/reject) is the same.
+    a = ra.integrate(field, y0, (0, 1), "dop853")
+    b = ra.integrate(field, torch.as_tensor(y0), (0, 1), "dop853")
+    assert a.n_steps == b.n_steps and a.n_rejected == b.n_rejected and len(a.t) == len(b.t)
+    np.testing.assert_allclose(b.t, a.t, rtol=1e-6)
+
+
+def test_failures_reported_per_trajectory_like_numpy():
+    """max_steps and non-finite values give the same statuses on both backends."""
+    field = FIELDS["sa-beta-array"]
+    y0 = _y0(field)
+    a = ra.integrate(field, y0, (0, 5), "dopri5", rtol=1e-10, max_steps=15)
+    b = ra.integrate(field, torch.as_tensor(y0), (0, 5), "dopri5", rtol=1e-10, max_steps=15)
+    np.testing.assert_array_equal(a.per_trajectory.status, b.per_trajectory.status)
+    assert a.message == b.message and not b.success
+
+    def blowup(t, y):
+        return torch.where(torch.as_tensor(t > 0.3), torch.nan, 0.0) * y
+
+    ff = ra.fields.VectorField(lambda t, y: y * 0 + (np.nan if t > 0.3 else 0.0), ra.Euclidean(2))
+    z = torch.ones((2, 1, 2), dtype=torch.float64)
+    sol = ra.integrate(ff, z, (0, 1), "rk4", dt=0.1)
+    assert (sol.per_trajectory.status == -3).all()
+    assert isinstance(sol.y, torch.Tensor)
+
+
+@pytest.mark.parametrize("stepper", ["rk4", "dop853"])
+def test_float32_stays_float32(stepper):
+    """float32 is allowed where the user asks for it: outputs stay float32 and agree with the
+    float64 solution to float32 accuracy."""
+    field = FIELDS["time-vectorized-P"]
+    y0 = _y0(field, batch=(2,))
+    y32 = torch.as_tensor(y0, dtype=torch.float32)
+    kw = dict(rtol=1e-5, atol=1e-6) if stepper == "dop853" else {}
+    b = _run(field, y32, stepper, saveat=[0.0, 1.0, 2.0], **kw)
+    assert b.y.dtype == torch.float32 and field(0.0, y32).dtype == torch.float32
+    a = _run(field, y0, stepper, saveat=[0.0, 1.0, 2.0], **kw)  # float64, same tolerances
+    np.testing.assert_allclose(b.y.numpy(), a.y, atol=1e-4)
+    np.testing.assert_allclose(np.linalg.norm(b.y.numpy(), axis=-1), 1.0, atol=1e-5)
+
+
+def test_layer_equals_numpy():
+    rng = _rng(5)
+    d, h = 4, 2
+    Q, K, V = (rng.normal(size=(h, d, d)) for _ in range(3))
+    Wo = rng.normal(size=(h, d, d))
+    layer = ra.TransformerLayer(Q, K, V, Wo)
+    y = layer.manifold.projection(rng.normal(size=(3, 6, d)))
+    _same(layer(y), layer(torch.as_tensor(y)))
+
+
+def test_numpy_results_unchanged_by_importing_torch():
+    """Sanity: NumPy in, NumPy out (no tensor leaks into the NumPy path)."""
+    field = FIELDS["causal-U"]
+    sol = _run(field, _y0(field), "dopri5")
+    assert type(sol.y) is np.ndarray and sol.y.dtype == np.float64
+
+
+# ----------------------------------------------------------------------------------------------
+# property test on both backends: ICML Thm 3.2 (forward invariance of the hemisphere H+(v))
+@settings(max_examples=40)
+@given(d=st.integers(2, 4), l=st.integers(1, 5), h=st.integers(1, 2), data=st.data())
+def test_hemisphere_invariance_property_on_tensors(d, l, h, data):
+    W = data.draw(W_or_identity(d))
+    P = data.draw(time_varying_P(h, d))
+    v, y0 = data.draw(tokens_in_hemisphere(l, d, W))
+    field = ra.AttentionField(P, W=W)
+    a = ra.integrate(field, y0, (0, 0.2), "rk4", dt=0.02)
+    b = ra.integrate(field, torch.as_tensor(y0), (0, 0.2), "rk4", dt=0.02)
+    m = (b.y.numpy() @ v).min(axis=-1)
+    assert np.all(m > 0) and np.all(np.diff(m) >= -1e-12)
+    np.testing.assert_allclose(b.y.numpy(), a.y, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.cuda
+@CUDA
+@pytest.mark.parametrize("stepper", ["rk4", "dopri5", "dop853"])
+def test_cuda_matches_cpu(stepper):
+    field = FIELDS["time-vectorized-P"]
+    y0 = torch.as_tensor(_y0(field, batch=(8,)))
+    a = _run(field, y0, stepper, saveat=[0.0, 1.0, 2.0])
+    b = _run(field, y0.cuda(), stepper, saveat=[0.0, 1.0, 2.0])
+    assert b.y.device.type == "cuda"
+    np.testing.assert_allclose(b.y.cpu().numpy(), a.y.numpy(), atol=1e-10)
