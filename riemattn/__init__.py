@@ -6,6 +6,7 @@ vector field on them (:mod:`riemattn.attention`), stacking layers is integrating
 """
 
 from . import circle, diagnostics, dormand_prince, errors, gradient_flow, lie, tableaux, theory
+from ._backend import use_device
 from .attention import AttentionField, sa, usa
 from .errors import IntegrationError, RiemattnError, ValidationError
 from .fields import AlgebraField, Field, LinearField, VectorField
@@ -43,6 +44,7 @@ __all__ = [
     "lie",
     "tableaux",
     "theory",
+    "use_device",
     "integrate",
     "sweep",
     "sa",

@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 __all__ = ["namespace", "is_torch", "is_numpy", "device_of", "convert", "to_numpy", "copy", "size",
-           "dtype_name", "dot_last", "constant"]
+           "dtype_name", "dot_last", "constant", "check_device", "use_device", "default_device"]
 
 
 def _torch():
@@ -119,3 +119,67 @@ def constant(cache: dict, key, value, like):
     if out is None:
         out = cache[k] = convert(value, like)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# A default device for NumPy inputs (the CLI's --device)
+# ---------------------------------------------------------------------------------------------
+import contextlib  # noqa: E402
+import contextvars  # noqa: E402
+import re  # noqa: E402
+
+_DEVICE = contextvars.ContextVar("riemattn_device", default=None)
+_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def check_device(device, name: str = "device"):
+    """``device`` ("cpu", "cuda" or "cuda:N", or a ``torch.device``) checked and returned as a string.
+
+    "cpu" needs nothing; "cuda..." needs PyTorch (the ``torch`` or ``llm`` extra) and a visible
+    GPU of that index. Raises :class:`~riemattn.errors.ValidationError` naming ``name`` otherwise.
+    """
+    from .errors import ValidationError
+
+    text = str(device)
+    if not _DEVICE_RE.match(text):
+        raise ValidationError(f"{name} must be 'cpu', 'cuda' or 'cuda:N', got {device!r}.")
+    if text == "cpu":
+        return text
+    try:
+        import torch
+    except ImportError:
+        raise ValidationError(
+            f"{name}={text!r} needs PyTorch: pip install 'riemattn[torch]' (or the llm extra)."
+        ) from None
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(text.split(":")[1]) if ":" in text else 0
+    if index >= count:
+        raise ValidationError(
+            f"{name}={text!r}: no such CUDA device ({count} visible to PyTorch {torch.__version__})."
+        )
+    return text
+
+
+@contextlib.contextmanager
+def use_device(device):
+    """Within the block, :func:`riemattn.integrate` computes NumPy inputs on ``device``.
+
+    ``device`` is "cpu" (NumPy, the default), "cuda" or "cuda:N" (PyTorch). NumPy tokens are
+    copied to the device as float64 tensors, integrated there, and the results are copied back:
+    the caller gets NumPy arrays as without the block (this is how ``riemattn simulate --device``
+    and ``riemattn reproduce --device`` run the same code on a GPU). Tensors passed in are used
+    as they are. None leaves the setting unchanged.
+    """
+    if device is None:
+        yield
+        return
+    token = _DEVICE.set(None if check_device(device) == "cpu" else str(device))
+    try:
+        yield
+    finally:
+        _DEVICE.reset(token)
+
+
+def default_device():
+    """The device set by :func:`use_device` for NumPy inputs (None: compute with NumPy)."""
+    return _DEVICE.get()

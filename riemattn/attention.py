@@ -306,9 +306,9 @@ class AttentionField(Field):
         if causal:
             S = xp.where(self._causal(n, S) > 0, S, -math.inf)
         m = xp.max(S, axis=-1, keepdims=True)
-        E = xp.exp(S - m)
+        E = (S - m).exp_()  # one temporary, exponentiated in place
         if self.normalization == "mean":
-            return E * (xp.exp(m) / n), None
+            return E.mul_(xp.exp(m) / n), None
         return E, 1.0 / (scale * xp.sum(E, axis=-1))
 
     def _attention(self, t, y: np.ndarray) -> np.ndarray:

@@ -99,7 +99,7 @@ def _cmd_simulate(args) -> int:
 
     cfg = load_config(args.config)
     check_output_dir(args.out, "--out")
-    summary = simulate_config(cfg, out=args.out, progress=not args.no_progress)
+    summary = simulate_config(cfg, out=args.out, progress=not args.no_progress, device=args.device)
     print(f"wrote {args.out}: " + ", ".join(summary["files"]))
     return 0
 
@@ -155,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="simulate any model described by a TOML file")
     p.add_argument("config", help="TOML configuration (see docs/simulate.md)")
     p.add_argument("--out", default="simulation", help="output directory (default: simulation)")
+    p.add_argument("--device", default="cpu", metavar="cpu|cuda[:N]",
+                   help="where to integrate: NumPy on the CPU (default) or PyTorch on a GPU; same outputs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_simulate)
 

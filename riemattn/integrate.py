@@ -8,7 +8,7 @@ from dataclasses import dataclass, field as dc_field
 import numpy as np
 
 from . import _loops
-from ._backend import device_of, namespace, size
+from ._backend import convert, default_device, device_of, is_torch, namespace, size, to_numpy
 from ._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
                           token_atol)
 from .errors import InputTypeError, IntegrationError, ValidationError
@@ -105,8 +105,16 @@ class Trajectory:
         attrs.update(self.attrs)
         return xr.Dataset(data, coords={"time": self.t}, attrs=attrs)
 
+    def to_numpy(self) -> "Trajectory":
+        """This result with ``y`` and the observables as NumPy arrays (copied from a device)."""
+        import dataclasses
+
+        return dataclasses.replace(
+            self, y=None if self.y is None else to_numpy(self.y),
+            observables={k: to_numpy(v) for k, v in self.observables.items()})
+
     def __repr__(self) -> str:
-        shape = None if self.y is None else self.y.shape
+        shape = None if self.y is None else tuple(self.y.shape)
         return (
             f"Trajectory(t: {self.t.shape}, y: {shape}, nfev={self.nfev}, n_steps={self.n_steps}, "
             f"success={self.success}, message={self.message!r})"
@@ -223,6 +231,19 @@ def integrate(
         ``t`` (m,), ``y`` (m, ..., l, d), ``observables``, ``nfev``, ``n_steps``, ``success``,
         ``message``, ``per_trajectory``, ``to_xarray()``.
     """
+    device = default_device()
+    if device is not None and not is_torch(y0):  # riemattn.use_device: NumPy in, computed on device
+        import torch
+
+        y0 = convert(as_float_array(y0, "y0"), torch.empty(0, dtype=torch.float64, device=device))
+        host_fn = save_fn
+        if save_fn is not None and callable(save_fn):
+            def save_fn(t, y):  # the caller's save_fn sees NumPy arrays, as without the device
+                return host_fn(to_numpy(t) if is_torch(t) else t, to_numpy(y))
+        sol = integrate(field, y0, t_span, stepper, dt, rtol, atol, saveat, save_fn, progress,
+                        max_steps=max_steps, raise_on_failure=raise_on_failure, project=project,
+                        first_step=first_step)
+        return sol.to_numpy()
     step = get_stepper(stepper)
     manifold = getattr(field, "manifold", None)
     if manifold is None or not callable(field):

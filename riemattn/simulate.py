@@ -311,12 +311,16 @@ def build_model(cfg: dict, beta=None):
     return field, y0, t_save
 
 
-def simulate_config(cfg: dict, out="simulation", progress=False) -> dict:
+def simulate_config(cfg: dict, out="simulation", progress=False, device=None) -> dict:
     """Run a configuration and write data.nc, plots and summary.json into ``out``.
 
     ``cfg`` is checked (:func:`validate_config`) and ``out`` must be a directory that exists or can
-    be created, before anything is computed.
+    be created, before anything is computed. ``device`` ("cpu", "cuda", "cuda:N"; None = "cpu")
+    is where the integration runs (:func:`riemattn.use_device`); the outputs are the same files.
     """
+    from ._backend import check_device, use_device
+
+    device = None if device is None else check_device(device, "device")
     cfg = validate_config(cfg)
     out = check_output_dir(out, "out")
     import matplotlib
@@ -331,7 +335,9 @@ def simulate_config(cfg: dict, out="simulation", progress=False) -> dict:
         kwargs = {"rtol": float(integ["rtol"]), "atol": float(integ["atol"])}
     else:
         kwargs = {"dt": float(integ["dt"])}
-    sol = integrate(field, y0, (0.0, t_save[-1]), stepper=stepper, saveat=t_save, progress=progress, **kwargs)
+    with use_device(device):
+        sol = integrate(field, y0, (0.0, t_save[-1]), stepper=stepper, saveat=t_save, progress=progress,
+                        **kwargs)
     out.mkdir(parents=True, exist_ok=True)
     E = misalignment(sol.y)  # (time, trajectory)
     ds = sol.to_xarray()
@@ -382,9 +388,9 @@ def load_config(path) -> dict:
     return validate_config(given)
 
 
-def simulate_file(path, out="simulation", progress=False) -> dict:
+def simulate_file(path, out="simulation", progress=False, device=None) -> dict:
     """Read a TOML configuration (see the module docstring), run it, write the outputs.
 
     The file, its schema (:func:`validate_config`) and ``out`` are all checked before any work.
     """
-    return simulate_config(load_config(path), out=out, progress=progress)
+    return simulate_config(load_config(path), out=out, progress=progress, device=device)
