@@ -93,10 +93,10 @@ class Trajectory:
         bdims = tuple(f"batch_{k}" if nbatch > 1 else "batch" for k in range(nbatch))
         data = {}
         if self.y is not None:
-            data["y"] = (("time",) + bdims + ("token", "component"), self.y)
+            data["y"] = (("time",) + bdims + ("token", "component"), to_numpy(self.y))
         for name, v in self.observables.items():
             extra = tuple(f"{name}_dim_{k}" for k in range(v.ndim - 1 - nbatch))
-            data[name] = (("time",) + bdims + extra, v)
+            data[name] = (("time",) + bdims + extra, to_numpy(v))
         pt = self.per_trajectory
         for name in ("nfev", "n_steps", "n_rejected", "status"):
             data[f"{name}_per_trajectory"] = (bdims, getattr(pt, name))

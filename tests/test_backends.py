@@ -298,3 +298,12 @@ def test_cli_simulate_device_is_checked(tmp_path, capsys):
     assert main(["simulate", str(cfg), "--out", str(tmp_path / "o"), "--device", "gpu"]) == 2
     assert "device must be 'cpu', 'cuda' or 'cuda:N'" in capsys.readouterr().err
     assert not (tmp_path / "o" / "data.nc").exists()
+
+
+def test_to_xarray_and_to_numpy_from_tensors():
+    field = FIELDS["full"]
+    y0 = _y0(field)
+    a = ra.integrate(field, y0, (0, 1), "rk4", dt=0.1)
+    b = ra.integrate(field, torch.as_tensor(y0), (0, 1), "rk4", dt=0.1)
+    np.testing.assert_allclose(b.to_xarray()["y"].values, a.to_xarray()["y"].values, atol=1e-12)
+    assert type(b.to_numpy().y) is np.ndarray and isinstance(b.y, torch.Tensor)
