@@ -58,6 +58,8 @@ def _col(c, trailing: int, like=None):
 
     With ``like`` a tensor, an array ``c`` that is not a tensor is converted to its kind
     (a 0-d tensor stays a tensor: no host read-back)."""
+    if type(c) is float:
+        return c
     if is_torch(c):
         return c.reshape(c.shape + (1,) * trailing) if c.ndim else c
     if np.ndim(c) == 0:

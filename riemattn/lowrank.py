@@ -47,7 +47,16 @@ RANK_TOL = 1e-12
 _EPS = np.finfo(float).eps
 
 
-_dot = dot_last  # einsum on NumPy arrays, (a * b).sum(-1) on tensors
+def _dot(a, b):
+    """Inner product over the last axis: einsum on NumPy arrays, (a * b).sum(-1) on tensors."""
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        return np.einsum("...i,...i->...", a, b)
+    return dot_last(a, b)
+
+
+def _xp(a):
+    """:func:`~riemattn._backend.namespace` of one array, NumPy checked first (hot path)."""
+    return np if type(a) is np.ndarray else namespace(a)
 
 
 def _like(W, v):
@@ -114,7 +123,7 @@ class WOrthoBasis:
             Wv = self.apply_W(v)
         j = self.n
         Q, P = self.Q, self.P
-        xp = namespace(Q)
+        xp = _xp(Q)
         nv2 = _dot(v, Wv)
         if j == 0:
             alpha = xp.zeros(v.shape[:-1] + (self.m,), dtype=Q.dtype, device=device_of(Q))
@@ -141,7 +150,7 @@ class WOrthoBasis:
 
     def to_ambient(self, c):
         """``Q^T c``: the ambient vector with coordinates ``c`` (..., m) -> (..., d)."""
-        return namespace(self.Q).einsum("...j,...jd->...d", c, self.Q)
+        return _xp(self.Q).einsum("...j,...jd->...d", c, self.Q)
 
 
 #: beyond 2^5 repeated Taylor actions, expm_small_action forms the exponentials instead
@@ -178,8 +187,8 @@ def expm_small_action(K, v, *, increment=False):
     On tensors the norm is read back to the host once per call (``s`` and the number of terms
     are Python loop counts; a synchronisation on a GPU).
     """
-    xp = namespace(K, v)
-    numpy = xp is np
+    numpy = type(K) is np.ndarray and type(v) is np.ndarray
+    xp = np if numpy else namespace(K, v)
     if numpy:
         norm = float(np.max(np.sum(np.abs(K), axis=-2))) if K.size else 0.0
     else:
@@ -274,7 +283,7 @@ def rank2_expm_action(u, v, x, W=None, *, increment=False):
     ----------
     Iserles, Munthe-Kaas, Norsett, Zanna, "Lie-group methods", Acta Numerica 2000, section 8.1.
     """
-    xp = namespace(u, v, x)
+    xp = np if type(u) is np.ndarray and type(v) is np.ndarray and type(x) is np.ndarray else namespace(u, v, x)
     W = _like(W, x)
 
     def aW(z):
