@@ -2,6 +2,15 @@ r"""Diagnostics of token configurations: misalignment, Lyapunov functions, hemis
 
 All functions take tokens of shape ``(..., l, d)`` and are batched over the leading axes.
 
+Backends: :func:`misalignment`, :func:`hemisphere_lyapunov`, :func:`token_lyapunov`,
+:func:`cluster_count`, :func:`consensus_distance`, :func:`is_consensus`, :func:`field_norm` and
+:func:`is_equilibrium` accept NumPy arrays (or array_like) and PyTorch tensors (CPU or CUDA) and
+return arrays of the same kind, on the tokens' device (float results in the tokens' dtype);
+a NumPy ``v`` used with tensor tokens is converted to their kind. They do not read values back
+to the host (cluster_count's number of squarings depends on l only). The hemisphere tests
+(:func:`in_common_hemisphere`, :func:`common_hemisphere`) solve linear programs with SciPy and
+take NumPy arrays only.
+
 * :func:`misalignment` -- E(y) of ICML eq. (9); zero exactly at consensus.
 * :func:`hemisphere_lyapunov` -- V(y) = max_i (1 - vᵀ y_i), ICML eq. (7).
 * :func:`token_lyapunov` -- V_i = 1 - vᵀ y_i of Theorem 4.5 (V_1 is a Lyapunov function).
@@ -20,7 +29,15 @@ from numbers import Integral
 
 import numpy as np
 
-from ._validation import check_nonnegative, check_nonzero_tokens, check_token_array, check_vector
+from ._backend import convert, is_torch, namespace
+from ._validation import (
+    as_token_array,
+    check_finite,
+    check_nonnegative,
+    check_nonzero_tokens,
+    check_token_array,
+    check_vector,
+)
 from .errors import InputTypeError, ValidationError
 from .hemispheres import common_hemisphere, in_common_hemisphere
 
@@ -39,18 +56,41 @@ __all__ = [
 ]
 
 
+def _norm_last(x):
+    """Euclidean norm over the last axis (NumPy's ``linalg.norm``; ``vector_norm`` on tensors)."""
+    if type(x) is np.ndarray:
+        return np.linalg.norm(x, axis=-1)
+    return namespace(x).linalg.vector_norm(x, axis=-1)
+
+
+def _vector(v, y, name="v"):
+    """A checked vector of shape (d,) of the kind, device and dtype of the tokens ``y``."""
+    if not is_torch(v) and not is_torch(y):
+        return check_vector(v, name, y.shape[-1])
+    if is_torch(v):
+        v = check_finite(as_token_array(v, name), name)
+        if v.shape != (y.shape[-1],):
+            # same wording as check_vector
+            check_vector(np.zeros(tuple(v.shape)), name, y.shape[-1])
+    else:
+        v = check_vector(v, name, y.shape[-1])
+    return v if (is_torch(v) and is_torch(y) and v.device == y.device and v.dtype == y.dtype) else convert(v, y)
+
+
 def misalignment(y) -> np.ndarray:
     """Misalignment E(y) = 1 - (1/l) sum_i y_1^T y_i / (|y_1| |y_i|), shape (...).
 
-    Zero exactly at consensus (all tokens positive multiples of y_1).
+    Zero exactly at consensus (all tokens positive multiples of y_1). ``y``: array_like or a
+    PyTorch tensor; the result has its kind, device and dtype.
 
     References
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (9).
     """
     y = check_nonzero_tokens(check_token_array(y, "y"), "y")
-    u = y / np.linalg.norm(y, axis=-1, keepdims=True)
-    return 1.0 - np.mean(np.einsum("...d,...id->...i", u[..., 0, :], u), axis=-1)
+    xp = namespace(y)
+    u = y / _norm_last(y)[..., None]
+    return 1.0 - xp.mean(xp.einsum("...d,...id->...i", u[..., 0, :], u), axis=-1)
 
 
 def hemisphere_lyapunov(y, v) -> np.ndarray:
@@ -59,10 +99,13 @@ def hemisphere_lyapunov(y, v) -> np.ndarray:
     References
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (7).
+
+    ``y`` (..., l, d) and ``v`` (d,): array_like or PyTorch tensors; the result has the kind,
+    device and dtype of ``y``.
     """
     y = check_token_array(y, "y")
-    v = check_vector(v, "v", y.shape[-1])
-    return np.max(1.0 - y @ v, axis=-1)
+    v = _vector(v, y)
+    return namespace(y).max(1.0 - y @ v, axis=-1)
 
 
 def token_lyapunov(y, v) -> np.ndarray:
@@ -73,12 +116,13 @@ def token_lyapunov(y, v) -> np.ndarray:
 
     Parameters
     ----------
-    y : array_like, shape (..., l, d)
-    v : array_like, shape (d,)
+    y : array_like or tensor, shape (..., l, d)
+    v : array_like or tensor, shape (d,)
 
     Returns
     -------
-    ndarray, shape (..., l)
+    ndarray or tensor, shape (..., l)
+        Of the kind, device and dtype of ``y``.
 
     References
     ----------
@@ -86,8 +130,7 @@ def token_lyapunov(y, v) -> np.ndarray:
     its proof (V_1 = 1 - y_1^T v).
     """
     y = check_token_array(y, "y")
-    v = check_vector(v, "v", y.shape[-1])
-    return 1.0 - y @ v
+    return 1.0 - y @ _vector(v, y)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -105,12 +148,13 @@ def cluster_count(y, tol: float) -> np.ndarray:
 
     Parameters
     ----------
-    y : array_like, shape (..., l, d)
+    y : array_like or tensor, shape (..., l, d)
     tol : float >= 0
 
     Returns
     -------
-    ndarray of int, shape (...)
+    ndarray or tensor of int64, shape (...)
+        A tensor on ``y``'s device for tensor input.
 
     References
     ----------
@@ -120,19 +164,32 @@ def cluster_count(y, tol: float) -> np.ndarray:
     y = check_token_array(y, "y")
     tol = check_nonnegative(tol, "tol")
     n = y.shape[-2]
+    if type(y) is np.ndarray:
+        diff = y[..., :, None, :] - y[..., None, :, :]
+        R = (np.linalg.norm(diff, axis=-1) <= tol).astype(float)  # reflexive adjacency
+        # transitive closure by repeated squaring: paths of length up to 2^k
+        for _ in range(int(np.ceil(np.log2(max(n, 2))))):
+            R = ((R @ R) > 0).astype(float)
+        # i is the representative of its component when no j < i is reachable from it
+        earlier = np.tril(np.ones((n, n), dtype=bool), k=-1)
+        roots = ~np.any((R > 0) & earlier, axis=-1)
+        return np.sum(roots, axis=-1)
+    # tensors: the same steps in the array API (the loop count depends on n only: no read-back)
+    xp = namespace(y)
     diff = y[..., :, None, :] - y[..., None, :, :]
-    R = (np.linalg.norm(diff, axis=-1) <= tol).astype(float)  # reflexive adjacency
-    # transitive closure by repeated squaring: paths of length up to 2^k
+    R = xp.astype(_norm_last(diff) <= tol, y.dtype)
     for _ in range(int(np.ceil(np.log2(max(n, 2))))):
-        R = ((R @ R) > 0).astype(float)
-    # i is the representative of its component when no j < i is reachable from it
-    earlier = np.tril(np.ones((n, n), dtype=bool), k=-1)
-    roots = ~np.any((R > 0) & earlier, axis=-1)
-    return np.sum(roots, axis=-1)
+        R = xp.astype((R @ R) > 0, y.dtype)
+    idx = xp.arange(n, device=y.device)
+    earlier = idx[:, None] > idx[None, :]
+    roots = ~xp.any((R > 0) & earlier, axis=-1)
+    return xp.sum(xp.astype(roots, xp.int64), axis=-1)
 
 
 def consensus_distance(y) -> np.ndarray:
     """max_i |y_i - y_1| (Euclidean), shape (...): zero exactly on the consensus set C_l.
+
+    ``y``: array_like or a PyTorch tensor; the result has its kind, device and dtype.
 
     References
     ----------
@@ -140,11 +197,13 @@ def consensus_distance(y) -> np.ndarray:
     (consensus set).
     """
     y = check_token_array(y, "y")
-    return np.max(np.linalg.norm(y - y[..., :1, :], axis=-1), axis=-1)
+    return namespace(y).max(_norm_last(y - y[..., :1, :]), axis=-1)
 
 
 def is_consensus(y, tol: float = 1e-8) -> np.ndarray:
     """Whether all tokens coincide up to ``tol``: consensus_distance(y) <= tol, shape (...).
+
+    A bool array of the kind and device of ``y`` (array_like or PyTorch tensor).
 
     References
     ----------
@@ -159,9 +218,15 @@ def field_norm(field, t: float, y) -> np.ndarray:
     Parameters
     ----------
     field : callable (t, y) -> array of shape (..., l, d)
-        e.g. an :class:`~riemattn.attention.AttentionField`.
+        e.g. an :class:`~riemattn.attention.AttentionField`. For tensor tokens it must return
+        tensors (a NumPy result is converted to the tokens' kind).
     t : float
-    y : array_like, shape (..., l, d)
+    y : array_like or tensor, shape (..., l, d)
+
+    Returns
+    -------
+    ndarray or tensor, shape (...)
+        Of the kind, device and dtype of ``y``.
 
     References
     ----------
@@ -170,14 +235,20 @@ def field_norm(field, t: float, y) -> np.ndarray:
     if not callable(field):
         raise InputTypeError(f"field must be callable as field(t, y), got {type(field).__name__}.")
     y = check_token_array(y, "y")
-    F = np.asarray(field(t, y), dtype=float)
-    if F.shape != y.shape:
-        raise ValidationError(f"field(t, y) returned shape {F.shape}; expected the shape of y, {y.shape}.")
-    return np.max(np.linalg.norm(F, axis=-1), axis=-1)
+    F = field(t, y)
+    if is_torch(y):
+        F = F if is_torch(F) else convert(F, y)
+    else:
+        F = np.asarray(F, dtype=float)
+    if tuple(F.shape) != tuple(y.shape):
+        raise ValidationError(f"field(t, y) returned shape {tuple(F.shape)}; expected the shape of y, {tuple(y.shape)}.")
+    return namespace(F).max(_norm_last(F), axis=-1)
 
 
 def is_equilibrium(field, t: float, y, tol: float = 1e-10) -> np.ndarray:
     """Whether y is an equilibrium of the field at time t: field_norm(field, t, y) <= tol, shape (...).
+
+    A bool array of the kind and device of ``y`` (array_like or PyTorch tensor).
 
     References
     ----------

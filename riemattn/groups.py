@@ -27,6 +27,11 @@ reduces to the classical Runge--Kutta method of its coefficients.
 Coefficients ``c`` and step sizes ``h`` may be scalars or arrays of one value per trajectory
 (shape ``y.shape[:-2]``).
 
+Backends: tokens may be NumPy arrays or PyTorch tensors (CPU or CUDA); a frame's states, points
+and generators are arrays of the kind, device and dtype of the tokens ``y`` it was made for
+(:mod:`riemattn._backend`). Per-trajectory ``h`` should be of that kind too (a NumPy ``h`` with
+tensor tokens is converted, a host-to-device copy per call).
+
 References
 ----------
 A. Iserles, H. Munthe-Kaas, S. P. Norsett, A. Zanna, "Lie-group methods", Acta Numerica 9 (2000),
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._backend import constant, convert, is_torch, namespace
 from .lowrank import WOrthoBasis, expm_small_action, rank2_expm_action
 
 __all__ = ["Generator", "OWFrame", "TranslationFrame", "DenseFrame"]
@@ -47,11 +53,20 @@ __all__ = ["Generator", "OWFrame", "TranslationFrame", "DenseFrame"]
 _DEXPINV = (1.0, -0.5, 1.0 / 12.0, 0.0, -1.0 / 720.0, 0.0, 1.0 / 30240.0)
 
 
-def _col(c, trailing: int):
-    """A scalar, or a per-trajectory array with ``trailing`` singleton axes appended."""
+def _col(c, trailing: int, like=None):
+    """A scalar, or a per-trajectory array with ``trailing`` singleton axes appended.
+
+    With ``like`` a tensor, an array ``c`` that is not a tensor is converted to its kind
+    (a 0-d tensor stays a tensor: no host read-back)."""
+    if type(c) is float:
+        return c
+    if is_torch(c):
+        return c.reshape(c.shape + (1,) * trailing) if c.ndim else c
     if np.ndim(c) == 0:
         return c
     c = np.asarray(c)
+    if like is not None and is_torch(like):
+        c = convert(c, like)
     return c.reshape(c.shape + (1,) * trailing)
 
 
@@ -71,12 +86,14 @@ class _Frame:
     trailing = 3
 
     def combine(self, coefs, mats, h):
-        """``sum_j h c_j X_j`` over the nonzero ``c_j``, or None if all are zero."""
+        """``sum_j h c_j X_j`` over the nonzero ``c_j``, or None if all are zero.
+
+        ``coefs`` are host numbers (a tableau row); ``mats`` arrays of the frame's kind."""
         out = None
-        hh = _col(h, self.trailing)
+        hh = _col(h, self.trailing, self.y)
         for c, X in zip(coefs, mats):
             if c != 0.0:
-                term = (hh * c) * X
+                term = (hh * float(c)) * X
                 out = term if out is None else out + term
         return out
 
@@ -115,11 +132,14 @@ class OWFrame(_Frame):
     """
 
     def __init__(self, manifold, y, slots: int):
-        W = None if manifold.is_identity else manifold.W
+        if manifold.is_identity:
+            W = None
+        else:  # W of the tokens' kind, device and dtype, converted once (the manifold's cache)
+            W = constant(manifold.__dict__.setdefault("_consts", {}), "W", manifold.W, y)
         self.y = y
-        self.basis = WOrthoBasis(y.shape[:-1], slots, y.shape[-1], W)
+        self.basis = WOrthoBasis(y.shape[:-1], slots, y.shape[-1], W, like=y)
         self.eta0 = self.basis.add(y)
-        self.start = np.zeros_like(self.eta0)
+        self.start = namespace(y).zeros_like(self.eta0)
 
     def point(self, state):
         return self.y if state is self.start else self.y + self.basis.to_ambient(state)
@@ -137,10 +157,10 @@ class OWFrame(_Frame):
         return state + expm_small_action(X, self._eta(state), increment=True)
 
     def exp_single(self, g, c, state):
-        return state + rank2_expm_action(_col(c, 2) * g.phi, g.eta, self._eta(state), increment=True)
+        return state + rank2_expm_action(_col(c, 2, self.y) * g.phi, g.eta, self._eta(state), increment=True)
 
     def act_start(self, X):
-        return self.basis.to_ambient(np.einsum("...ij,...j->...i", X, self.eta0))
+        return self.basis.to_ambient(namespace(X).einsum("...ij,...j->...i", X, self.eta0))
 
 
 class DenseFrame(_Frame):
@@ -148,17 +168,27 @@ class DenseFrame(_Frame):
 
     Generators are W-skew matrices of shape (d, d) (one for all tokens) or (..., l, d, d);
     exponentials act by a scaled Taylor series (:func:`~riemattn.lowrank.expm_small_action`).
+    A NumPy generator used with tensor tokens is converted to their kind; ``cache`` (a dict kept
+    by the caller across steps, e.g. on the field) holds the last conversion, so a constant
+    generator (the same array every call) is copied to the device once.
     """
 
-    def __init__(self, y):
+    def __init__(self, y, cache=None):
         self.y = self.start = y
+        self._cache = cache
 
     @staticmethod
     def point(state):
         return state
 
-    @staticmethod
-    def generator(state, X):
+    def generator(self, state, X):
+        if is_torch(self.y) and not (is_torch(X) and X.device == self.y.device and X.dtype == self.y.dtype):
+            cache = self._cache if self._cache is not None else {}
+            key = (str(self.y.device), str(self.y.dtype))
+            hit = cache.get(key)
+            if hit is None or hit[0] is not X:
+                hit = cache[key] = (X, convert(X, self.y))
+            X = hit[1]
         return Generator(X)
 
     @staticmethod
@@ -166,7 +196,7 @@ class DenseFrame(_Frame):
         return state + expm_small_action(X, state, increment=True)
 
     def exp_single(self, g, c, state):
-        return self.exp(_col(c, 3) * g.K, state)
+        return self.exp(_col(c, 3, self.y) * g.K, state)
 
     def act_start(self, X):
         return self.y @ X.T if X.ndim == 2 else (X @ self.y[..., None])[..., 0]
@@ -179,7 +209,7 @@ class TranslationFrame(_Frame):
 
     def __init__(self, y):
         self.y = y
-        self.start = np.zeros_like(y)
+        self.start = namespace(y).zeros_like(y)
 
     def point(self, state):
         return self.y if state is self.start else self.y + state
@@ -192,9 +222,8 @@ class TranslationFrame(_Frame):
     def exp(X, state):
         return state + X
 
-    @staticmethod
-    def exp_single(g, c, state):
-        return state + _col(c, 2) * g.K
+    def exp_single(self, g, c, state):
+        return state + _col(c, 2, self.y) * g.K
 
     @staticmethod
     def dexpinv(Theta, H, q):

@@ -8,6 +8,13 @@ and ellipsoids, where ``A = F y^T W - y F^T W`` and every step keeps every token
 :class:`~riemattn.manifolds.Euclidean`, where each method reduces to its classical Runge--Kutta
 tableau. The steppers see only the tangent field ``field(t, y)``.
 
+Backends: ``y`` may be a NumPy array or a PyTorch tensor (CPU or CUDA, float64 or float32); the
+field must then return tangent values of that kind, and ``step`` returns the new tokens (and the
+error estimate) with the kind, device and dtype of ``y``. One code path serves both
+(:mod:`riemattn._backend`); tableau coefficients are host floats. Per step on tensors the only
+host read-back is the norm of each dense or low-rank exponential's generator
+(:func:`~riemattn.lowrank.expm_small_action`: its scaling and number of terms are loop counts).
+
 A field that carries its algebra element (``lie_generator(t, y)``, e.g.
 :class:`~riemattn.fields.LinearField` for ``y' = A y``) is stepped with it instead (dense
 exponentials): a method that only sees tangent values cannot tell ``y' = A y`` from
@@ -27,6 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._backend import namespace
+from ._validation import as_token_array
 from .fields import AlgebraField, LinearField, generator_matrix
 from .groups import DenseFrame
 from .steppers import Stepper, StepResult, _check_field, register, shifted_time
@@ -49,18 +58,35 @@ __all__ = [
 ]
 
 
+_HOST_ROWS: dict = {}
+
+
+def _host_rows(tab: ButcherTableau):
+    """(A, b, c) of a tableau as nested lists of Python floats, cached per tableau: host
+    coefficients multiply scalars or arrays of any kind (a NumPy float64 scalar times a float32
+    tensor would be fine too, but a NumPy array row would not)."""
+    rows = _HOST_ROWS.get(id(tab))
+    if rows is None or rows[0] is not tab:
+        rows = _HOST_ROWS[id(tab)] = (tab, (tab.A_.tolist(), tab.b_.tolist(), tab.c_.tolist()))
+    return rows[1]
+
+
 class LieStepper(Stepper):
     """Base class of Lie-group steppers: they see the tangent field ``field(t, y)`` and act through
-    the manifold's group action; ``y`` of shape ``(..., l, d)`` stays on the manifold to rounding."""
+    the manifold's group action; ``y`` of shape ``(..., l, d)`` stays on the manifold to rounding.
+
+    ``y`` is a NumPy array (array_like: converted to float64) or a PyTorch tensor (kept on its
+    device with its floating dtype); the result has the kind, device and dtype of ``y``."""
 
     lie = True
 
     def _start(self, field, y, slots: int):
         """The step's frame and the function evaluating a stage's algebra value at (t, Y)."""
         field = _check_field(field)
-        y = np.asarray(y, dtype=float)
+        if type(y) is not np.ndarray or y.dtype != np.float64:
+            y = as_token_array(y, "y")
         if hasattr(field, "lie_generator"):
-            return DenseFrame(y), field.lie_generator
+            return DenseFrame(y, field.__dict__.setdefault("_lie_generator_cache", {})), field.lie_generator
         return field.manifold.lie_frame(y, slots), field
 
     @staticmethod
@@ -84,20 +110,21 @@ class CrouchGrossman(LieStepper):
     def step(self, field, t, y, h, k1=None):
         tab = self.tableau
         s = tab.stages
+        A, b, c = _host_rows(tab)
         frame, value = self._start(field, y, s + 1)
         gens, nfev = [], 0
         for i in range(s):
             state = frame.start
             for j in range(i):
-                if tab.A_[i, j] != 0.0:
-                    state = frame.exp_single(gens[j], h * tab.A_[i, j], state)
-            g, n = self._stage(frame, value, shifted_time(t, tab.c_[i], h), state, k1 if i == 0 else None)
+                if A[i][j] != 0.0:
+                    state = frame.exp_single(gens[j], h * A[i][j], state)
+            g, n = self._stage(frame, value, shifted_time(t, c[i], h), state, k1 if i == 0 else None)
             gens.append(g)
             nfev += n
         state = frame.start
         for j in range(s):
-            if tab.b_[j] != 0.0:
-                state = frame.exp_single(gens[j], h * tab.b_[j], state)
+            if b[j] != 0.0:
+                state = frame.exp_single(gens[j], h * b[j], state)
         return StepResult(frame.point(state), None, nfev)
 
 
@@ -177,7 +204,7 @@ class RKMK(LieStepper):
         error = None
         if self.adaptive:
             dTheta = frame.combine(tab.b_err_, ks, h)
-            error = frame.act_start(dTheta) if dTheta is not None else np.zeros_like(y)
+            error = frame.act_start(dTheta) if dTheta is not None else namespace(frame.y).zeros_like(frame.y)
         return StepResult(frame.point(state_last), error, nfev)
 
 

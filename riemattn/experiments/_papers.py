@@ -6,6 +6,8 @@ Source: Rodriguez Abella, Silvestre, Tabuada, "Asymptotic behavior of continuous
 
 import numpy as np
 
+from .._backend import constant, is_torch, namespace
+
 #: ARXIV section 7.1 (Figure 1): SPD P of the gradient-flow example, tokens on E_P.
 P_FIG1 = np.array(
     [[0.9432, 0.0587, -0.1813], [0.0587, 0.8450, -0.1013], [-0.1813, -0.1013, 0.5519]]
@@ -59,7 +61,23 @@ def hemisphere_P(t):
     function can be used with ``AttentionField(..., time_vectorized=True)``. The same values as
     ``np.stack([D1(t) @ P1_FIG23, D2(t) @ P2_FIG23])``, computed with one cosine and one sine
     call for all times (it is the right-hand side's time dependence in the benchmarks).
+
+    ``t`` a PyTorch tensor (0-d or of times, CPU or CUDA) gives a tensor on its device, of its
+    floating dtype (float64 for integer times); the constants are converted once per device and
+    dtype and cached. Any other ``t`` (float, array_like) gives a float64 NumPy array.
     """
-    arg = np.asarray(t, dtype=float)[..., None, None] * _HEMI_FREQS  # (..., 2, 3)
-    D = 2.0 * np.where(_HEMI_SINE, np.sin(arg), np.cos(arg))
-    return D[..., :, None] * _HEMI_P
+    if not is_torch(t):
+        arg = np.asarray(t, dtype=float)[..., None, None] * _HEMI_FREQS  # (..., 2, 3)
+        D = 2.0 * np.where(_HEMI_SINE, np.sin(arg), np.cos(arg))
+        return D[..., :, None] * _HEMI_P
+    xp = namespace(t)
+    if not t.is_floating_point():
+        t = t.to(dtype=xp.float64)
+    arg = t[..., None, None] * constant(_HEMI_CONSTS, "freqs", _HEMI_FREQS, t)
+    sine = constant(_HEMI_CONSTS, "sine", _HEMI_SINE, t) != 0  # stored in t's dtype, used as a mask
+    D = 2.0 * xp.where(sine, xp.sin(arg), xp.cos(arg))
+    return D[..., :, None] * constant(_HEMI_CONSTS, "P", _HEMI_P, t)
+
+
+#: _HEMI_FREQS, _HEMI_SINE, _HEMI_P converted per device and dtype (see riemattn._backend.constant)
+_HEMI_CONSTS: dict = {}
