@@ -76,6 +76,8 @@ def convert(value, like, dtype=None):
     """
     if is_torch(like):
         torch = _torch()
+        if isinstance(value, np.ndarray) and not value.flags.writeable:
+            value = np.array(value)  # torch warns on read-only (e.g. broadcast) arrays
         return torch.as_tensor(value, dtype=like.dtype if dtype is None else dtype, device=like.device)
     if is_torch(value):
         value = value.detach().cpu().numpy()

@@ -205,20 +205,24 @@ class AlgebraField(Field):
         ``__cause__``); an output of another shape raises ValidationError naming ``generator(t, y)``.
         """
         X = call_user(self._generator, "generator(t, y)", t, t, y)
-        if type(X) is not np.ndarray or X.dtype != np.float64:
+        if is_torch(y):  # tensors stay tensors; a NumPy generator is moved to y's device
+            if not is_torch(X):
+                X = convert(as_float_array(X, "generator(t, y)"), y)
+        elif type(X) is not np.ndarray or X.dtype != np.float64:
             X = as_float_array(X, "generator(t, y)")
         d = y.shape[-1]
-        if X.shape != (d, d) and X.shape != y.shape + (d,):
+        shape, ys = tuple(X.shape), tuple(y.shape)
+        if shape != (d, d) and shape != ys + (d,):
             raise ValidationError(
-                f"generator(t, y) returned shape {X.shape} at t = {t!r}; expected ({d}, {d}) or "
-                f"{y.shape + (d,)} (one matrix per token)."
+                f"generator(t, y) returned shape {shape} at t = {t!r}; expected ({d}, {d}) or "
+                f"{ys + (d,)} (one matrix per token)."
             )
         return X
 
     def __call__(self, t, y):
-        y = np.asarray(y, dtype=float)
+        y = y if is_torch(y) else np.asarray(y, dtype=float)
         X = self.lie_generator(t, y)
-        return y @ X.T if X.ndim == 2 else (X @ y[..., None])[..., 0]
+        return y @ X.mT if X.ndim == 2 else (X @ y[..., None])[..., 0]
 
 
 class LinearField(AlgebraField):

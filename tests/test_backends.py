@@ -307,3 +307,19 @@ def test_to_xarray_and_to_numpy_from_tensors():
     b = ra.integrate(field, torch.as_tensor(y0), (0, 1), "rk4", dt=0.1)
     np.testing.assert_allclose(b.to_xarray()["y"].values, a.to_xarray()["y"].values, atol=1e-12)
     assert type(b.to_numpy().y) is np.ndarray and isinstance(b.y, torch.Tensor)
+
+
+def test_linear_field_exact_flow_on_tensors():
+    """LinearField (y' = A y, A in o(W)): the Lie-group steppers reproduce expm(tA) y0 on tensors."""
+    from scipy.linalg import expm
+
+    W = np.diag([1.0, 2.0, 3.0])
+    S = np.array([[0.0, 1.0, -0.5], [-1.0, 0.0, 2.0], [0.5, -2.0, 0.0]])
+    A = np.linalg.solve(W, S)  # W A is skew, so A^T W + W A = 0
+    field = ra.LinearField(A, ra.Ellipsoid(W))
+    y0 = field.manifold.projection(_rng(7).normal(size=(2, 3, 3)))
+    exact = y0 @ expm(0.7 * A).T
+    for stepper in ("rkmk4", "cf4"):
+        b = ra.integrate(field, torch.as_tensor(y0), (0, 0.7), stepper, dt=0.1)
+        _same(exact, b.y[-1], tol=1e-12)
+    _same(field(0.2, y0), field(0.2, torch.as_tensor(y0)))
