@@ -10,7 +10,10 @@
 
 A user mistake (a bad option, a bad configuration, an output path that cannot be written) is one
 line ``riemattn: error: ...`` on stderr and exit status 2, found before any work starts; never a
-traceback. An interrupted ``reproduce`` (Ctrl-C, SIGTERM) prints one line saying what finished and
+traceback. ``reproduce`` prints one line per figure with its verdict (PASS: every paper claim
+reproduced; PARTIAL: some not reproduced or not checked at this size, named on the line; FAIL: an
+error, or no checked paper claim reproduced) and exits with 1 if a figure FAILs, else 0. An
+interrupted ``reproduce`` (Ctrl-C, SIGTERM) prints one line saying what finished and
 exits with 128 + the signal number (130, 143).
 """
 
@@ -77,20 +80,40 @@ def _cmd_reproduce(args) -> int:
     except Interrupted as exc:
         print(f"riemattn: {exc}", file=sys.stderr)
         return 128 + exc.signum
+    return _report(summaries, args.out)
+
+
+#: the mark of a claim line in the CLI report, by status
+_MARKS = {"reproduced": "reproduced", "not reproduced": "NOT REPRODUCED",
+          "not checked at this size": "not checked at this size"}
+
+
+def _report(summaries, out) -> int:
+    """Print one line per figure (its verdict) and one per claim; 1 if a figure FAILs, else 0.
+
+    ``PASS``: every paper claim reproduced; ``PARTIAL``: some not reproduced or not checked at this
+    size (named on the line); ``FAIL``: an error, or none of the checked paper claims reproduced
+    (see :mod:`riemattn.experiments._verdict`). PARTIAL is a result, not an error: exit status 0.
+    """
+    from .experiments._verdict import normalize, summarize_verdict, verdict
+
     failed = 0
     for s in summaries:
-        status = "PASS" if s["passed"] else "FAIL"
-        failed += not s["passed"]
+        claims = normalize(s.get("claims") or {})
+        v, detail = verdict(claims, s.get("error"))
+        failed += v == "FAIL"
         extra = " (cached)" if s.get("cached") else f" ({s.get('runtime_s', 0):.1f} s)" if "runtime_s" in s else ""
-        print(f"{status} {s['name']}{extra} -> {os.path.join(args.out, s['name'])}")
+        note = "" if v == "PASS" or "error" in s else f": {summarize_verdict(v, detail)}"
+        print(f"{v} {s['name']}{extra} -> {os.path.join(out, s['name'])}{note}")
         if "error" in s:
             print(f"    error: {s['error']}")
-        for cname, c in s["claims"].items():
-            if c["passed"] is None:  # an observation, reported but not checked
+        for cname, c in claims.items():
+            if c["kind"] == "observation":  # a number reported, no claim attached
                 print(f"    [obs] {cname}: {c['description']}: {c.get('observed')} (value {c['value']})")
                 continue
-            mark = "ok " if c["passed"] else "NOT"
-            print(f"    [{mark}] {cname}: {c['description']} (value {c['value']})")
+            label = "stand-in " if c["kind"] == "stand-in" else ""
+            why = f"; {c['reason']}" if c.get("reason") else ""
+            print(f"    [{label}{_MARKS[c['status']]}] {cname}: {c['description']} (value {c['value']}{why})")
     return 1 if failed else 0
 
 

@@ -1,7 +1,9 @@
 """Run reproductions, write their outputs as they finish, and skip what is already done.
 
 Outputs per figure, in ``OUT/NAME/``: ``figure.png``, ``figure.pdf``, ``data.nc`` (NetCDF) and
-``summary.json`` (configuration, its hash, the package version, runtime, claims with pass/fail,
+``summary.json`` (configuration, its hash, the package version, runtime, every claim with its status
+-- reproduced, not reproduced, not checked at this size -- and the figure's verdict PASS, PARTIAL or
+FAIL, see :mod:`._verdict`,
 the size and SHA-256 of each of the three other files, and the module's ``TIMINGS``: wall-clock
 measurements such as icml-gpt's ``pass_seconds``, kept out of ``data.nc``).
 
@@ -53,6 +55,7 @@ from .. import __version__
 from .._paths import check_output_dir
 from ..errors import InputTypeError, ValidationError
 from . import available, get
+from ._verdict import normalize, verdict
 from ._workers import run_parallel, signals_raise, thread_limit
 
 __all__ = [
@@ -77,7 +80,8 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int, finished: list, unfinished: list):
         self.signum, self.finished, self.unfinished = signum, finished, unfinished
         done = ", ".join(
-            f"{s['name']} ({'PASS' if s.get('passed') else 'FAIL'}{', cached' if s.get('cached') else ''})"
+            f"{s['name']} ({s.get('verdict') or ('PASS' if s.get('passed') else 'FAIL')}"
+            f"{', cached' if s.get('cached') else ''})"
             for s in finished
         ) or "none"
         super().__init__(
@@ -194,7 +198,7 @@ def run_one(
     digest = config_hash(name, config)
     outdir = Path(out) / name
     if not force and is_done(outdir, digest):
-        summary = json.loads((outdir / "summary.json").read_text())
+        summary = _with_verdict(json.loads((outdir / "summary.json").read_text()))
         summary["cached"] = True
         return summary
     # compute everything before touching the directory
@@ -205,7 +209,8 @@ def run_one(
     ds.attrs["config"] = json.dumps(config, sort_keys=True)
     fig = module.plot(ds)
     try:
-        claims = _jsonable(module.claims(ds))
+        claims = _jsonable(normalize(module.claims(ds)))
+        verdict_, detail = verdict(claims)
         timings = {
             v: {"dims": list(ds[v].dims), "values": _jsonable(ds[v].values)}
             for v in getattr(module, "TIMINGS", ()) if v in ds
@@ -236,8 +241,11 @@ def run_one(
                 "runtime_s": round(runtime, 3),
                 "timings": timings,
                 "claims": claims,
-                # a claim with "passed": None is an observation: reported, not counted
-                "passed": bool(all(c["passed"] for c in claims.values() if c["passed"] is not None)),
+                # PASS / PARTIAL / FAIL from the paper claims' statuses (stand-ins and observations
+                # are reported, not counted); "passed" (verdict == PASS) is kept for old readers
+                "verdict": verdict_,
+                "claims_by_status": detail,
+                "passed": verdict_ == "PASS",
                 "files": {f: _file_record(outdir / f) for f in OUTPUTS},
             }
             _atomic_write(
@@ -267,7 +275,16 @@ def _safe_run_one(name, quick, out, force, smoke=False):
 
 
 def _failed(name, error):
-    return {"name": name, "passed": False, "error": error, "claims": {}, "cached": False}
+    return {"name": name, "verdict": "FAIL", "passed": False, "error": error, "claims": {}, "cached": False}
+
+
+def _with_verdict(summary: dict) -> dict:
+    """A summary written before verdicts existed gets its claims' statuses and verdict (in memory)."""
+    if "verdict" not in summary and isinstance(summary.get("claims"), dict):
+        summary["claims"] = normalize(summary["claims"])
+        summary["verdict"], summary["claims_by_status"] = verdict(summary["claims"], summary.get("error"))
+        summary["passed"] = summary["verdict"] == "PASS"
+    return summary
 
 
 def _partial_files(out, name):

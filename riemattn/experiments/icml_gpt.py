@@ -137,39 +137,54 @@ def plot(ds: xr.Dataset):
     return fig
 
 
-def claims(ds: xr.Dataset) -> dict:
-    """Per model and variant: the checked claim that E decreases, and two observations.
+#: the papers' models (ICML Section 5.2) and the depth from which their claim "E -> 0" is checked
+PAPER_MODELS = ("gpt2-xl", "gpt-neo-2.7B")
+PAPER_PASSES = 100
+#: "toward 0": prompt-mean E after the last layer below this fraction of E after the first layer
+TOWARD_0 = 0.1
 
-    ``decreases`` (checked, pass/fail): prompt-mean E after the last layer < E after the first layer.
-    Observations (``passed`` is None: reported with their numbers, not counted as pass/fail, because
-    the papers' runs are far longer and larger than what this machine runs): ``still-falling`` (E after
-    the last layer < E one pass earlier) and ``toward-0`` (E after the last layer < 10 % of E after the
-    first layer; the papers' claim that E falls toward 0). docs/llm.md states, variant by variant,
-    whether the runs here agree with the papers.
+
+def claims(ds: xr.Dataset) -> dict:
+    """Per model and variant: the papers' claim "E -> 0", a stand-in for it and an observation.
+
+    - ``toward-0`` (paper claim): the prompt-mean E after the last layer is below 10 % of E after the
+      first layer. Checked only on the papers' models (GPT-2 XL, GPT-Neo 2.7B) looped at least
+      :data:`PAPER_PASSES` passes (``riemattn reproduce icml-gpt --full``); on the smaller models and
+      shallower loops this machine runs it is *not checked at this size* (the measured ratio is
+      reported with it): the claim is asymptotic and about those two models.
+    - ``decreases`` (stand-in for ``toward-0``): E after the last layer < E after the first layer.
+    - ``still-falling`` (observation): E after the last layer < E one pass earlier.
     """
+    from ._verdict import NOT_CHECKED, claim
+
     out = {}
     mean = ds["E"].mean("prompt")
     for m in ds["model"].values:
+        passes = int(ds["passes"].sel(model=m))
         for v in ds["variant"].values:
             e = mean.sel(model=m, variant=v).values
             e = e[~np.isnan(e)]
             if e.size == 0:
                 continue
             first, last = float(e[1]), float(e[-1])
-            value = {"E_first_layer": first, "E_last": last, "ratio": last / first}
-            out[f"{m}/{v}/decreases"] = {
-                "passed": bool(last < first), "value": value,
-                "description": f"{m}, {v}: prompt-mean E after the last layer < E after the first layer",
-            }
+            value = {"E_first_layer": first, "E_last": last, "ratio": last / first, "passes": passes}
+            paper_size = str(m) in PAPER_MODELS and passes >= PAPER_PASSES
+            out[f"{m}/{v}/toward-0"] = claim(
+                bool(last < TOWARD_0 * first) if paper_size else NOT_CHECKED, value,
+                f"the papers' claim ({m}, {v}): prompt-mean E falls toward 0, checked as E after the last "
+                f"layer < {TOWARD_0:g} x E after the first layer",
+                reason=None if paper_size else f"needs {' or '.join(PAPER_MODELS)} looped >= {PAPER_PASSES} "
+                f"passes (--full); this run: {m}, {passes} passes",
+            )
+            out[f"{m}/{v}/decreases"] = claim(
+                bool(last < first), value,
+                f"{m}, {v}: prompt-mean E after the last layer < E after the first layer",
+                kind="stand-in", stands_in_for=f"{m}/{v}/toward-0",
+            )
             L = int(ds["n_layer"].sel(model=m))
             falling = bool(e.size > L + 1 and last < float(e[-1 - L]))
-            out[f"{m}/{v}/still-falling"] = {
-                "passed": None, "observed": falling, "value": value,
-                "description": f"observation ({m}, {v}): E after the last layer < E one pass earlier",
-            }
-            out[f"{m}/{v}/toward-0"] = {
-                "passed": None, "observed": bool(last < 0.1 * first), "value": value,
-                "description": f"observation ({m}, {v}), the papers' claim: E after the last layer < 10% "
-                "of E after the first layer",
-            }
+            out[f"{m}/{v}/still-falling"] = claim(
+                None, value, f"observation ({m}, {v}): E after the last layer < E one pass earlier",
+                kind="observation", observed=falling,
+            )
     return out
