@@ -17,9 +17,11 @@ or a missing figure is therefore recomputed, and a ``--quick`` run killed after 
 ``data.nc`` cannot leave a full-size summary behind. A figure that fails leaves no directory
 it created.
 
-Sizes: full (the papers'), ``quick`` (``riemattn reproduce --quick``) and ``smoke`` (the test
-suite's: ``config(quick=True, smoke=True)`` for modules whose ``config`` accepts ``smoke``, else
-quick).
+Sizes: full (the default: the papers' for the simulations), ``quick`` (``riemattn reproduce
+--quick``), ``smoke`` (the test suite's: ``config(quick=True, smoke=True)`` for modules whose
+``config`` accepts ``smoke``, else quick) and ``paper`` (``riemattn reproduce --full``:
+``config(full=True)`` for modules whose default is smaller than the paper's, the looped GPT-2 XL /
+GPT-Neo 2.7B reproductions, which need a GPU; ``--device`` says where they run).
 
 Threads and determinism: every figure runs with BLAS/OpenMP limited to one thread
 (:data:`BLAS_THREADS`, threadpoolctl), in the calling process (one worker) and in each worker
@@ -97,17 +99,38 @@ def config_hash(name: str, config: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def config_for(module, quick: bool = False, smoke: bool = False) -> dict:
-    """A reproduction's configuration at the requested size (``smoke`` implies quick)."""
+def config_for(module, quick: bool = False, smoke: bool = False, full: bool = False, device: str = "cpu") -> dict:
+    """A reproduction's configuration at the requested size (``smoke`` implies quick).
+
+    ``full``: the papers' sizes where a module has a larger one than its default (the looped-LLM
+    reproductions: GPT-2 XL / GPT-Neo 2.7B, for a GPU); other modules' default is already the
+    papers' size. ``device`` is passed to modules whose ``config`` accepts it (the LLM ones; it
+    becomes part of the configuration and its hash); the others run on the CPU.
+    """
+    params = inspect.signature(module.config).parameters
+    kw = {}
+    if smoke and "smoke" in params:
+        kw["smoke"] = True
+    if full and not (quick or smoke) and "full" in params:
+        kw["full"] = True
+    if "device" in params:
+        kw["device"] = device
+    return module.config(quick=bool(quick or smoke), **kw)
+
+
+def accepts_device(module) -> bool:
+    """Whether a reproduction runs where ``--device`` says (its ``config`` takes ``device``)."""
+    return "device" in inspect.signature(module.config).parameters
+
+
+def _size(quick: bool, smoke: bool, full: bool = False, module=None) -> str:
     if smoke:
-        if "smoke" in inspect.signature(module.config).parameters:
-            return module.config(quick=True, smoke=True)
-        return module.config(quick=True)
-    return module.config(quick=quick)
-
-
-def _size(quick: bool, smoke: bool) -> str:
-    return "smoke" if smoke else "quick" if quick else "full"
+        return "smoke"
+    if quick:
+        return "quick"
+    if full and module is not None and "full" in inspect.signature(module.config).parameters:
+        return "paper"
+    return "full"
 
 
 def _jsonable(value):
@@ -185,16 +208,20 @@ def check_outputs(out, names, name: str = "out") -> Path:
 
 
 def run_one(
-    name: str, quick: bool, out: str | os.PathLike, force: bool = False, smoke: bool = False
+    name: str, quick: bool, out: str | os.PathLike, force: bool = False, smoke: bool = False,
+    full: bool = False, device: str = "cpu",
 ) -> dict:
-    """Run one reproduction (unless already done) and write its outputs; return its summary."""
+    """Run one reproduction (unless already done) and write its outputs; return its summary.
+
+    ``full`` and ``device``: see :func:`config_for`.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     module = get(name)
-    config = config_for(module, quick, smoke)
+    config = config_for(module, quick, smoke, full, device)
     digest = config_hash(name, config)
     outdir = Path(out) / name
     if not force and is_done(outdir, digest):
@@ -234,7 +261,8 @@ def run_one(
                 "figure": module.FIGURE,
                 "description": module.DESCRIPTION,
                 "quick": bool(quick or smoke),
-                "size": _size(quick, smoke),
+                "size": _size(quick, smoke, full, module),
+                "device": str(config.get("device", "cpu")),
                 "config": config,
                 "config_hash": digest,
                 "version": __version__,
@@ -266,10 +294,10 @@ def run_one(
     return summary
 
 
-def _safe_run_one(name, quick, out, force, smoke=False):
+def _safe_run_one(name, quick, out, force, smoke=False, full=False, device="cpu"):
     """run_one, turning an exception into a failed summary so ``--all`` goes on with the others."""
     try:
-        return run_one(name, quick, out, force, smoke)
+        return run_one(name, quick, out, force, smoke, full, device)
     except Exception as exc:  # noqa: BLE001 - reported in the summary and by the CLI
         return _failed(name, f"{type(exc).__name__}: {exc}")
 
@@ -292,13 +320,16 @@ def _partial_files(out, name):
 
 
 def reproduce(
-    names, *, quick=False, out="results", workers=1, progress=True, force=False, smoke=False
+    names, *, quick=False, out="results", workers=1, progress=True, force=False, smoke=False, full=False,
+    device="cpu",
 ):
     """Run the reproductions ``names`` (in parallel processes when ``workers > 1``).
 
     Results are written as each finishes; finished ones (see :func:`is_done`) are skipped.
     Returns the list of summaries in the order of ``names`` (a name given twice runs once).
-    ``smoke`` selects the test suite's sizes (see the module docstring). The outputs do not depend
+    ``smoke`` selects the test suite's sizes (see the module docstring); ``full`` the papers' sizes of
+    the looped-LLM reproductions and ``device`` where they run (see :func:`config_for`; the other
+    reproductions run on the CPU whatever ``device`` says). The outputs do not depend
     on ``workers``. SIGINT or SIGTERM (in the main thread) stops every worker and raises
     :class:`Interrupted` (a ``KeyboardInterrupt``) saying what finished.
     """
@@ -315,6 +346,10 @@ def reproduce(
         raise InputTypeError(f"workers must be an integer >= 1, got {workers!r} ({type(workers).__name__}).")
     if workers < 1:
         raise ValidationError(f"workers must be an integer >= 1, got {workers}.")
+    if not isinstance(device, str) or not device:
+        raise InputTypeError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}.")
+    if quick and full:
+        raise ValidationError("quick and full cannot both be set (choose one size).")
     check_outputs(out, names, "out")
     summaries: dict[str, dict] = {}
     bar = tqdm(total=len(names), desc="reproduce", unit="figure", disable=not progress)
@@ -330,10 +365,10 @@ def reproduce(
                 with thread_limit(BLAS_THREADS):
                     for name in names:
                         bar.set_postfix_str(name)
-                        done(_safe_run_one(name, quick, out, force, smoke))
+                        done(_safe_run_one(name, quick, out, force, smoke, full, device))
             else:
                 run_parallel(
-                    names, int(workers), _safe_run_one, (quick, out, force, smoke), done,
+                    names, int(workers), _safe_run_one, (quick, out, force, smoke, full, device), done,
                     on_died=lambda name, code: _failed(name, f"worker process died (exit code {code})"),
                     partial_files=partial(_partial_files, out), threads=BLAS_THREADS,
                 )

