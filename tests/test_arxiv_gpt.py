@@ -222,3 +222,19 @@ def test_run_loop_with_given_input_ids():
         run_loop("gpt2", "tiny", variants=["random"], passes=1, input_ids=np.array([[1, 5000]]))
     with pytest.raises(ValidationError, match="input_ids"):
         run_loop("gpt2", "tiny", variants=["random"], passes=1, input_ids=np.array([1, 2]))
+
+
+def test_icml_gpt_runs_where_the_configuration_says():
+    from riemattn.experiments import icml_gpt
+
+    cfg = {"seed": 0, "passes": 2, "prompts": 2, "tokens": 5, "threads": 1, "device": "cpu", "dtype": "float64",
+           "runs": [{"model": "gpt2", "size": "tiny", "variants": ["random"]},
+                    {"model": "gpt-neo", "size": "tiny", "variants": ["redrawn-noff"]}]}
+    ds = icml_gpt.run(cfg)
+    assert (ds.attrs["device"], ds.attrs["dtype"]) == ("cpu", "float64")
+    assert list(ds["model"].values) == ["gpt2-tiny", "gpt-neo-tiny"] and ds["E"].shape == (2, 2, 2, 5)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValidationError, match="no CUDA device"):
+            icml_gpt.run({**cfg, "device": "cuda"})
+    with pytest.raises(ValidationError, match="device"):
+        icml_gpt.run({**cfg, "device": "tpu:x"})

@@ -128,7 +128,7 @@ def combine(parts, names) -> xr.Dataset:
         },
     )
     for key in ("prompts", "tokens", "seed", "torch_version", "transformers_version", "measured_at",
-                "torch_threads"):
+                "torch_threads", "device", "dtype"):
         ds.attrs[key] = first.attrs[key]
     return ds
 
