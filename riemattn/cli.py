@@ -1,7 +1,7 @@
 """The ``riemattn`` command line: parse, dispatch, nothing else.
 
     riemattn list
-    riemattn reproduce NAME [NAME ...] | --all  [--quick] [--out DIR] [--workers N] [--force]
+    riemattn reproduce NAME [NAME ...] | --all  [--quick | --full] [--device DEV] [--out DIR] [--workers N] [--force]
     riemattn simulate CONFIG.toml [--out DIR]
     riemattn sweep CONFIG.toml --out STORE.zarr [--scheduler ADDRESS] [--workers N]
     riemattn sweep-plot STORE.zarr --var NAME --x DIM --y DIM [--sel DIM=VALUE ...] [--out FIG.png]
@@ -10,7 +10,10 @@
 
 A user mistake (a bad option, a bad configuration, an output path that cannot be written) is one
 line ``riemattn: error: ...`` on stderr and exit status 2, found before any work starts; never a
-traceback. An interrupted ``reproduce`` (Ctrl-C, SIGTERM) prints one line saying what finished and
+traceback. ``reproduce`` prints one line per figure with its verdict (PASS: every paper claim
+reproduced; PARTIAL: some not reproduced or not checked at this size, named on the line; FAIL: an
+error, or no checked paper claim reproduced) and exits with 1 if a figure FAILs, else 0. An
+interrupted ``reproduce`` (Ctrl-C, SIGTERM) prints one line saying what finished and
 exits with 128 + the signal number (130, 143).
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 
 from . import __version__
@@ -42,6 +46,13 @@ def _workers(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return value
+
+
+def _device(text: str) -> str:
+    """--device: cpu, cuda, cuda:N or mps (whether it exists is checked when a figure runs on it)."""
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda, cuda:N or mps, got {text!r}")
+    return text
 
 
 def _cmd_list(args) -> int:
@@ -68,29 +79,58 @@ def _cmd_reproduce(args) -> int:
         names = list(dict.fromkeys(args.names))
     else:
         raise RiemattnError("give reproduction NAMEs or --all (see `riemattn list`).")
+    if args.quick and args.full:
+        raise RiemattnError("give --quick or --full, not both.")
     check_outputs(args.out, names, "--out")
+    if args.device != "cpu":
+        from .experiments._runner import accepts_device
+
+        on_cpu = [n for n in names if not accepts_device(modules[n])]
+        if on_cpu:
+            print(f"note: --device {args.device} applies to {[n for n in names if n not in on_cpu]}; "
+                  f"{on_cpu} run on the CPU (NumPy)", file=sys.stderr)
     try:
         summaries = reproduce(
             names, quick=args.quick, out=args.out, workers=args.workers, progress=not args.no_progress,
-            force=args.force,
+            force=args.force, full=args.full, device=args.device,
         )
     except Interrupted as exc:
         print(f"riemattn: {exc}", file=sys.stderr)
         return 128 + exc.signum
+    return _report(summaries, args.out)
+
+
+#: the mark of a claim line in the CLI report, by status
+_MARKS = {"reproduced": "reproduced", "not reproduced": "NOT REPRODUCED",
+          "not checked at this size": "not checked at this size"}
+
+
+def _report(summaries, out) -> int:
+    """Print one line per figure (its verdict) and one per claim; 1 if a figure FAILs, else 0.
+
+    ``PASS``: every paper claim reproduced; ``PARTIAL``: some not reproduced or not checked at this
+    size (named on the line); ``FAIL``: an error, or none of the checked paper claims reproduced
+    (see :mod:`riemattn.experiments._verdict`). PARTIAL is a result, not an error: exit status 0.
+    """
+    from .experiments._verdict import normalize, summarize_verdict, verdict
+
     failed = 0
     for s in summaries:
-        status = "PASS" if s["passed"] else "FAIL"
-        failed += not s["passed"]
+        claims = normalize(s.get("claims") or {})
+        v, detail = verdict(claims, s.get("error"))
+        failed += v == "FAIL"
         extra = " (cached)" if s.get("cached") else f" ({s.get('runtime_s', 0):.1f} s)" if "runtime_s" in s else ""
-        print(f"{status} {s['name']}{extra} -> {os.path.join(args.out, s['name'])}")
+        note = "" if v == "PASS" or "error" in s else f": {summarize_verdict(v, detail)}"
+        print(f"{v} {s['name']}{extra} -> {os.path.join(out, s['name'])}{note}")
         if "error" in s:
             print(f"    error: {s['error']}")
-        for cname, c in s["claims"].items():
-            if c["passed"] is None:  # an observation, reported but not checked
+        for cname, c in claims.items():
+            if c["kind"] == "observation":  # a number reported, no claim attached
                 print(f"    [obs] {cname}: {c['description']}: {c.get('observed')} (value {c['value']})")
                 continue
-            mark = "ok " if c["passed"] else "NOT"
-            print(f"    [{mark}] {cname}: {c['description']} (value {c['value']})")
+            label = "stand-in " if c["kind"] == "stand-in" else ""
+            why = f"; {c['reason']}" if c.get("reason") else ""
+            print(f"    [{label}{_MARKS[c['status']]}] {cname}: {c['description']} (value {c['value']}{why})")
     return 1 if failed else 0
 
 
@@ -145,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("names", nargs="*", metavar="NAME", help="reproduction names (see `riemattn list`)")
     p.add_argument("--all", action="store_true", help="run every reproduction")
     p.add_argument("--quick", action="store_true", help="smaller sizes that keep each figure's meaning")
+    p.add_argument("--full", action="store_true",
+                   help="the papers' sizes for the looped-LLM figures too (GPT-2 XL / GPT-Neo 2.7B; needs a GPU: "
+                   "--device cuda); the other figures' default is already the papers' size")
+    p.add_argument("--device", type=_device, default="cpu",
+                   help="cpu | cuda | cuda:N: where the looped-LLM figures run (default cpu); the simulations "
+                   "always run on the CPU")
     p.add_argument("--out", default="results", help="output directory (default: results)")
     p.add_argument("--workers", type=_workers, default=1,
                    help="parallel processes, >= 1 (default 1); the results do not depend on it")

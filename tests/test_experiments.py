@@ -1,4 +1,4 @@
-"""The reproductions of the papers' figures: every one runs (smoke size) and its claims pass.
+"""The reproductions of the papers' figures: every one runs (smoke size) with its expected verdict.
 
 Every module discovered by :func:`riemattn.experiments.available` is run through the runner at the
 test suite's size (``config(quick=True, smoke=True)`` where supported, else quick), so a change that
@@ -17,12 +17,16 @@ import xarray as xr
 import riemattn as ra
 from riemattn.experiments import available, get
 from riemattn.experiments._runner import config_for, config_hash, run_one
+from riemattn.experiments._verdict import KINDS, NOT_CHECKED, NOT_REPRODUCED, REPRODUCED, STATUSES
 
 NAMES = list(available())
 
 # Known failures of other issues' figures, listed (not run: each costs a minute) so the suite stays
 # green while they are open. Remove the entry when the figure passes again.
 KNOWN_FAILING: dict[str, str] = {}
+
+# Reproductions whose paper claims cannot be checked at the test suite's size (verdict PARTIAL).
+PARTIAL_AT_SMOKE = {"icml-gpt", "arxiv-gpt"}
 
 MINE = [
     "arxiv-fig4",
@@ -64,10 +68,22 @@ def test_module_contract(name):
 )
 def test_reproduction_runs_and_claims_pass(name, tmp_path):
     summary = run_one(name, quick=True, out=tmp_path, smoke=True)
-    # "passed": None marks an observation (reported, not checked), e.g. icml-gpt's E -> 0
-    failed = {k: c["value"] for k, c in summary["claims"].items() if c["passed"] is False}
-    assert summary["passed"], f"{name}: claims failed: {failed}"
-    assert any(c["passed"] is not None for c in summary["claims"].values()), f"{name} checks no claim"
+    claims = summary["claims"]
+    assert all(c["status"] in STATUSES and c["kind"] in KINDS for c in claims.values() if c["kind"] != "observation")
+    by_status = {s: sorted(k for k, c in claims.items() if c["kind"] == "paper" and c["status"] == s)
+                 for s in STATUSES}
+    assert {k: sorted(v) for k, v in summary["claims_by_status"].items()} == by_status
+    if name in PARTIAL_AT_SMOKE:
+        # the looped-GPT papers' claims are about GPT-2 XL / GPT-Neo 2.7B at depth: not checked here,
+        # never reported as reproduced; their stand-ins are reported as such
+        assert summary["verdict"] == "PARTIAL" and not summary["passed"], summary["claims_by_status"]
+        assert by_status[NOT_CHECKED] and not by_status[REPRODUCED] and not by_status[NOT_REPRODUCED]
+        stand_ins = [c for c in claims.values() if c["kind"] == "stand-in"]
+        assert stand_ins and all(c["stands_in_for"] in claims for c in stand_ins)
+    else:
+        failed = {k: claims[k]["value"] for k in by_status[NOT_REPRODUCED] + by_status[NOT_CHECKED]}
+        assert summary["verdict"] == "PASS" and summary["passed"], f"{name}: claims not reproduced: {failed}"
+    assert any(c["kind"] == "paper" for c in claims.values()), f"{name} states no paper claim"
     for f in ("figure.png", "figure.pdf", "data.nc", "summary.json"):
         assert (tmp_path / name / f).stat().st_size > 0
     on_disk = json.loads((tmp_path / name / "summary.json").read_text())

@@ -418,5 +418,23 @@ def test_icml_gpt_combines_models_and_states_claims(llm, tmp_path):
     assert len(claims) == 3 * 3  # 3 (model, variant) pairs present x 3 claims
     key = "gpt-neo-tiny/random/decreases"
     e = b["E"].values[0].mean(0)
-    assert claims[key]["passed"] == bool(e[-1] < e[1]) and claims[key]["value"]["E_last"] == e[-1]
+    want = "reproduced" if e[-1] < e[1] else "not reproduced"
+    assert claims[key]["status"] == want and claims[key]["value"]["E_last"] == e[-1]
+    assert claims[key]["kind"] == "stand-in" and claims[key]["stands_in_for"] == "gpt-neo-tiny/random/toward-0"
+    # the papers' claim is its own claim, not checked on tiny models, never reported as reproduced
+    paper = claims["gpt-neo-tiny/random/toward-0"]
+    assert paper["kind"] == "paper" and paper["status"] == "not checked at this size" and paper["passed"] is None
+    assert "gpt2-xl" in paper["reason"] and claims["gpt-neo-tiny/random/still-falling"]["kind"] == "observation"
+    # the same data labelled as the papers' model at the papers' depth is checked: E -> 0 or not
+    big = ds.assign_coords(model=["gpt2-xl", "gpt-neo-2.7B"])
+    big["passes"] = big["passes"] * 0 + icml_gpt.PAPER_PASSES
+    checked = icml_gpt.claims(big)["gpt-neo-2.7B/random/toward-0"]
+    assert checked["status"] == ("reproduced" if e[-1] < 0.1 * e[1] else "not reproduced")
+    E = big["E"].values.copy()
+    E[1, 0, :, -1] = 1e-3 * E[1, 0, :, 1]  # gpt-neo-2.7B/random collapses
+    big["E"] = big["E"].dims, E
+    assert icml_gpt.claims(big)["gpt-neo-2.7B/random/toward-0"]["status"] == "reproduced"
+    E[1, 0, :, -1] = 0.5 * E[1, 0, :, 1]
+    big["E"] = big["E"].dims, E
+    assert icml_gpt.claims(big)["gpt-neo-2.7B/random/toward-0"]["status"] == "not reproduced"
     assert icml_gpt.plot(ds).axes

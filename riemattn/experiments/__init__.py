@@ -2,11 +2,16 @@
 
 Each module defines ``NAME`` (the CLI name), ``PAPER``, ``FIGURE``, ``DESCRIPTION`` and
 
-- ``config(quick=False) -> dict``: a JSON-serializable configuration (with its ``seed``);
+- ``config(quick=False) -> dict``: a JSON-serializable configuration (with its ``seed``); it may also
+  accept the keywords ``smoke`` (the test suite's size), ``full`` (the papers' size where the default
+  is smaller, e.g. the looped GPT-2 XL) and ``device`` (where a torch model runs);
 - ``run(config) -> xarray.Dataset``: the simulation, seeded, no global state;
 - ``plot(ds) -> matplotlib.figure.Figure``;
-- ``claims(ds) -> dict``: ``{name: {"passed": bool, "value": ..., "description": str}}``, the paper's
-  claims checked on the data.
+- ``claims(ds) -> dict``: ``{name: claim}``, the paper's claims checked on the data, each with a
+  status *reproduced* / *not reproduced* / *not checked at this size* and a kind *paper* /
+  *stand-in* / *observation* (:func:`riemattn.experiments._verdict.claim`; the older
+  ``{"passed": bool | None, "value": ..., "description": str}`` is still understood). The runner
+  derives the figure's verdict PASS / PARTIAL / FAIL from them (:mod:`._verdict`).
 
 Optional: ``TIMINGS``, names of data variables that are wall-clock measurements, not results; the
 runner moves them from ``data.nc`` (which stays byte-identical between runs) to ``summary.json``.

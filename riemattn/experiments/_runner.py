@@ -1,7 +1,9 @@
 """Run reproductions, write their outputs as they finish, and skip what is already done.
 
 Outputs per figure, in ``OUT/NAME/``: ``figure.png``, ``figure.pdf``, ``data.nc`` (NetCDF) and
-``summary.json`` (configuration, its hash, the package version, runtime, claims with pass/fail,
+``summary.json`` (configuration, its hash, the package version, runtime, every claim with its status
+-- reproduced, not reproduced, not checked at this size -- and the figure's verdict PASS, PARTIAL or
+FAIL, see :mod:`._verdict`,
 the size and SHA-256 of each of the three other files, and the module's ``TIMINGS``: wall-clock
 measurements such as icml-gpt's ``pass_seconds``, kept out of ``data.nc``).
 
@@ -15,9 +17,11 @@ or a missing figure is therefore recomputed, and a ``--quick`` run killed after 
 ``data.nc`` cannot leave a full-size summary behind. A figure that fails leaves no directory
 it created.
 
-Sizes: full (the papers'), ``quick`` (``riemattn reproduce --quick``) and ``smoke`` (the test
-suite's: ``config(quick=True, smoke=True)`` for modules whose ``config`` accepts ``smoke``, else
-quick).
+Sizes: full (the default: the papers' for the simulations), ``quick`` (``riemattn reproduce
+--quick``), ``smoke`` (the test suite's: ``config(quick=True, smoke=True)`` for modules whose
+``config`` accepts ``smoke``, else quick) and ``paper`` (``riemattn reproduce --full``:
+``config(full=True)`` for modules whose default is smaller than the paper's, the looped GPT-2 XL /
+GPT-Neo 2.7B reproductions, which need a GPU; ``--device`` says where they run).
 
 Threads and determinism: every figure runs with BLAS/OpenMP limited to one thread
 (:data:`BLAS_THREADS`, threadpoolctl), in the calling process (one worker) and in each worker
@@ -53,6 +57,7 @@ from .. import __version__
 from .._paths import check_output_dir
 from ..errors import InputTypeError, ValidationError
 from . import available, get
+from ._verdict import normalize, verdict
 from ._workers import run_parallel, signals_raise, thread_limit
 
 __all__ = [
@@ -77,7 +82,8 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int, finished: list, unfinished: list):
         self.signum, self.finished, self.unfinished = signum, finished, unfinished
         done = ", ".join(
-            f"{s['name']} ({'PASS' if s.get('passed') else 'FAIL'}{', cached' if s.get('cached') else ''})"
+            f"{s['name']} ({s.get('verdict') or ('PASS' if s.get('passed') else 'FAIL')}"
+            f"{', cached' if s.get('cached') else ''})"
             for s in finished
         ) or "none"
         super().__init__(
@@ -93,17 +99,38 @@ def config_hash(name: str, config: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def config_for(module, quick: bool = False, smoke: bool = False) -> dict:
-    """A reproduction's configuration at the requested size (``smoke`` implies quick)."""
+def config_for(module, quick: bool = False, smoke: bool = False, full: bool = False, device: str = "cpu") -> dict:
+    """A reproduction's configuration at the requested size (``smoke`` implies quick).
+
+    ``full``: the papers' sizes where a module has a larger one than its default (the looped-LLM
+    reproductions: GPT-2 XL / GPT-Neo 2.7B, for a GPU); other modules' default is already the
+    papers' size. ``device`` is passed to modules whose ``config`` accepts it (the LLM ones; it
+    becomes part of the configuration and its hash); the others run on the CPU.
+    """
+    params = inspect.signature(module.config).parameters
+    kw = {}
+    if smoke and "smoke" in params:
+        kw["smoke"] = True
+    if full and not (quick or smoke) and "full" in params:
+        kw["full"] = True
+    if "device" in params:
+        kw["device"] = device
+    return module.config(quick=bool(quick or smoke), **kw)
+
+
+def accepts_device(module) -> bool:
+    """Whether a reproduction runs where ``--device`` says (its ``config`` takes ``device``)."""
+    return "device" in inspect.signature(module.config).parameters
+
+
+def _size(quick: bool, smoke: bool, full: bool = False, module=None) -> str:
     if smoke:
-        if "smoke" in inspect.signature(module.config).parameters:
-            return module.config(quick=True, smoke=True)
-        return module.config(quick=True)
-    return module.config(quick=quick)
-
-
-def _size(quick: bool, smoke: bool) -> str:
-    return "smoke" if smoke else "quick" if quick else "full"
+        return "smoke"
+    if quick:
+        return "quick"
+    if full and module is not None and "full" in inspect.signature(module.config).parameters:
+        return "paper"
+    return "full"
 
 
 def _jsonable(value):
@@ -181,20 +208,24 @@ def check_outputs(out, names, name: str = "out") -> Path:
 
 
 def run_one(
-    name: str, quick: bool, out: str | os.PathLike, force: bool = False, smoke: bool = False
+    name: str, quick: bool, out: str | os.PathLike, force: bool = False, smoke: bool = False,
+    full: bool = False, device: str = "cpu",
 ) -> dict:
-    """Run one reproduction (unless already done) and write its outputs; return its summary."""
+    """Run one reproduction (unless already done) and write its outputs; return its summary.
+
+    ``full`` and ``device``: see :func:`config_for`.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     module = get(name)
-    config = config_for(module, quick, smoke)
+    config = config_for(module, quick, smoke, full, device)
     digest = config_hash(name, config)
     outdir = Path(out) / name
     if not force and is_done(outdir, digest):
-        summary = json.loads((outdir / "summary.json").read_text())
+        summary = _with_verdict(json.loads((outdir / "summary.json").read_text()))
         summary["cached"] = True
         return summary
     # compute everything before touching the directory
@@ -205,7 +236,8 @@ def run_one(
     ds.attrs["config"] = json.dumps(config, sort_keys=True)
     fig = module.plot(ds)
     try:
-        claims = _jsonable(module.claims(ds))
+        claims = _jsonable(normalize(module.claims(ds)))
+        verdict_, detail = verdict(claims)
         timings = {
             v: {"dims": list(ds[v].dims), "values": _jsonable(ds[v].values)}
             for v in getattr(module, "TIMINGS", ()) if v in ds
@@ -229,15 +261,19 @@ def run_one(
                 "figure": module.FIGURE,
                 "description": module.DESCRIPTION,
                 "quick": bool(quick or smoke),
-                "size": _size(quick, smoke),
+                "size": _size(quick, smoke, full, module),
+                "device": str(config.get("device", "cpu")),
                 "config": config,
                 "config_hash": digest,
                 "version": __version__,
                 "runtime_s": round(runtime, 3),
                 "timings": timings,
                 "claims": claims,
-                # a claim with "passed": None is an observation: reported, not counted
-                "passed": bool(all(c["passed"] for c in claims.values() if c["passed"] is not None)),
+                # PASS / PARTIAL / FAIL from the paper claims' statuses (stand-ins and observations
+                # are reported, not counted); "passed" (verdict == PASS) is kept for old readers
+                "verdict": verdict_,
+                "claims_by_status": detail,
+                "passed": verdict_ == "PASS",
                 "files": {f: _file_record(outdir / f) for f in OUTPUTS},
             }
             _atomic_write(
@@ -258,16 +294,25 @@ def run_one(
     return summary
 
 
-def _safe_run_one(name, quick, out, force, smoke=False):
+def _safe_run_one(name, quick, out, force, smoke=False, full=False, device="cpu"):
     """run_one, turning an exception into a failed summary so ``--all`` goes on with the others."""
     try:
-        return run_one(name, quick, out, force, smoke)
+        return run_one(name, quick, out, force, smoke, full, device)
     except Exception as exc:  # noqa: BLE001 - reported in the summary and by the CLI
         return _failed(name, f"{type(exc).__name__}: {exc}")
 
 
 def _failed(name, error):
-    return {"name": name, "passed": False, "error": error, "claims": {}, "cached": False}
+    return {"name": name, "verdict": "FAIL", "passed": False, "error": error, "claims": {}, "cached": False}
+
+
+def _with_verdict(summary: dict) -> dict:
+    """A summary written before verdicts existed gets its claims' statuses and verdict (in memory)."""
+    if "verdict" not in summary and isinstance(summary.get("claims"), dict):
+        summary["claims"] = normalize(summary["claims"])
+        summary["verdict"], summary["claims_by_status"] = verdict(summary["claims"], summary.get("error"))
+        summary["passed"] = summary["verdict"] == "PASS"
+    return summary
 
 
 def _partial_files(out, name):
@@ -275,13 +320,16 @@ def _partial_files(out, name):
 
 
 def reproduce(
-    names, *, quick=False, out="results", workers=1, progress=True, force=False, smoke=False
+    names, *, quick=False, out="results", workers=1, progress=True, force=False, smoke=False, full=False,
+    device="cpu",
 ):
     """Run the reproductions ``names`` (in parallel processes when ``workers > 1``).
 
     Results are written as each finishes; finished ones (see :func:`is_done`) are skipped.
     Returns the list of summaries in the order of ``names`` (a name given twice runs once).
-    ``smoke`` selects the test suite's sizes (see the module docstring). The outputs do not depend
+    ``smoke`` selects the test suite's sizes (see the module docstring); ``full`` the papers' sizes of
+    the looped-LLM reproductions and ``device`` where they run (see :func:`config_for`; the other
+    reproductions run on the CPU whatever ``device`` says). The outputs do not depend
     on ``workers``. SIGINT or SIGTERM (in the main thread) stops every worker and raises
     :class:`Interrupted` (a ``KeyboardInterrupt``) saying what finished.
     """
@@ -298,6 +346,10 @@ def reproduce(
         raise InputTypeError(f"workers must be an integer >= 1, got {workers!r} ({type(workers).__name__}).")
     if workers < 1:
         raise ValidationError(f"workers must be an integer >= 1, got {workers}.")
+    if not isinstance(device, str) or not device:
+        raise InputTypeError(f"device must be a string such as 'cpu' or 'cuda', got {device!r}.")
+    if quick and full:
+        raise ValidationError("quick and full cannot both be set (choose one size).")
     check_outputs(out, names, "out")
     summaries: dict[str, dict] = {}
     bar = tqdm(total=len(names), desc="reproduce", unit="figure", disable=not progress)
@@ -313,10 +365,10 @@ def reproduce(
                 with thread_limit(BLAS_THREADS):
                     for name in names:
                         bar.set_postfix_str(name)
-                        done(_safe_run_one(name, quick, out, force, smoke))
+                        done(_safe_run_one(name, quick, out, force, smoke, full, device))
             else:
                 run_parallel(
-                    names, int(workers), _safe_run_one, (quick, out, force, smoke), done,
+                    names, int(workers), _safe_run_one, (quick, out, force, smoke, full, device), done,
                     on_died=lambda name, code: _failed(name, f"worker process died (exit code {code})"),
                     partial_files=partial(_partial_files, out), threads=BLAS_THREADS,
                 )

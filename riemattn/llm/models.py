@@ -36,6 +36,7 @@ __all__ = [
     "feed_forward_removed",
     "weights_checksum",
     "seed_for",
+    "check_device",
 ]
 
 _MODEL_TYPES = {"gpt2": "gpt2", "gpt_neo": "gpt-neo", "bert": "minilm"}
@@ -89,6 +90,22 @@ class LoopModel:
     @property
     def max_tokens(self) -> int:
         return int(self.config.max_position_embeddings)
+
+
+def check_device(device) -> torch.device:
+    """``device`` as a torch.device that exists here; a clear error otherwise (no CUDA, bad name)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValidationError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r} ({exc}).") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValidationError(f"device {device!r}: torch sees no CUDA device on this machine; use 'cpu'.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValidationError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) here.")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValidationError(f"device {device!r}: torch sees no MPS device on this machine; use 'cpu'.")
+    return dev
 
 
 def seed_for(seed: int, *stream: int) -> int:

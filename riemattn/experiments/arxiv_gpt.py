@@ -1,0 +1,450 @@
+"""ARXIV Section 7.5 (Figures 6-8, Table 3): GPT-2 XL looped 2000 times on the papers' own prompts.
+
+The long version of the paper loops GPT-2 XL (48 blocks, d = 1600) on written prompts rather than
+random token ids:
+
+- Figure 6: the "futuristic city" prompt, trained weights and random weights fixed over the passes;
+  "E decreases with each pass" (2000 passes);
+- Figure 7: the same prompt, random weights redrawn before every pass, with and without the
+  feed-forward sub-blocks (with their normalization and skip connection); "convergence towards
+  consensus still occurs";
+- Figure 8: the five prompts of Table 2, random weights N(0, 0.02^2) fixed, each prompt padded with
+  zeros (token id 0, on the right) to the longest; "all tokens tend to converge to a consensus";
+- Table 3: trained weights, the "meaning of life" prompt, the greedy output of the classifier
+  (GPT-2's LM head, tied to the token embedding) decoded after 1, 5, 10, 100 and 1000 passes;
+  "the generated words become increasingly repetitive".
+
+The loop, E (ICML eq. 9, after the final LayerNorm at the end of each pass) and the random weights
+are those of :mod:`riemattn.llm.loop` (Hugging Face initialisation: weights N(0, 0.02^2), GPT-2's
+residual projections N(0, (0.02 / sqrt(2 L))^2), biases 0, LayerNorm (1, 0), drawn on the device).
+
+Sizes. ``--full`` (the paper's): GPT-2 XL, 2000 passes, Table 3 up to 1000 passes; it needs a GPU
+(``riemattn reproduce arxiv-gpt --full --device cuda``; GPU run time not measured). Default: GPT-2
+small, 20 passes, on CPU in minutes. Trained weights
+are used only when found locally, nothing is downloaded: the directory named by the environment
+variable ``RIEMATTN_ARXIV_GPT_TRAINED`` (written by ``save_pretrained``) or else
+``openai-community/gpt2-xl`` in the local Hugging Face cache. Without them the trained-weight
+claims are *not checked* and Table 3 is computed with the fixed random weights (its claim not
+checked). ``--quick``: a two-block GPT-2 of width 32 (GPT-2's vocabulary and 1024 positions), random
+weights, 10 passes, on CPU in seconds; every paper claim is then *not checked at this size* and
+stand-ins on the small model are reported.
+
+Tokens. With trained weights found, their tokenizer (saved beside them) encodes the prompts.
+Otherwise a stand-in: the prompt's UTF-8 bytes as GPT-2's 256 byte tokens (ids 0-255 in GPT-2's
+``bytes_to_unicode`` order), valid GPT-2 ids that decode to the same text, but without the BPE
+merges (one token per byte, so longer than GPT-2's tokenization); ids above 255 decode as ``[id]``.
+
+References
+----------
+Rodriguez Abella, Silvestre, Tabuada, "Asymptotic behavior of continuous-time attention" (arXiv
+long version of "Consensus is all you get", ICML 2025), Section 7.5, Figures 6-8, Tables 2-3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import xarray as xr
+
+NAME = "arxiv-gpt"
+PAPER = "ARXIV"
+FIGURE = "Figs. 6-8, Table 3"
+DESCRIPTION = "GPT-2 XL looped 2000 passes on the paper's prompts (trained / random fixed / redrawn, +-FF)"
+ORDER = 91
+TIMINGS = ("pass_seconds",)
+
+#: ARXIV Section 7.5, the prompt of Figures 6-7 (two lines of the paper joined by a space)
+CITY_PROMPT = ("Describe a futuristic city where humans and robots live together. "
+               "Talk about what the city looks like and what daily life is like there.")
+
+#: ARXIV Table 2, the five prompts of Figure 8, copied from the paper's text (line breaks joined by
+#: spaces; quotation marks as they appear in our copy of the text)
+TABLE2_PROMPTS = (
+    "A few colleagues and I amused ourselves at a previous IEEE conference on Decision and Control (CDC) "
+    "with having ChatGPT try to handle all sorts of things, including a failed attempt at having it find "
+    "Lyapunov function.",
+    "The instructions that we gave to ChatGPT were, \u2019\u2019Write a presidential column for the Control "
+    "Systems Magazine on the future of control,\u2019\u201d and the resulting column is given verbatim here:",
+    "Spearheaded by (CSS) Vice-President for Conference Activities Carolyn Beck and Prof. Philip E. Par\u00e9, "
+    "we arrived at a temporary policy, for now, large-scale language models are not allowed as coauthors.",
+    "Imagine the absurdity of having to agree that \u2018\u2018By uploading this manuscript, I certify that the "
+    "computations in this submission are made by hand and no calculator was used to perform any of the "
+    "computations.\u201d",
+    "I have no doubt that our warning message will seem as quaint and obsolete as this statement about "
+    "calculators within a few years.",
+)
+
+#: ARXIV Section 7.5, the prompt of Table 3
+TABLE3_PROMPT = (
+    "After endless years lost in the shadows of Shakespeare\u2019s sonnets and the melancholic musings of "
+    "Pessoa, I have glimpsed enlightenment\u2019s elusive light. Now, on the precipice of my final hour, as "
+    "the weight of mortality presses upon me, I must reveal to you the one truth that transcends all "
+    "others-the meaning of life is..."
+)
+
+#: passes after which Table 3 decodes the greedy output
+TABLE3_PASSES = (1, 5, 10, 100, 1000)
+#: the paper's depth, from which its claims are checked (on GPT-2 XL)
+PAPER_PASSES = 2000
+#: "toward consensus": E after the last pass below this fraction of E after pass 1
+TOWARD_0 = 0.1
+#: "decreases with each pass": no rise between consecutive passes above this fraction of E(pass 1)
+RISE_TOL = 1e-3
+#: the quick size's model: GPT-2 "tiny" (2 blocks, width 32) with GPT-2's vocabulary and positions
+QUICK_OVERRIDES = {"vocab_size": 50257, "n_positions": 1024, "bos_token_id": 50256, "eos_token_id": 50256}
+
+_CITY_VARIANTS = ["random", "random-noff", "redrawn", "redrawn-noff"]
+
+
+def config(quick: bool = False, *, smoke: bool = False, full: bool = False, device: str = "cpu") -> dict:
+    """Seeded configuration.
+
+    ``full`` (``riemattn reproduce arxiv-gpt --full``): the paper's GPT-2 XL, 2000 passes, Table 3
+    up to 1000 passes (needs a GPU: ``--device cuda``). Default: GPT-2 small, 20 passes (CPU,
+    minutes). ``quick`` / ``smoke``: a two-block GPT-2 of width 32, 10 / 5 passes (CPU, seconds).
+    ``device`` is where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+    """
+    base = {"seed": 0, "device": str(device), "dtype": "float32", "threads": 1}
+    env = os.environ.get("RIEMATTN_ARXIV_GPT_TRAINED")
+    if quick or smoke:
+        passes = 5 if smoke else 10
+        return {**base, "size": "tiny", "config_overrides": QUICK_OVERRIDES, "passes": passes,
+                "table3_passes": [p for p in TABLE3_PASSES if p <= passes], "trained": None}
+    if full:
+        return {**base, "size": "xl", "config_overrides": None, "passes": PAPER_PASSES,
+                "table3_passes": list(TABLE3_PASSES), "trained": env or "openai-community/gpt2-xl"}
+    return {**base, "size": "small", "config_overrides": None, "passes": 20,
+            "table3_passes": [p for p in TABLE3_PASSES if p <= 20], "trained": env or "openai-community/gpt2"}
+
+
+# ------------------------------------------------------------------------------------------ tokens
+
+def _byte_order() -> list[int]:
+    """GPT-2's ``bytes_to_unicode`` order: byte value of the byte tokens with ids 0..255."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    return bs + [b for b in range(256) if b not in bs]
+
+
+_BYTE_ID = {b: i for i, b in enumerate(_byte_order())}
+_ID_BYTE = dict(enumerate(_byte_order()))
+
+
+class ByteTokens:
+    """Stand-in GPT-2 tokenizer without merges: UTF-8 bytes -> GPT-2 byte-token ids 0..255."""
+
+    name = "GPT-2 byte tokens without BPE merges (stand-in: no tokenizer found)"
+
+    def encode(self, text: str) -> list[int]:
+        return [_BYTE_ID[b] for b in text.encode("utf-8")]
+
+    def decode(self, ids) -> str:
+        out, buf = [], bytearray()
+        for i in map(int, ids):
+            if i in _ID_BYTE:
+                buf.append(_ID_BYTE[i])
+                continue
+            out.append(buf.decode("utf-8", errors="replace"))
+            buf = bytearray()
+            out.append(f"[{i}]")
+        out.append(buf.decode("utf-8", errors="replace"))
+        return "".join(out)
+
+
+class _HFTokens:
+    def __init__(self, tok, source):
+        self.tok, self.name = tok, f"the tokenizer saved with {source}"
+
+    def encode(self, text):
+        return list(self.tok.encode(text))
+
+    def decode(self, ids):
+        return self.tok.decode([int(i) for i in ids])
+
+
+def _tokenizer(source):
+    """The tokenizer saved with the trained weights (offline), else :class:`ByteTokens`."""
+    if source:
+        try:
+            from transformers import AutoTokenizer
+
+            return _HFTokens(AutoTokenizer.from_pretrained(source, local_files_only=True), source)
+        except (OSError, ValueError, TypeError):
+            pass
+    return ByteTokens()
+
+
+def _padded(rows: list[list[int]]) -> np.ndarray:
+    """Right-pad with token id 0 ("padded with zeros", ARXIV Section 7.5); shape (n, max length)."""
+    out = np.zeros((len(rows), max(map(len, rows))), dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+# ------------------------------------------------------------------------------------------- run
+
+def _models(config):
+    """(trained LoopModel, None, None) when found, else (None, why not, random LoopModel of the size)."""
+    from ..errors import ValidationError
+    from ..llm.models import build_model, load_model
+
+    trained, why = None, "no trained weights at this size (tiny random model)"
+    if config.get("trained"):
+        try:
+            trained = load_model(config["trained"], dtype=config["dtype"], device=config["device"])
+            if trained.family != "gpt2":
+                raise ValidationError(f"trained model {config['trained']!r} is a {trained.family}, not a GPT-2.")
+        except ValidationError as exc:
+            trained, why = None, f"trained weights not found locally ({exc})"
+    if trained is not None:  # the random variants are drawn on its architecture by run_loop
+        return trained, None, None
+    rand = build_model("gpt2", config["size"], seed=config["seed"], dtype=config["dtype"], device=config["device"],
+                       config_overrides=config.get("config_overrides"))
+    return None, why, rand
+
+
+class GreedyDecoder:
+    """``observe`` callback: E like :class:`~riemattn.llm.loop.DeviceObserver`, plus the greedy
+    next-token ids of the looped tokens after the passes ``at`` (logits = h W_te^T, GPT-2's tied LM
+    head), kept on the device; :meth:`host` copies them once. ``ids``: shape (len(at), n, l)."""
+
+    def __init__(self, lm, n_prompts, n_tokens, passes, at):
+        import torch
+
+        from ..llm.loop import DeviceObserver
+
+        self.L, self.at = lm.n_layer, list(at)
+        if not getattr(lm.config, "tie_word_embeddings", True):
+            from ..errors import ValidationError
+
+            raise ValidationError(f"model {lm.name}: Table 3 decodes with the LM head tied to the token "
+                                  "embedding (GPT-2); this checkpoint does not tie them.")
+        self.W = lm.model.wte.weight
+        device = self.W.device
+        self.E = DeviceObserver(n_prompts, passes * self.L + 1, device)
+        self.ids = torch.full((len(self.at), n_prompts, n_tokens), -1, dtype=torch.long, device=device)
+
+    def __call__(self, layer, rows, received, residual):
+        self.E(layer, rows, received, residual)
+        p, rest = divmod(layer, self.L)
+        if rest == 0 and p in self.at:
+            self.ids[self.at.index(p), rows] = (received @ self.W.T).argmax(dim=-1)
+
+    def host(self):
+        from ..llm.loop import to_host
+
+        return self.E.host()[0], to_host(self.ids).astype(np.int64)
+
+
+def run(config: dict) -> xr.Dataset:
+    """Figures 6-8 and Table 3 at the configured size -> Dataset (see :func:`_dataset` for the variables)."""
+    from ..llm import require_torch
+
+    require_torch()
+    import torch
+
+    from ..llm.loop import loop_model, run_loop
+    from ..llm.models import check_device
+
+    check_device(config["device"])
+    old = torch.get_num_threads()
+    if config.get("threads"):
+        torch.set_num_threads(int(config["threads"]))
+    try:
+        trained, why, rand = _models(config)
+        tok = _tokenizer(config["trained"] if trained is not None else None)
+        P = int(config["passes"])
+        kw = dict(passes=P, seed=config["seed"], device=config["device"], dtype=config["dtype"])
+        city_ids = _padded([tok.encode(CITY_PROMPT)])
+        t2_ids = _padded([tok.encode(p) for p in TABLE2_PROMPTS])
+        t3_ids = _padded([tok.encode(TABLE3_PROMPT)])
+        base = trained if trained is not None else rand
+        variants = (["trained"] if trained is not None else []) + _CITY_VARIANTS
+        city = run_loop(base, variants=variants, input_ids=city_ids, **kw)
+        t2 = run_loop(base, variants=["random"], input_ids=t2_ids, **kw)
+        # Table 3: trained weights when found, else the fixed random draw (= variant "random")
+        lm3 = trained if trained is not None else rand
+        at = list(config["table3_passes"])
+        dec = GreedyDecoder(lm3, 1, t3_ids.shape[1], max(at), at)
+        loop_model(lm3, t3_ids, max(at), seed=config["seed"], observe=dec)
+        E3, ids3 = dec.host()
+    finally:
+        torch.set_num_threads(old)
+    texts = [tok.decode(ids3[k, 0]) for k in range(len(at))]
+    return _dataset(config, city, t2, E3, ids3[:, 0], t3_ids[0], texts, tok.name, trained is not None, why)
+
+
+def _dataset(config, city, t2, E3, ids3, prompt3, texts, tokenizer, has_trained, why) -> xr.Dataset:
+    """Variables: ``E_city`` (variant, layer), ``E_table2`` (prompt, layer), ``E_table3`` (layer_t3,),
+    ``greedy_ids`` (decode_pass, token_t3); prompt ids; ``pass_seconds`` (variant, pass) (timing)."""
+    L = int(city.attrs["n_layer"])
+    ds = xr.Dataset(
+        {
+            "E_city": (("variant", "layer"), city["E"].values[:, 0, :]),
+            "E_table2": (("prompt", "layer"), t2["E"].values[0]),
+            "E_table3": (("layer_t3",), E3[0]),
+            "greedy_ids": (("decode_pass", "token_t3"), ids3.astype(np.int32)),
+            "city_ids": (("token_city",), city["prompt_ids"].values[0]),
+            "table2_ids": (("prompt", "token_t2"), t2["prompt_ids"].values),
+            "table3_ids": (("token_t3",), prompt3.astype(np.int32)),
+            "pass_seconds": (("variant", "pass"), city["pass_seconds"].values),
+        },
+        coords={
+            "variant": city["variant"].values,
+            "prompt": np.arange(1, len(TABLE2_PROMPTS) + 1, dtype=np.int32),
+            "layer": city["layer"].values,
+            "pass": city["pass"].values,
+            "layer_t3": np.arange(E3.shape[1], dtype=np.int32),
+            "decode_pass": np.array(config["table3_passes"], dtype=np.int32),
+        },
+    )
+    ds["E_city"].attrs["description"] = "misalignment (ICML eq. 9) of the futuristic-city prompt's tokens"
+    ds["E_table2"].attrs["description"] = "misalignment of each Table 2 prompt (random fixed weights)"
+    ds.attrs.update(
+        model=str(city.attrs["model"]), size=str(config["size"]), n_layer=L, d_model=int(city.attrs["d_model"]),
+        passes=int(config["passes"]), seed=int(config["seed"]), device=str(config["device"]),
+        trained_found=int(has_trained), trained_missing=str(why or ""), tokenizer=tokenizer,
+        table3_weights="trained" if has_trained else "random (fixed)",
+        # JSON with ASCII escapes: NetCDF3 attributes hold ASCII only
+        table3_decoded=json.dumps(texts), torch_version=city.attrs["torch_version"],
+        transformers_version=city.attrs["transformers_version"],
+        measured_at="E after the final LayerNorm at the end of each pass (the looped tokens); "
+        "layer 0: embedding output",
+    )
+    return ds
+
+
+# ------------------------------------------------------------------------------------------ plot
+
+def per_pass(ds: xr.Dataset, var: str) -> np.ndarray:
+    """E at the end of each pass (index 0: embedding output, p: after pass p); shape (..., passes + 1)."""
+    L = int(ds.attrs["n_layer"])
+    return ds[var].values[..., ::L]
+
+
+def plot(ds: xr.Dataset):
+    """Figure 6 (trained / random fixed), 7 (redrawn +-FF), 8 (Table 2 prompts) and Table 3's text."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11.0, 8.0))
+    city = per_pass(ds, "E_city")
+    passes = np.arange(city.shape[-1])
+    variants = [str(v) for v in ds["variant"].values]
+    for ax, keep, title in (
+        (axes[0, 0], ("trained", "random", "random-noff"), "Fig. 6: trained and random fixed weights"),
+        (axes[0, 1], ("redrawn", "redrawn-noff"), "Fig. 7: random weights redrawn every pass"),
+    ):
+        for j, v in enumerate(variants):
+            if v in keep:
+                ax.plot(passes[1:], city[j, 1:], "--" if v.endswith("-noff") else "-", label=v)
+        ax.set_title(title, fontsize=10)
+    t2 = per_pass(ds, "E_table2")
+    for k in range(t2.shape[0]):
+        axes[1, 0].plot(passes[1:], t2[k, 1:], label=f"prompt {k + 1}")
+    axes[1, 0].set_title("Fig. 8: the five Table 2 prompts, random fixed weights", fontsize=10)
+    for ax in (axes[0, 0], axes[0, 1], axes[1, 0]):
+        ax.set_xlabel("model passes")
+        ax.set_ylabel("E after the pass")
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    ax = axes[1, 1]
+    ax.axis("off")
+    texts = json.loads(ds.attrs["table3_decoded"])
+    lines = [f"Table 3 ({ds.attrs['table3_weights']} weights): greedy output after"]
+    for p, t in zip(ds["decode_pass"].values, texts):
+        t = " ".join(t.split())
+        lines.append(f"{int(p):>5} passes: {t[:60]}{'...' if len(t) > 60 else ''}")
+    ax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=7, family="monospace", wrap=True)
+    fig.suptitle(f"{ds.attrs['model']} looped {ds.attrs['passes']} passes (ARXIV Sec. 7.5); "
+                 f"tokens: {ds.attrs['tokenizer']}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------- claims
+
+def distinct_fraction(ids) -> float:
+    """Distinct token ids / tokens of a greedy output (lower: more repetitive)."""
+    ids = np.asarray(ids)
+    return float(len(np.unique(ids)) / max(ids.size, 1))
+
+
+def claims(ds: xr.Dataset) -> dict:
+    """The paper's claims on Figures 6-8 and Table 3, with stand-ins on smaller runs.
+
+    Paper claims (checked only on GPT-2 XL looped >= 2000 passes; else *not checked at this size*):
+
+    - ``fig6/{trained,random}/decreases-each-pass``: E after pass p+1 <= E after pass p (up to
+      1e-3 E(pass 1)) for every p;
+    - ``fig6/{trained,random}/toward-consensus``, ``fig7/{redrawn,redrawn-noff}/toward-consensus``,
+      ``fig8/prompt-k/toward-consensus``: E after the last pass < 0.1 E after pass 1;
+    - ``table3/more-repetitive``: with trained weights, the distinct-token fraction of the greedy
+      output does not grow over passes 1, 5, 10, 100, 1000 and is lower at 1000 than at 1.
+
+    Claims on trained weights are not checked when none were found. Stand-ins (any size): for each
+    toward-consensus claim, ``.../decreases`` (E after the last pass < E after pass 1) on the run's
+    own model; ``random-noff`` is an observation (no paper claim).
+    """
+    from ._verdict import NOT_CHECKED, claim
+
+    paper_size = (int(ds.attrs["n_layer"]), int(ds.attrs["d_model"])) == (48, 1600) and \
+        int(ds.attrs["passes"]) >= PAPER_PASSES
+    size_reason = (f"needs GPT-2 XL looped {PAPER_PASSES} passes (riemattn reproduce arxiv-gpt --full --device cuda); "
+                   f"this run: {ds.attrs['model']}, {ds.attrs['passes']} passes")
+    trained = bool(int(ds.attrs["trained_found"]))
+    out = {}
+    city = per_pass(ds, "E_city")
+    series = {f"fig6/{v}" if v in ("trained", "random") else f"fig7/{v}": city[j]
+              for j, v in enumerate(map(str, ds["variant"].values)) if v != "random-noff"}
+    series.update({f"fig8/prompt-{k + 1}": e for k, e in enumerate(per_pass(ds, "E_table2"))})
+
+    def status(ok, key):
+        if not paper_size:
+            return NOT_CHECKED, size_reason
+        return bool(ok), None
+
+    if not trained:  # the paper's trained-weight claims exist whether or not the weights do
+        for what in ("decreases-each-pass", "toward-consensus"):
+            out[f"fig6/trained/{what}"] = claim(NOT_CHECKED, None, f"Fig. 6, trained weights: {what}",
+                                                reason=str(ds.attrs["trained_missing"]))
+    for key, e in series.items():
+        e1, last = float(e[1]), float(e[-1])
+        value = {"E_pass_1": e1, "E_last": last, "ratio": last / e1, "passes": int(e.size - 1)}
+        if key.startswith("fig6/"):
+            rises = np.diff(e[1:])
+            worst = float(rises.max()) if rises.size else 0.0
+            st, why = status(worst <= RISE_TOL * e1, key)
+            out[f"{key}/decreases-each-pass"] = claim(
+                st, {**value, "largest_rise": worst},
+                f"{key}: E after each pass <= E after the pass before (rises <= {RISE_TOL:g} E(pass 1))",
+                reason=why)
+        st, why = status(last < TOWARD_0 * e1, key)
+        out[f"{key}/toward-consensus"] = claim(
+            st, value, f"{key}: E tends to consensus, checked as E after the last pass < {TOWARD_0:g} E(pass 1)",
+            reason=why)
+        out[f"{key}/decreases"] = claim(
+            bool(last < e1), value, f"{key} on {ds.attrs['model']}: E after the last pass < E after pass 1",
+            kind="stand-in", stands_in_for=f"{key}/toward-consensus")
+    if "random-noff" in ds["variant"].values:
+        e = city[list(ds["variant"].values).index("random-noff")]
+        out["fig6/random-noff/ratio"] = claim(None, {"E_pass_1": float(e[1]), "E_last": float(e[-1])},
+                                              "random fixed weights without FF (not in the paper)",
+                                              kind="observation", observed=bool(e[-1] < e[1]))
+    frac = [distinct_fraction(r) for r in ds["greedy_ids"].values]
+    value = {"passes": ds["decode_pass"].values.tolist(), "distinct_fraction": frac}
+    ok = bool(np.all(np.diff(frac) <= 0) and frac[-1] < frac[0])
+    full = paper_size and int(ds["decode_pass"].values.max()) >= max(TABLE3_PASSES)
+    if trained and full:
+        st, why = ok, None
+    else:
+        st, why = NOT_CHECKED, (size_reason if trained else str(ds.attrs["trained_missing"]))
+    out["table3/more-repetitive"] = claim(
+        st, value, "Table 3: the greedy output becomes more repetitive with the passes (distinct-token "
+        "fraction non-increasing over the decoded passes, lower at the last than at pass 1)", reason=why)
+    value = {**value, "decoded": json.loads(ds.attrs["table3_decoded"])}
+    out["table3/greedy-output"] = claim(None, value, f"Table 3's decoded outputs ({ds.attrs['table3_weights']} "
+                                        "weights)", kind="observation", observed=ok)
+    return out
