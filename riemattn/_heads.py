@@ -113,8 +113,10 @@ class HeadMatrices:
         an array of ``like``'s kind, device and dtype.
 
         Tensors (the PyTorch backend): a time-vectorized callable receives the times as a 1-D
-        tensor on the tokens' device and may return a tensor there (no host round trip); any other
-        callable receives host floats (one synchronisation per evaluation).
+        tensor on the tokens' device and may return a tensor there (no host round trip); if it
+        raises on a tensor (NumPy code given CUDA times) it is called with a NumPy array of the
+        times from then on. Any other callable receives host floats (one synchronisation per
+        evaluation).
         """
         if like is not None and not (type(like) is np.ndarray and like.dtype == np.float64):
             return self._at_device(t, batch_shape, like)
@@ -140,7 +142,16 @@ class HeadMatrices:
             return cache[key]
         if self.time_vectorized and is_torch(t) and t.ndim:
             flat = t.expand(batch_shape).reshape(-1) if tuple(t.shape) != batch_shape else t.reshape(-1)
-            out = call_user(self.fn, f"{self.name}(t)", "(per-trajectory times)", flat)
+            if self.__dict__.get("_host_times"):
+                out = call_user(self.fn, f"{self.name}(t)", "(per-trajectory times)", to_numpy(flat))
+            else:
+                try:
+                    out = self.fn(flat)
+                except Exception:  # noqa: BLE001 - e.g. NumPy code given CUDA times: retried on the host
+                    # A callable written for NumPy cannot take times on a GPU; from now on it gets
+                    # them as a NumPy array (one copy per call), and its own errors surface from there.
+                    self._host_times = True
+                    out = call_user(self.fn, f"{self.name}(t)", "(per-trajectory times)", to_numpy(flat))
             out = convert(out, like)
             expect = (flat.shape[0],) + self.shape
             if out.ndim == len(expect) - 1 and self.shape[0] == 1:

@@ -85,10 +85,13 @@ def _cmd_reproduce(args) -> int:
     if args.device != "cpu":
         from .experiments._runner import accepts_device
 
-        on_cpu = [n for n in names if not accepts_device(modules[n])]
-        if on_cpu:
-            print(f"note: --device {args.device} applies to {[n for n in names if n not in on_cpu]}; "
-                  f"{on_cpu} run on the CPU (NumPy)", file=sys.stderr)
+        numeric = [n for n in names if not accepts_device(modules[n])]
+        if numeric:
+            from ._backend import check_device
+
+            check_device(args.device, "--device")  # the integrations: cpu or cuda[:N] (PyTorch)
+            print(f"note: {numeric} integrate on {args.device} with PyTorch (riemattn.use_device); "
+                  "their data.nc has the same layout as on the CPU", file=sys.stderr)
     try:
         summaries = reproduce(
             names, quick=args.quick, out=args.out, workers=args.workers, progress=not args.no_progress,
