@@ -153,6 +153,19 @@ def arxiv_field(P) -> AttentionField:
     References
     ----------
     ARXIV, eq. (8), Theorem 3.1.
+
+    Examples
+    --------
+    The field is minus the g_P-gradient of the potential V_P (Theorem 3.1):
+
+    >>> import numpy as np
+    >>> from riemattn import gradient_flow as gf
+    >>> P = np.diag([2.0, 1.0, 0.5])
+    >>> field = gf.arxiv_field(P)
+    >>> y = field.manifold.projection(np.random.default_rng(0).standard_normal((4, 3)))
+    >>> G = gf.riemannian_gradient(lambda x: gf.potential(x, P), y, P)
+    >>> bool(np.allclose(G, -field(0.0, y)))
+    True
     """
     P = check_spd(P, "P")
     return AttentionField(P, W=P, normalization="paper")

@@ -160,6 +160,16 @@ def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 
     ----------
     Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
     Theorem 6.8, eqs. (6.9)-(6.10).
+
+    Examples
+    --------
+    At beta = 0 the ODE has the closed form rho = (e^{2t} - 1) / (e^{2t} + n - 1):
+
+    >>> import numpy as np
+    >>> from riemattn.theory import equiangular_rho
+    >>> rho = equiangular_rho([0.0, 1.0], beta=0.0, n=4)
+    >>> bool(np.allclose(rho, (np.exp([0.0, 2.0]) - 1) / (np.exp([0.0, 2.0]) + 3)))
+    True
     """
     beta = check_beta(beta)
     n = _check_n(n)
@@ -314,6 +324,14 @@ def consensus_points(U, *, rtol: float = 1e-10) -> np.ndarray:
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Theorem 4.5
     (= ARXIV Theorem 6.1).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from riemattn.theory import consensus_points
+    >>> consensus_points(np.diag([0.5, 2.0, -1.0]))
+    array([[ 0.,  1.,  0.],
+           [-0., -1., -0.]])
     """
     U = check_square_matrix(U, "U")
     scale = max(float(np.max(np.abs(U))), 1e-300)
