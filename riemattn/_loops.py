@@ -138,7 +138,10 @@ class Recorder:
                     self.store[k] = self.kind.full(shape, math.nan, dtype=v.dtype if floating else None)
         slots = self.next[rows]
         for k, v in values.items():
-            self.store[k][slots, rows] = v
+            store = self.store[k]
+            if not self.kind.numpy and v.dtype != store.dtype:  # e.g. bool observables, float64 store
+                v = v.to(store.dtype)
+            store[slots, rows] = v
         self.next[rows] += 1
 
     def _put_whole(self, rows, values):

@@ -323,3 +323,35 @@ def test_linear_field_exact_flow_on_tensors():
         b = ra.integrate(field, torch.as_tensor(y0), (0, 0.7), stepper, dt=0.1)
         _same(exact, b.y[-1], tol=1e-12)
     _same(field(0.2, y0), field(0.2, torch.as_tensor(y0)))
+
+
+# ----------------------------------------------------------------------------------------------
+# the reproductions through the torch path (what `reproduce --device cuda` runs), forced on the CPU
+from riemattn.experiments import available  # noqa: E402
+from riemattn.experiments._runner import accepts_device, config_for  # noqa: E402
+
+NUMERIC = [n for n, m in available().items() if not accepts_device(m)]
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+def test_reproduction_through_torch_gives_the_numpy_data(name):
+    """Each numerical reproduction (smoke size) run under a device context, its integrations on
+    torch tensors: same variables, dims and values as the NumPy run (to 1e-6 relative: adaptive
+    step sizes follow rounding, see test_empty_batch_and_single_trajectory)."""
+    from riemattn import _backend
+
+    module = available()[name]
+    cfg = config_for(module, smoke=True)
+    a = module.run(cfg)
+    token = _backend._DEVICE.set("cpu")
+    try:
+        b = module.run(cfg)
+    finally:
+        _backend._DEVICE.reset(token)
+    timings = set(getattr(module, "TIMINGS", ()))
+    assert set(a.data_vars) == set(b.data_vars)
+    for v in a.data_vars:
+        assert a[v].dims == b[v].dims, v
+        if v in timings or a[v].dtype.kind not in "fiu":
+            continue
+        np.testing.assert_allclose(b[v].values, a[v].values, rtol=1e-6, atol=1e-8, err_msg=v)
