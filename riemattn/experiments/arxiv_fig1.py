@@ -25,7 +25,7 @@ import xarray as xr
 from ..gradient_flow import arxiv_field, metric, potential
 from ..integrate import integrate
 from ._papers import P_FIG1
-from ._plotting import plot_sphere_trajectories
+from ._plotting import plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig1"
 PAPER = "ARXIV"
@@ -72,6 +72,7 @@ def run(config: dict) -> xr.Dataset:
     return ds
 
 
+@styled
 def plot(ds: xr.Dataset):
     """Left: trajectories on the wireframe of E_P; right: V_P(t)."""
     import matplotlib.pyplot as plt
@@ -93,7 +94,6 @@ def plot(ds: xr.Dataset):
     ax1.set_title("(b) potential $V_P = V \\circ \\iota_P$")
     ax1.legend(loc="upper right")
     fig.suptitle("ARXIV Fig. 1: gradient flow on the ellipsoid (Theorem 3.2)")
-    fig.tight_layout()
     return fig
 
 

@@ -20,7 +20,7 @@ from ..attention import AttentionField
 from ..diagnostics import hemisphere_lyapunov, misalignment
 from ..integrate import integrate
 from ._papers import hemisphere_P
-from ._plotting import plot_sphere_trajectories
+from ._plotting import draw_great_circle, draw_point, legend_below, plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig2"
 PAPER = "ARXIV"
@@ -56,24 +56,31 @@ def run(config: dict) -> xr.Dataset:
     return ds
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
-    fig = plt.figure(figsize=(13, 4))
+    v = np.array([float(c) for c in ds.attrs["v"].split()])
+    fig = plt.figure(figsize=(13, 4.4))
     ax0 = fig.add_subplot(1, 3, 1)
     for h in range(ds.sizes["head"]):
         ax0.plot(ds.time_fine, ds.P_frobenius[:, h], lw=0.8, label=f"$\\|P_{h + 1}(t)\\|_F$")
     ax0.set_xlabel("t")
+    ax0.set_ylabel("Frobenius norm")
     ax0.set_title("ARXIV Fig. 2: Frobenius norms")
-    ax0.legend()
+    legend_below(ax0, ncol=2)
     ax1 = fig.add_subplot(1, 3, 2, projection="3d")
     plot_sphere_trajectories(ax1, ds.y.values)
-    ax1.set_title("ARXIV Fig. 3a: tokens on $S^2$")
+    draw_great_circle(ax1, v, label="boundary $v^T y = 0$ of $H^+(v)$")
+    draw_point(ax1, v, "v")
+    ax1.view_init(elev=20, azim=-35)  # v = (1, 0, 0) points towards the viewer
+    ax1.set_title("ARXIV Fig. 3a: tokens on $S^2$ stay in $H^+(v)$")
+    legend_below(ax1, ncol=1)
     ax2 = fig.add_subplot(1, 3, 3)
     ax2.plot(ds.time, ds.lyapunov, color="C0")
     ax2.set_xlabel("t")
+    ax2.set_ylabel("$V(y)$")
     ax2.set_title("ARXIV Fig. 3b: $V(y) = \\max_i (1 - v^T y_i)$, v = (1,0,0)")
-    fig.tight_layout()
     return fig
 
 

@@ -30,6 +30,7 @@ from ..integrate import integrate
 from ..attention import sa, usa
 from ..circle import CircleField, from_points, to_points
 from ..gradient_flow import energy
+from ._plotting import plot_circle_angles, styled
 
 NAME = "glpr-circle"
 PAPER = "GLPR"
@@ -101,6 +102,7 @@ def run(config: dict) -> xr.Dataset:
     )
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
@@ -108,13 +110,11 @@ def plot(ds: xr.Dataset):
     fig, axes = plt.subplots(1, len(betas) + 1, figsize=(4 * (len(betas) + 1), 3.8))
     for ax, beta in zip(axes, betas):
         ang = ds.angle.sel(model="sa", beta=beta).values
-        end = np.angle(np.mean(np.exp(1j * ang[-1])))
-        ax.plot(ds.time, np.angle(np.exp(1j * (ang - end))), ".", color="C0", ms=0.8)
+        plot_circle_angles(ax, ds.time.values, ang)
         ax.set_xlabel("t")
-        ax.set_ylim(-np.pi, np.pi)
         name = "Kuramoto" if beta == 0 else f"$\\beta$ = {beta:g}"
         ax.set_title(f"(SA) on $S^1$, {name}: angles")
-    axes[0].set_ylabel("$\\theta_i(t)$ - final mean")
+    axes[0].set_ylabel("angle $\\theta_i(t)$ (unwrapped)")
     ax = axes[-1]
     for k, beta in enumerate(betas):
         for model, ls in zip(ds.model.values, ("-", "--")):
@@ -127,10 +127,10 @@ def plot(ds: xr.Dataset):
                 label=f"{model.upper()} $\\beta$={beta:g}",
             )
     ax.set_xlabel("t")
+    ax.set_ylabel("normalized energy")
     ax.set_title("$(E_\\beta(t) - E_\\beta(0)) / (E_\\beta(t_1) - E_\\beta(0))$")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.suptitle(f"GLPR section 7: n = {ds.attrs['n']} particles on the circle")
-    fig.tight_layout()
     return fig
 
 

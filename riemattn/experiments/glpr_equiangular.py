@@ -27,6 +27,7 @@ import xarray as xr
 from ..integrate import integrate
 from ..attention import sa, usa
 from ..theory import equiangular_rho
+from ._plotting import styled
 
 NAME = "glpr-equiangular"
 PAPER = "GLPR"
@@ -98,6 +99,7 @@ def run(config: dict) -> xr.Dataset:
     )
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
@@ -139,7 +141,6 @@ def plot(ds: xr.Dataset):
     fig.suptitle(
         f"GLPR Thm. 6.8: n = {ds.attrs['n']} orthogonal particles in $R^{{{ds.attrs['d']}}}$"
     )
-    fig.tight_layout()
     return fig
 
 

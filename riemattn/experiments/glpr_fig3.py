@@ -39,6 +39,7 @@ import numpy as np
 import xarray as xr
 
 from ..theory import clustering_time, phase_boundary
+from ._plotting import styled
 
 NAME = "glpr-fig3"
 PAPER = "GLPR"
@@ -113,6 +114,7 @@ def empirical_boundary(prob, betas) -> np.ndarray:
     return out
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 

@@ -49,6 +49,7 @@ import numpy as np
 import xarray as xr
 
 from .glpr_fig3 import empirical_boundary
+from ._plotting import styled
 
 NAME = "glpr-fig5"
 PAPER = "GLPR"
@@ -103,6 +104,7 @@ def check_times(ds) -> list[int]:
     return [int(np.argmin(np.abs(t - f * t[-1]))) for f in (1 / 3, 2 / 3, 1.0)]
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
+from ._plotting import styled
 
 NAME = "icml-gpt"
 PAPER = "ICML"
@@ -114,6 +115,7 @@ def combine(parts, names) -> xr.Dataset:
     return ds
 
 
+@styled
 def plot(ds: xr.Dataset):
     """One panel per model: prompt mean of E after every layer, per variant, 10-90 % band."""
     import matplotlib.pyplot as plt
@@ -124,16 +126,16 @@ def plot(ds: xr.Dataset):
     fig, axes = plt.subplots(1, len(models), figsize=(5.0 * len(models), 4.0), squeeze=False, sharey=True)
     variants = [str(v) for v in ds["variant"].values]
     colors = {"trained": "C0", "random": "C1", "redrawn": "C2"}
-    for ax, m in zip(axes[0], models):
+    for k, (ax, m) in enumerate(zip(axes[0], models)):
         plot_variants_on(ax, ds["E"].sel(model=m).values, variants, ds["layer"].values,
-                         colors=[colors[v.split("-")[0]] for v in variants])
+                         colors=[colors[v.split("-")[0]] for v in variants], ylabel=k == 0)
         ax.set_title(f"{m} ({int(ds['n_layer'].sel(model=m))} blocks x {int(ds['passes'].sel(model=m))} passes)",
                      fontsize=10)
         ax.grid(alpha=0.3, which="both")
+        ax.tick_params(axis="y", which="both", labelleft=True)  # shared y: ticks on every panel, label once
         ax.legend(fontsize=7)
     fig.suptitle(f"looped models, {ds.attrs['prompts']} prompts x "
                  f"{ds.attrs['tokens']} uniform token ids (dashed: feed-forward removed)", fontsize=10)
-    fig.tight_layout()
     return fig
 
 
