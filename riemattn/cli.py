@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 
 from . import __version__
@@ -99,7 +100,8 @@ def _cmd_simulate(args) -> int:
 
     cfg = load_config(args.config)
     check_output_dir(args.out, "--out")
-    summary = simulate_config(cfg, out=args.out, progress=not args.no_progress)
+    command = shlex.join(["riemattn", "simulate", str(args.config), "--out", str(args.out)])
+    summary = simulate_config(cfg, out=args.out, progress=not args.no_progress, command=command)
     print(f"wrote {args.out}: " + ", ".join(summary["files"]))
     return 0
 

@@ -17,6 +17,7 @@ import xarray as xr
 import riemattn as ra
 from riemattn.experiments import available, get
 from riemattn.experiments._runner import config_for, config_hash, run_one
+from test_data_conventions import assert_cf
 
 NAMES = list(available())
 
@@ -74,6 +75,7 @@ def test_reproduction_runs_and_claims_pass(name, tmp_path):
     assert on_disk["config_hash"] == config_hash(name, config_for(get(name), smoke=True))
     with xr.open_dataset(tmp_path / name / "data.nc", engine="scipy") as ds:
         assert ds.attrs["reproduction"] == name
+        assert_cf(ds, name)  # long_name and units on every variable and coordinate, version, command
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,6 +36,15 @@ DESCRIPTION = (
 )
 ORDER = 10
 
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "y": ("token positions y_i(t) on the ellipsoid E_P", "1"),
+    "V": ("potential V_P = V restricted to E_P (ARXIV eq. 10)", "1"),
+    "grad_norm": ("norm of grad V_P in the metric g_P", "1"),
+    "spread": ("largest distance between two tokens, max_ij |y_i - y_j|", "1"),
+    "P": ("the SPD matrix P of E_P = {x : x^T P x = 1} (ARXIV section 7.1)", "1"),
+}
+
 
 def config(quick: bool = False) -> dict:
     """Seeded configuration; ``quick`` takes a 4x coarser step over the same horizon."""

@@ -28,6 +28,16 @@ FIGURE = "Figs. 2-3 (ICML Figs. 1-3)"
 DESCRIPTION = "hemisphere theorem: 10 tokens on S^2, two time-varying heads, Lyapunov max_i(1 - v.y_i)"
 ORDER = 20
 
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "y": ("token positions y_i(t) on S^2", "1"),
+    "time_fine": ("time of the Frobenius-norm samples (model units)", "1"),
+    "P_frobenius": ("Frobenius norm of the head matrix P_eta(t) = D_eta(t) P'_eta", "1"),
+    "lyapunov": ("hemisphere Lyapunov function max_i (1 - v^T y_i), v = (1, 0, 0)", "1"),
+    "min_vy": ("smallest v^T y_i over the tokens (> 0: all in the hemisphere H+(v))", "1"),
+    "misalignment": ("misalignment E(y) of ICML eq. (9)", "1"),
+}
+
 V = (1.0, 0.0, 0.0)
 
 

@@ -41,6 +41,16 @@ DESCRIPTION = (
 )
 ORDER = 40
 
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "y": ("token positions y_i(t) on S^2", "1"),
+    "V": ("token Lyapunov function V_i = 1 - v^T y_i", "1"),
+    "misalignment": ("misalignment E(y) of ICML eq. (9)", "1"),
+    "distance_to_v": ("largest distance of a token to v, max_i |y_i - v|", "1"),
+    "v": ("unit top eigenvector v of U (the consensus point)", "1"),
+    "U_eigenvalues": ("eigenvalues of the value matrix U, ascending", "1"),
+}
+
 
 def P_fig4(t):
     """P(t) = D_1(t) P' (ARXIV section 7.3), shape (3, 3)."""

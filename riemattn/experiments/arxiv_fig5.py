@@ -44,6 +44,15 @@ DESCRIPTION = (
 )
 ORDER = 50
 
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "E": ("misalignment E(y) of ICML eq. (9), per trajectory", "1"),
+    "time_fine": ("time of the D_1(t) samples: a 0.01 grid plus the zeros of each entry", "1"),
+    "D_example": ("diagonal entry (D_1)_jj(t) = |2 sin(omega_j t + phi_j)| of head 1", "1"),
+    "D_omega": ("angular frequency omega_j of (D_1)_jj, per unit of model time", "rad"),
+    "D_phi": ("phase phi_j of (D_1)_jj", "rad"),
+}
+
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration; ``quick`` and ``smoke`` take fewer trajectories and a larger step."""

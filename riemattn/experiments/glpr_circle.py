@@ -40,6 +40,16 @@ ORDER = 75
 
 MODELS = ("sa", "usa")
 
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "model": ("dynamics: sa = (SA), usa = (USA)", "1"),
+    "beta": ("inverse temperature beta", "1"),
+    "energy": ("interaction energy E_beta (GLPR section 7.2)", "1"),
+    "order_parameter": ("Kuramoto order parameter |mean_i x_i|", "1"),
+    "angle_deviation": ("largest |angle on S^1 - angle from GLPR eq. (7.1)| over particles", "rad"),
+    "angle": ("particle angle theta_i(t) in (-pi, pi], configuration 0", "rad"),
+}
+
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration; ``quick``/``smoke``: coarser step, fewer configurations."""

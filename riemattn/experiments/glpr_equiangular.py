@@ -37,6 +37,15 @@ ORDER = 70
 
 MODELS = ("sa", "usa")
 
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "model": ("dynamics: sa = (SA), usa = (USA)", "1"),
+    "beta": ("inverse temperature beta of the run", "1"),
+    "rho_simulated": ("mean pairwise inner product <x_i, x_j>, i < j, of the simulation", "1"),
+    "rho_spread": ("max - min of the pairwise inner products <x_i, x_j>, i < j", "1"),
+    "rho_ode": ("rho(t) from the scalar ODE of GLPR Theorem 6.8", "1"),
+}
+
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration; ``quick``/``smoke``: looser tolerances, fewer saved times."""

@@ -35,6 +35,12 @@ ORDER = 65
 
 FEW = 4  # "a few clusters"
 
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "clusters": ("number of clusters (components of <x_i, x_j> >= 1 - eps)", "1"),
+    "angle": ("particle angle theta_i(t) in (-pi, pi]", "rad"),
+}
+
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration; ``quick``/``smoke`` take fewer initial configurations."""

@@ -57,6 +57,17 @@ FIGURE = "Fig. 5"
 DESCRIPTION = "phase diagrams with random Gaussian Q, K, V: P(particles clustered) over (beta, t), n = 32"
 ORDER = 62
 
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "V": ("ensemble of the value matrix V", "1"),
+    "d": ("dimension d of the space R^d (particles on S^{d-1})", "1"),
+    "beta": ("inverse temperature beta", "1"),
+    "replicate": ("replicate index (one draw of Q, K, V and a batch of configurations)", "1"),
+    "probability": ("probability that two particles are clustered (<x_i, x_j> >= 1 - eps)", "1"),
+    "probability_first_pair": ("fraction of configurations whose particles 1 and 2 are clustered", "1"),
+    "probability_per_replicate": ("fraction of clustered pairs, per replicate", "1"),
+}
+
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration, both V ensembles. Full: d = 2, 8, 32, 128, 37 betas x 64

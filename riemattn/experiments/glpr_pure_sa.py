@@ -53,6 +53,15 @@ ORDER = 80
 
 CASES = ("polytope", "hyperplanes")
 
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "case": ("value matrix: polytope = identity, hyperplanes = positive entries", "1"),
+    "z": ("rescaled particles z_i = e^{-tV} x_i, x_i from GLPR eq. (9.1)", "1"),
+    "z_direct": ("rescaled particles z_i solving GLPR eq. (9.3) directly", "1"),
+    "x_max_norm": ("largest norm of the unrescaled particles, max |x_i(t)|", "1"),
+    "V": ("value matrix V", "1"),
+}
+
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration; ``quick``/``smoke`` take a coarser step (same sizes: the run is cheap)."""
