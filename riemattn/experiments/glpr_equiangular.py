@@ -27,7 +27,7 @@ import xarray as xr
 from ..integrate import integrate
 from ..attention import sa, usa
 from ..theory import equiangular_rho
-from ._plotting import styled
+from ._plotting import legend_below, styled
 
 NAME = "glpr-equiangular"
 PAPER = "GLPR"
@@ -146,7 +146,7 @@ def plot(ds: xr.Dataset):
         )
     axes[2].set_xlabel("t")
     axes[2].set_title("max over $\\beta$: |simulated - ODE|, spread of $\\langle x_i, x_j\\rangle$")
-    axes[2].legend(fontsize=8)
+    legend_below(axes[2], ncol=2)
     fig.suptitle(
         f"GLPR Thm. 6.8: n = {ds.attrs['n']} orthogonal particles in $R^{{{ds.attrs['d']}}}$"
     )
