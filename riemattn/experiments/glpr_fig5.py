@@ -48,8 +48,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from .glpr_fig3 import empirical_boundary
 from ._plotting import styled
+from .glpr_fig3 import empirical_boundary
 
 NAME = "glpr-fig5"
 PAPER = "GLPR"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
+
 from ._plotting import styled
 
 NAME = "icml-gpt"
