@@ -23,6 +23,7 @@ import argparse
 import logging
 import os
 import re
+import shlex
 import sys
 
 from . import __version__
@@ -142,7 +143,10 @@ def _cmd_simulate(args) -> int:
 
     cfg = load_config(args.config)
     check_output_dir(args.out, "--out")
-    summary = simulate_config(cfg, out=args.out, progress=not args.no_progress, device=args.device)
+    command = shlex.join(["riemattn", "simulate", str(args.config), "--out", str(args.out)]
+                         + ([] if args.device == "cpu" else ["--device", args.device]))
+    summary = simulate_config(cfg, out=args.out, progress=not args.no_progress, device=args.device,
+                              command=command)
     print(f"wrote {args.out}: " + ", ".join(summary["files"]))
     return 0
 

@@ -38,6 +38,11 @@ Matrix recipes: "uniform" (entries uniform in [-scale, scale], the papers' choic
 (entries N(0, scale^2)), "symmetric" (A + A^T, A uniform), "spd" (A A^T + scale I), "identity"
 (scale * I; for U, "identity" is I itself and U_scale is not used). Outputs in ``--out``:
 ``data.nc``, ``misalignment.png``, ``trajectories.png`` (d = 3 only) and ``summary.json``.
+``data.nc`` holds the trajectories ``y``, the misalignment, and the matrices actually drawn and
+used: ``P`` (head, row, column; with ``modulation = "sinusoid"`` the P'_eta of
+P_eta(t) = D_eta(t) P'_eta, whose ``omega`` and ``phi`` (head, row) are stored too), ``U``
+(the identity when ``U = "identity"``) and ``W`` (the identity on the sphere); every variable has
+``long_name`` and ``units`` (CF), and the dataset the package version and the command.
 
 The configuration is checked before any work (:func:`validate_config`): unknown keys, TOML types
 (an integer key takes an integer: ``tokens = 2.7`` or ``true`` is an error, not truncated; a number
@@ -59,11 +64,13 @@ import tomllib
 
 import numpy as np
 
+from ._cf import annotate
 from ._paths import check_input_file, check_output_dir
 from ._validation import check_choice, check_spd
 from .attention import AttentionField
 from .diagnostics import misalignment
 from .errors import InputTypeError, ValidationError
+from .experiments._plotting import plot_sphere_trajectories, styled
 from .integrate import integrate
 from .steppers import STEPPERS, get_stepper
 
@@ -86,6 +93,17 @@ DEFAULTS = {
 }
 
 RECIPES = ("uniform", "gaussian", "symmetric", "spd", "identity")
+
+#: long_name and units of the variables of simulate's data.nc (see riemattn._cf)
+DATA_ATTRS = {
+    "misalignment": ("misalignment E(y) of ICML eq. (9), per trajectory", "1"),
+    "P": ("head matrices P_eta as used (with modulation: P'_eta of P_eta(t) = D_eta(t) P'_eta)", "1"),
+    "U": ("value matrices U_eta as used", "1"),
+    "W": ("matrix W of the ellipsoid {x : x^T W x = 1} as used (identity: the sphere)", "1"),
+    "omega": ("angular frequency of (D_eta)_jj(t) = |2 sin(omega t + phi)|, per unit of model time",
+              "rad"),
+    "phi": ("phase of (D_eta)_jj(t) = |2 sin(omega t + phi)|", "rad"),
+}
 
 
 def _kind(value) -> str:
@@ -278,6 +296,12 @@ def build_model(cfg: dict, beta=None):
     ``beta`` (optional) replaces ``attention.beta``: a float, or an array broadcasting over the
     leading axes of the batch (used by ``riemattn sweep`` to carry several beta in one integration).
     """
+    field, y0, t_save, _ = _build(cfg, beta)
+    return field, y0, t_save
+
+
+def _build(cfg: dict, beta=None):
+    """:func:`build_model`, and the matrices drawn: {"P", "U", "W"[, "omega", "phi"]} (arrays)."""
     cfg = validate_config(cfg)
     rng = np.random.default_rng(cfg["seed"])
     d, ell, n_traj = cfg["d"], cfg["tokens"], cfg["trajectories"]
@@ -290,9 +314,12 @@ def build_model(cfg: dict, beta=None):
     P0 = _heads(att["P"], h, d, float(att["P_scale"]), rng, "attention.P")
     # U = "identity" is the identity itself (U_scale applies to U's other recipes)
     U = None if att["U"] == "identity" else _heads(att["U"], h, d, float(att["U_scale"]), rng, "attention.U")
+    drawn = {"P": P0, "U": np.broadcast_to(np.eye(d), (h, d, d)) if U is None else U,
+             "W": np.eye(d) if W is None else W}
     if att["modulation"] == "sinusoid":
         omega = rng.uniform(0.0, 1.0, (h, d))
         phi = rng.uniform(0.0, 2 * np.pi, (h, d))
+        drawn.update(omega=omega, phi=phi)
 
         def P(t):
             return np.abs(2.0 * np.sin(omega * t + phi))[:, :, None] * P0
@@ -308,15 +335,17 @@ def build_model(cfg: dict, beta=None):
     y0 = field.manifold.projection(y0)
     integ = cfg["integration"]
     t_save = np.linspace(0.0, float(integ["t1"]), integ["saves"])
-    return field, y0, t_save
+    return field, y0, t_save, drawn
 
 
-def simulate_config(cfg: dict, out="simulation", progress=False, device=None) -> dict:
+def simulate_config(cfg: dict, out="simulation", progress=False, device=None, command=None) -> dict:
     """Run a configuration and write data.nc, plots and summary.json into ``out``.
 
     ``cfg`` is checked (:func:`validate_config`) and ``out`` must be a directory that exists or can
     be created, before anything is computed. ``device`` ("cpu", "cuda", "cuda:N"; None = "cpu")
     is where the integration runs (:func:`riemattn.use_device`); the outputs are the same files.
+    ``command`` is recorded in data.nc's attributes (the CLI passes its command line; default:
+    this call).
     """
     from ._backend import check_device, use_device
 
@@ -328,7 +357,7 @@ def simulate_config(cfg: dict, out="simulation", progress=False, device=None) ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    field, y0, t_save = build_model(cfg)
+    field, y0, t_save, drawn = _build(cfg)
     integ = cfg["integration"]
     stepper = get_stepper(integ["stepper"])
     if stepper.adaptive:
@@ -342,28 +371,22 @@ def simulate_config(cfg: dict, out="simulation", progress=False, device=None) ->
     E = misalignment(sol.y)  # (time, trajectory)
     ds = sol.to_xarray()
     ds["misalignment"] = (("time", "batch"), E)
+    ds["P"] = (("head", "row", "column"), drawn["P"])
+    ds["U"] = (("head", "row", "column"), np.asarray(drawn["U"]))
+    ds["W"] = (("row", "column"), drawn["W"])
+    if "omega" in drawn:
+        ds["omega"] = (("head", "row"), drawn["omega"])
+        ds["phi"] = (("head", "row"), drawn["phi"])
     ds.attrs["config"] = json.dumps(cfg, sort_keys=True)
+    ds = annotate(ds, DATA_ATTRS, command=command or f"riemattn.simulate_config(config, out={str(out)!r})")
     ds.to_netcdf(out / "data.nc", engine="scipy")
     files = ["data.nc"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.semilogy(sol.t, np.maximum(E, 1e-17), lw=0.8)
-    ax.set_xlabel("t")
-    ax.set_ylabel("misalignment E(t)")
-    ax.set_title(f"{y0.shape[0]} trajectories, {field!r}"[:90], fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "misalignment.png", dpi=120)
-    plt.close(fig)
-    files.append("misalignment.png")
-    if field.d == 3:
-        from .experiments._plotting import plot_sphere_trajectories
-
-        fig = plt.figure(figsize=(5, 5))
-        ax = fig.add_subplot(projection="3d")
-        inv = None if field.W is None else field.manifold.inv_sqrt_W
-        plot_sphere_trajectories(ax, sol.y[:, 0], inv_sqrt_W=inv)
-        fig.savefig(out / "trajectories.png", dpi=120)
-        plt.close(fig)
-        files.append("trajectories.png")
+    for name, draw in (("misalignment.png", _plot_misalignment), ("trajectories.png", _plot_trajectories)):
+        fig = draw(sol, E, field)
+        if fig is not None:
+            fig.savefig(out / name, dpi=120)
+            plt.close(fig)
+            files.append(name)
     summary = {
         "config": cfg,
         "success": bool(sol.success),
@@ -376,6 +399,36 @@ def simulate_config(cfg: dict, out="simulation", progress=False, device=None) ->
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+@styled
+def _plot_misalignment(sol, E, field):
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.semilogy(sol.t, np.maximum(E, 1e-17), lw=0.8)
+    ax.set_xlabel("t")
+    ax.set_ylabel("misalignment E(t)")
+    # the whole description, wrapped to the figure's width (constrained layout makes room)
+    ax.set_title(textwrap.fill(f"{E.shape[1]} trajectories, {field!r}", 95), fontsize=7)
+    return fig
+
+
+@styled
+def _plot_trajectories(sol, E, field):
+    """Trajectories of the first batch element on S^2 or the ellipsoid (d = 3 only, else None)."""
+    if field.d != 3:
+        return None
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(5, 5))
+    ax = fig.add_subplot(projection="3d")
+    inv = None if field.W is None else field.manifold.inv_sqrt_W
+    plot_sphere_trajectories(ax, sol.y[:, 0], inv_sqrt_W=inv)
+    ax.set_title("the tokens of trajectory 1 (white: start, gray: end)")
+    return fig
 
 
 def load_config(path) -> dict:
@@ -393,4 +446,7 @@ def simulate_file(path, out="simulation", progress=False, device=None) -> dict:
 
     The file, its schema (:func:`validate_config`) and ``out`` are all checked before any work.
     """
-    return simulate_config(load_config(path), out=out, progress=progress, device=device)
+    import shlex
+
+    return simulate_config(load_config(path), out=out, progress=progress, device=device,
+                           command=shlex.join(["riemattn", "simulate", str(path), "--out", str(out)]))

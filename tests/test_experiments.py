@@ -18,6 +18,7 @@ import riemattn as ra
 from riemattn.experiments import available, get
 from riemattn.experiments._runner import config_for, config_hash, run_one
 from riemattn.experiments._verdict import KINDS, NOT_CHECKED, NOT_REPRODUCED, REPRODUCED, STATUSES
+from test_data_conventions import assert_cf
 
 NAMES = list(available())
 
@@ -90,6 +91,7 @@ def test_reproduction_runs_and_claims_pass(name, tmp_path):
     assert on_disk["config_hash"] == config_hash(name, config_for(get(name), smoke=True))
     with xr.open_dataset(tmp_path / name / "data.nc", engine="scipy") as ds:
         assert ds.attrs["reproduction"] == name
+        assert_cf(ds, name)  # long_name and units on every variable and coordinate, version, command
 
 
 # ---------------------------------------------------------------------------------------------

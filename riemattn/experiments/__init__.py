@@ -16,6 +16,11 @@ Each module defines ``NAME`` (the CLI name), ``PAPER``, ``FIGURE``, ``DESCRIPTIO
 Optional: ``TIMINGS``, names of data variables that are wall-clock measurements, not results; the
 runner moves them from ``data.nc`` (which stays byte-identical between runs) to ``summary.json``.
 
+``DATA_ATTRS``: ``{name: (long_name, units)}`` of the module's data variables and coordinates
+(CF; ``"1"`` for dimensionless). The runner writes them into ``data.nc`` with
+:func:`riemattn._cf.annotate`, which also records the package version and the command, and which
+refuses a variable that neither this table nor :data:`riemattn._cf.COMMON` describes.
+
 Modules are discovered automatically (every non-underscore module of this package with a ``NAME``).
 :func:`riemattn.experiments.reproduce` runs them and writes PNG/PDF, NetCDF and ``summary.json``.
 """

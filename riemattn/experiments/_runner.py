@@ -55,6 +55,7 @@ import numpy as np
 
 from .. import __version__
 from .._backend import use_device
+from .._cf import annotate
 from .._paths import check_output_dir
 from ..errors import InputTypeError, ValidationError
 from . import available, get
@@ -208,6 +209,14 @@ def check_outputs(out, names, name: str = "out") -> Path:
     return out
 
 
+def _command(name: str, quick: bool, smoke: bool, full: bool = False, device: str = "cpu") -> str:
+    """The command that makes a figure's data.nc (whatever the workers and the output directory)."""
+    if smoke:
+        return f"riemattn.experiments.reproduce([{name!r}], smoke=True)"
+    return (f"riemattn reproduce {name}" + (" --quick" if quick else "") + (" --full" if full else "")
+            + ("" if device == "cpu" else f" --device {device}"))
+
+
 def run_one(
     name: str, quick: bool, out: str | os.PathLike, force: bool = False, smoke: bool = False,
     full: bool = False, device: str = "cpu",
@@ -250,6 +259,8 @@ def run_one(
             for v in getattr(module, "TIMINGS", ()) if v in ds
         }
         ds = ds.drop_vars(list(timings))  # data.nc holds results only: the same bytes every run
+        # long_name/units of every variable (the module's DATA_ATTRS), version and command
+        ds = annotate(ds, getattr(module, "DATA_ATTRS", {}), command=_command(name, quick, smoke, full, device))
         created = [d for d in (outdir, *outdir.parents) if not d.exists()]  # innermost first
         try:
             outdir.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ import xarray as xr
 from ..gradient_flow import arxiv_field, metric, potential
 from ..integrate import integrate
 from ._papers import P_FIG1
-from ._plotting import plot_sphere_trajectories
+from ._plotting import plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig1"
 PAPER = "ARXIV"
@@ -35,6 +35,15 @@ DESCRIPTION = (
     "V_P(t) decreasing to consensus"
 )
 ORDER = 10
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "y": ("token positions y_i(t) on the ellipsoid E_P", "1"),
+    "V": ("potential V_P = V restricted to E_P (ARXIV eq. 10)", "1"),
+    "grad_norm": ("norm of grad V_P in the metric g_P", "1"),
+    "spread": ("largest distance between two tokens, max_ij |y_i - y_j|", "1"),
+    "P": ("the SPD matrix P of E_P = {x : x^T P x = 1} (ARXIV section 7.1)", "1"),
+}
 
 
 def config(quick: bool = False) -> dict:
@@ -72,6 +81,7 @@ def run(config: dict) -> xr.Dataset:
     return ds
 
 
+@styled
 def plot(ds: xr.Dataset):
     """Left: trajectories on the wireframe of E_P; right: V_P(t)."""
     import matplotlib.pyplot as plt
@@ -93,7 +103,6 @@ def plot(ds: xr.Dataset):
     ax1.set_title("(b) potential $V_P = V \\circ \\iota_P$")
     ax1.legend(loc="upper right")
     fig.suptitle("ARXIV Fig. 1: gradient flow on the ellipsoid (Theorem 3.2)")
-    fig.tight_layout()
     return fig
 
 

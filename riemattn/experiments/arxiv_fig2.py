@@ -20,13 +20,23 @@ from ..attention import AttentionField
 from ..diagnostics import hemisphere_lyapunov, misalignment
 from ..integrate import integrate
 from ._papers import hemisphere_P
-from ._plotting import plot_sphere_trajectories
+from ._plotting import draw_great_circle, draw_point, legend_below, plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig2"
 PAPER = "ARXIV"
 FIGURE = "Figs. 2-3 (ICML Figs. 1-3)"
 DESCRIPTION = "hemisphere theorem: 10 tokens on S^2, two time-varying heads, Lyapunov max_i(1 - v.y_i)"
 ORDER = 20
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "y": ("token positions y_i(t) on S^2", "1"),
+    "time_fine": ("time of the Frobenius-norm samples (model units)", "1"),
+    "P_frobenius": ("Frobenius norm of the head matrix P_eta(t) = D_eta(t) P'_eta", "1"),
+    "lyapunov": ("hemisphere Lyapunov function max_i (1 - v^T y_i), v = (1, 0, 0)", "1"),
+    "min_vy": ("smallest v^T y_i over the tokens (> 0: all in the hemisphere H+(v))", "1"),
+    "misalignment": ("misalignment E(y) of ICML eq. (9)", "1"),
+}
 
 V = (1.0, 0.0, 0.0)
 
@@ -56,24 +66,31 @@ def run(config: dict) -> xr.Dataset:
     return ds
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
-    fig = plt.figure(figsize=(13, 4))
+    v = np.array([float(c) for c in ds.attrs["v"].split()])
+    fig = plt.figure(figsize=(13, 4.4))
     ax0 = fig.add_subplot(1, 3, 1)
     for h in range(ds.sizes["head"]):
         ax0.plot(ds.time_fine, ds.P_frobenius[:, h], lw=0.8, label=f"$\\|P_{h + 1}(t)\\|_F$")
     ax0.set_xlabel("t")
+    ax0.set_ylabel("Frobenius norm")
     ax0.set_title("ARXIV Fig. 2: Frobenius norms")
-    ax0.legend()
+    legend_below(ax0, ncol=2)
     ax1 = fig.add_subplot(1, 3, 2, projection="3d")
     plot_sphere_trajectories(ax1, ds.y.values)
-    ax1.set_title("ARXIV Fig. 3a: tokens on $S^2$")
+    draw_great_circle(ax1, v, label="boundary $v^T y = 0$ of $H^+(v)$")
+    draw_point(ax1, v, "v")
+    ax1.view_init(elev=20, azim=-35)  # v = (1, 0, 0) points towards the viewer
+    ax1.set_title("ARXIV Fig. 3a: tokens on $S^2$ stay in $H^+(v)$")
+    legend_below(ax1, ncol=1)
     ax2 = fig.add_subplot(1, 3, 3)
     ax2.plot(ds.time, ds.lyapunov, color="C0")
     ax2.set_xlabel("t")
+    ax2.set_ylabel("$V(y)$")
     ax2.set_title("ARXIV Fig. 3b: $V(y) = \\max_i (1 - v^T y_i)$, v = (1,0,0)")
-    fig.tight_layout()
     return fig
 
 

@@ -31,7 +31,7 @@ from ..diagnostics import misalignment, token_lyapunov
 from ..integrate import integrate
 from ..theory import consensus_points
 from ._papers import D1, P_FIG4, U_FIG4
-from ._plotting import plot_sphere_trajectories
+from ._plotting import draw_point, legend_below, plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig4"
 PAPER = "ARXIV"
@@ -40,6 +40,16 @@ DESCRIPTION = (
     "causal attention, symmetric U: 10 tokens on S^2 reach (v,...,v); V_1 = 1 - v.y_1 monotone"
 )
 ORDER = 40
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "y": ("token positions y_i(t) on S^2", "1"),
+    "V": ("token Lyapunov function V_i = 1 - v^T y_i", "1"),
+    "misalignment": ("misalignment E(y) of ICML eq. (9)", "1"),
+    "distance_to_v": ("largest distance of a token to v, max_i |y_i - v|", "1"),
+    "v": ("unit top eigenvector v of U (the consensus point)", "1"),
+    "U_eigenvalues": ("eigenvalues of the value matrix U, ascending", "1"),
+}
 
 
 def P_fig4(t):
@@ -82,20 +92,20 @@ def run(config: dict) -> xr.Dataset:
     return ds
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=(12, 4.5))
-    ax1 = fig.add_subplot(1, 3, 1, projection="3d")
+    ax1 = fig.add_subplot(1, 3, 1, projection="3d", computed_zorder=False)
     plot_sphere_trajectories(ax1, ds.y.values)
-    v = ds.v.values
-    ax1.scatter(*v, s=80, marker="*", color="C3", depthshade=False, zorder=6, label="v")
-    ax1.legend(loc="upper left")
-    ax1.set_title("ARXIV Fig. 4a: causal, symmetric U")
+    draw_point(ax1, ds.v.values, "v")  # drawn over the final positions, which sit at v
+    ax1.set_title("ARXIV Fig. 4a: causal, symmetric U\n(white: start, gray: end, ×: v)")
     ax2 = fig.add_subplot(1, 3, 2)
     ax2.plot(ds.time, ds.V[:, 0], label="$V_1 = 1 - y_1^T v$")
     ax2.plot(ds.time, ds.V[:, 1], label="$V_2 = 1 - y_2^T v$")
     ax2.set_xlabel("t")
+    ax2.set_ylabel("$V_i$")
     ax2.set_xlim(0, min(15.0, float(ds.time[-1])))
     ax2.set_title("ARXIV Fig. 4b: $V_1$, $V_2$")
     ax2.legend()
@@ -106,9 +116,9 @@ def plot(ds: xr.Dataset):
         ds.time, np.maximum(ds.V.max("token"), 1e-17), "k--", lw=0.8, label="$\\max_i V_i$"
     )
     ax3.set_xlabel("t")
+    ax3.set_ylabel("$V_i$")
     ax3.set_title("log scale")
-    ax3.legend()
-    fig.tight_layout()
+    ax3.legend(loc="upper right")
     return fig
 
 

@@ -34,6 +34,7 @@ import xarray as xr
 from ..attention import AttentionField
 from ..diagnostics import misalignment
 from ..integrate import integrate
+from ._plotting import legend_below, styled
 
 NAME = "arxiv-fig5"
 PAPER = "ARXIV"
@@ -42,6 +43,15 @@ DESCRIPTION = (
     "causal, U = I: 50 tokens on S^499, 2 heads with random D(t) P', 100 trajectories, E(t) -> 0"
 )
 ORDER = 50
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "E": ("misalignment E(y) of ICML eq. (9), per trajectory", "1"),
+    "time_fine": ("time of the D_1(t) samples: a 0.01 grid plus the zeros of each entry", "1"),
+    "D_example": ("diagonal entry (D_1)_jj(t) = |2 sin(omega_j t + phi_j)| of head 1", "1"),
+    "D_omega": ("angular frequency omega_j of (D_1)_jj, per unit of model time", "rad"),
+    "D_phi": ("phase phi_j of (D_1)_jj", "rad"),
+}
 
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
@@ -96,6 +106,24 @@ def draw(config: dict):
     return RandomDiagonalHeads(P_prime, omega, phi), y0
 
 
+#: the figure's third panel: the first D_ENTRIES diagonal entries of D_1(t) for t in [0, D_WINDOW]
+D_ENTRIES, D_WINDOW = 3, 30.0
+
+
+def d_example_times(heads, t_end, step=0.01):
+    """Times at which the figure samples (D_1)_jj(t), j < D_ENTRIES: a grid of ``step`` on
+    [0, t_end] plus every zero of |2 sin(omega_j t + phi_j)| in it (t = (k pi - phi_j) / omega_j),
+    so each cusp of the curves is drawn down to 0 (a plain grid misses them by up to omega step)."""
+    grid = np.linspace(0.0, t_end, int(round(t_end / step)) + 1)
+    zeros = []
+    for w, p in zip(heads.omega[0, :D_ENTRIES], heads.phi[0, :D_ENTRIES]):
+        if w > 0:
+            k = np.arange(np.ceil(p / np.pi), np.floor((w * t_end + p) / np.pi) + 1)
+            zeros.append((k * np.pi - p) / w)
+    t = np.unique(np.concatenate([grid, *zeros]))
+    return t[(t >= 0.0) & (t <= t_end)]
+
+
 def run(config: dict) -> xr.Dataset:
     heads, y0 = draw(config)
     field = AttentionField(heads, mask="causal")
@@ -113,14 +141,16 @@ def run(config: dict) -> xr.Dataset:
     E, obs = sol.observables["E"], sol.observables
     nfev, n_steps, success = sol.nfev, sol.n_steps, sol.success
     y1_drift = float(np.max(obs["y1_drift"][-1]))
-    t_fine = np.linspace(0.0, config["t1"], 601)
+    t_fine = d_example_times(heads, min(D_WINDOW, config["t1"]))
     ds = xr.Dataset(
         {
             "E": (("time", "trajectory"), E),
             "D_example": (
                 ("time_fine", "entry"),
-                np.stack([heads.diagonal(t)[0, :3] for t in t_fine]),
+                np.stack([heads.diagonal(t)[0, :D_ENTRIES] for t in t_fine]),
             ),
+            "D_omega": ("entry", heads.omega[0, :D_ENTRIES]),
+            "D_phi": ("entry", heads.phi[0, :D_ENTRIES]),
         },
         coords={"time": t_save, "time_fine": t_fine},
         attrs={
@@ -135,10 +165,11 @@ def run(config: dict) -> xr.Dataset:
     return ds
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
     t = ds.time.values
     E = ds.E.values
     axes[0].plot(t, E, color="C0", lw=0.6, alpha=0.6)
@@ -148,17 +179,18 @@ def plot(ds: xr.Dataset):
     axes[1].semilogy(t, np.maximum(E, 1e-17), color="C0", lw=0.6, alpha=0.6)
     axes[1].axhline(1e-6, color="k", ls="--", lw=0.8, label="$10^{-6}$")
     axes[1].set_xlabel("t")
+    axes[1].set_ylabel("E(y(t))")
     axes[1].set_title("E(t), log scale")
-    axes[1].legend()
+    legend_below(axes[1])
     for k in range(ds.sizes["entry"]):
         axes[2].plot(
             ds.time_fine, ds.D_example[:, k], lw=0.8, label=f"$(D_1)_{{{k + 1}{k + 1}}}(t)$"
         )
     axes[2].set_xlabel("t")
-    axes[2].set_xlim(0.0, min(30.0, float(ds.time_fine[-1])))
-    axes[2].set_title("three diagonal entries of $D_1(t)$, t <= 30")
-    axes[2].legend(fontsize=8)
-    fig.tight_layout()
+    axes[2].set_xlim(0.0, float(ds.time_fine[-1]))
+    axes[2].set_ylim(bottom=0.0)
+    axes[2].set_title(f"{ds.sizes['entry']} diagonal entries of $D_1(t)$, t ≤ {float(ds.time_fine[-1]):g}")
+    legend_below(axes[2])
     return fig
 
 

@@ -30,6 +30,7 @@ from ..integrate import integrate
 from ..attention import sa, usa
 from ..circle import CircleField, from_points, to_points
 from ..gradient_flow import energy
+from ._plotting import plot_circle_angles, styled
 
 NAME = "glpr-circle"
 PAPER = "GLPR"
@@ -38,6 +39,16 @@ DESCRIPTION = "circle d = 2: angle equation (7.1) vs sphere simulation, E_beta n
 ORDER = 75
 
 MODELS = ("sa", "usa")
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "model": ("dynamics: sa = (SA), usa = (USA)", "1"),
+    "beta": ("inverse temperature beta", "1"),
+    "energy": ("interaction energy E_beta (GLPR section 7.2)", "1"),
+    "order_parameter": ("Kuramoto order parameter |mean_i x_i|", "1"),
+    "angle_deviation": ("largest |angle on S^1 - angle from GLPR eq. (7.1)| over particles", "rad"),
+    "angle": ("particle angle theta_i(t) in (-pi, pi], configuration 0", "rad"),
+}
 
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
@@ -101,6 +112,7 @@ def run(config: dict) -> xr.Dataset:
     )
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
@@ -108,13 +120,11 @@ def plot(ds: xr.Dataset):
     fig, axes = plt.subplots(1, len(betas) + 1, figsize=(4 * (len(betas) + 1), 3.8))
     for ax, beta in zip(axes, betas):
         ang = ds.angle.sel(model="sa", beta=beta).values
-        end = np.angle(np.mean(np.exp(1j * ang[-1])))
-        ax.plot(ds.time, np.angle(np.exp(1j * (ang - end))), ".", color="C0", ms=0.8)
+        plot_circle_angles(ax, ds.time.values, ang)
         ax.set_xlabel("t")
-        ax.set_ylim(-np.pi, np.pi)
         name = "Kuramoto" if beta == 0 else f"$\\beta$ = {beta:g}"
         ax.set_title(f"(SA) on $S^1$, {name}: angles")
-    axes[0].set_ylabel("$\\theta_i(t)$ - final mean")
+    axes[0].set_ylabel("angle $\\theta_i(t)$ (unwrapped)")
     ax = axes[-1]
     for k, beta in enumerate(betas):
         for model, ls in zip(ds.model.values, ("-", "--")):
@@ -127,10 +137,10 @@ def plot(ds: xr.Dataset):
                 label=f"{model.upper()} $\\beta$={beta:g}",
             )
     ax.set_xlabel("t")
+    ax.set_ylabel("normalized energy")
     ax.set_title("$(E_\\beta(t) - E_\\beta(0)) / (E_\\beta(t_1) - E_\\beta(0))$")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.suptitle(f"GLPR section 7: n = {ds.attrs['n']} particles on the circle")
-    fig.tight_layout()
     return fig
 
 

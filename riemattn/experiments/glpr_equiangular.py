@@ -27,6 +27,7 @@ import xarray as xr
 from ..integrate import integrate
 from ..attention import sa, usa
 from ..theory import equiangular_rho
+from ._plotting import legend_below, styled
 
 NAME = "glpr-equiangular"
 PAPER = "GLPR"
@@ -35,6 +36,15 @@ DESCRIPTION = "32 pairwise orthogonal particles stay equiangular; simulated <x_i
 ORDER = 70
 
 MODELS = ("sa", "usa")
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "model": ("dynamics: sa = (SA), usa = (USA)", "1"),
+    "beta": ("inverse temperature beta of the run", "1"),
+    "rho_simulated": ("mean pairwise inner product <x_i, x_j>, i < j, of the simulation", "1"),
+    "rho_spread": ("max - min of the pairwise inner products <x_i, x_j>, i < j", "1"),
+    "rho_ode": ("rho(t) from the scalar ODE of GLPR Theorem 6.8", "1"),
+}
 
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
@@ -98,6 +108,7 @@ def run(config: dict) -> xr.Dataset:
     )
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
@@ -135,11 +146,10 @@ def plot(ds: xr.Dataset):
         )
     axes[2].set_xlabel("t")
     axes[2].set_title("max over $\\beta$: |simulated - ODE|, spread of $\\langle x_i, x_j\\rangle$")
-    axes[2].legend(fontsize=8)
+    legend_below(axes[2], ncol=2)
     fig.suptitle(
         f"GLPR Thm. 6.8: n = {ds.attrs['n']} orthogonal particles in $R^{{{ds.attrs['d']}}}$"
     )
-    fig.tight_layout()
     return fig
 
 

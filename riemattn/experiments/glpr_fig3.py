@@ -39,12 +39,25 @@ import numpy as np
 import xarray as xr
 
 from ..theory import clustering_time, phase_boundary
+from ._plotting import styled
 
 NAME = "glpr-fig3"
 PAPER = "GLPR"
 FIGURE = "Fig. 3"
 DESCRIPTION = "phase diagrams: P(particles 1, 2 clustered) over (beta, t), n = 32, d = 2, 8, 32, 128, equiangular curve"
 ORDER = 60
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "d": ("dimension d of the space R^d (particles on S^{d-1})", "1"),
+    "beta": ("inverse temperature beta", "1"),
+    "replicate": ("replicate index (a batch of initial configurations)", "1"),
+    "beta_curve": ("beta of the equiangular curve", "1"),
+    "probability": ("probability that two particles are clustered (<x_i, x_j> >= 1 - eps)", "1"),
+    "probability_first_pair": ("fraction of configurations whose particles 1 and 2 are clustered", "1"),
+    "probability_per_replicate": ("fraction of clustered pairs, per replicate", "1"),
+    "equiangular_clustering_time": ("clustering time of the equiangular solution, GLPR eq. (6.12)", "1"),
+}
 
 CHECK_TIMES = (10.0, 20.0, 30.0)
 
@@ -113,6 +126,7 @@ def empirical_boundary(prob, betas) -> np.ndarray:
     return out
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 

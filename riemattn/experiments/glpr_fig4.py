@@ -25,6 +25,7 @@ import xarray as xr
 from ..integrate import integrate
 from ..attention import sa
 from ..diagnostics import cluster_count
+from ._plotting import legend_below, plot_circle_angles, styled
 
 NAME = "glpr-fig4"
 PAPER = "GLPR"
@@ -33,6 +34,12 @@ DESCRIPTION = "metastability on S^1: 32 particles form a few clusters by t ~ 10,
 ORDER = 65
 
 FEW = 4  # "a few clusters"
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "clusters": ("number of clusters (components of <x_i, x_j> >= 1 - eps)", "1"),
+    "angle": ("particle angle theta_i(t) in (-pi, pi]", "rad"),
+}
 
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
@@ -92,6 +99,7 @@ def _first_time(mask, t):
     return np.where(hit, t[np.argmax(mask, axis=0)], np.inf)
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
@@ -100,12 +108,10 @@ def plot(ds: xr.Dataset):
     if "angle" in ds:
         ax = axes[0]
         ang = ds.angle.isel(configuration=0).values
-        end = np.angle(np.mean(np.exp(1j * ang[-1])))  # final mean direction
-        rel = np.angle(np.exp(1j * (ang - end)))  # angles relative to it, in (-pi, pi]
-        ax.semilogx(t[1:], rel[1:], color="C0", lw=0.7)
+        plot_circle_angles(ax, t[1:], ang[1:], logx=True)
         ax.set_xlabel("t")
-        ax.set_ylabel("angle $\\theta_i(t)$ (relative to the final mean)")
-        ax.set_title("one configuration: the 32 angles")
+        ax.set_ylabel("angle $\\theta_i(t)$ (unwrapped)")
+        ax.set_title(f"one configuration: the {ang.shape[1]} angles")
     ax = axes[1]
     C = ds.clusters.values
     for k in range(C.shape[1]):
@@ -116,18 +122,22 @@ def plot(ds: xr.Dataset):
             color="0.6",
             lw=0.6,
         )
-    ax.step(t[1:], np.median(C[1:], axis=1), where="post", color="C3", lw=2, label="median")
+    # integer-valued statistics (a count some configuration has: no "1.5 clusters")
+    lo, med, hi = np.quantile(C[1:], [0.1, 0.5, 0.9], axis=1, method="inverted_cdf")
+    ax.fill_between(t[1:], lo, hi, step="post", color="C3", alpha=0.15, lw=0,
+                    label="10%-90% of configurations")
+    ax.step(t[1:], med, where="post", color="C3", lw=2, label="median (lower, a count)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_yticks([1, 2, 3, 4, 8, 16, 32])
     ax.set_yticklabels(["1", "2", "3", "4", "8", "16", "32"])
     ax.set_xlabel("t")
-    ax.set_title(f"number of clusters ({C.shape[1]} configurations)")
-    ax.legend()
+    ax.set_ylabel("number of clusters")
+    ax.set_title(f"number of clusters ({C.shape[1]} configurations, gray: each)")
+    legend_below(ax, ncol=2)
     fig.suptitle(
         f"GLPR Fig. 4: metastability, (SA) on $S^1$, n = {ds.attrs['n']}, $\\beta$ = {ds.attrs['beta']:g}"
     )
-    fig.tight_layout()
     return fig
 
 

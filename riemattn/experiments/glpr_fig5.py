@@ -48,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from ._plotting import styled
 from .glpr_fig3 import empirical_boundary
 
 NAME = "glpr-fig5"
@@ -55,6 +56,17 @@ PAPER = "GLPR"
 FIGURE = "Fig. 5"
 DESCRIPTION = "phase diagrams with random Gaussian Q, K, V: P(particles clustered) over (beta, t), n = 32"
 ORDER = 62
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "V": ("ensemble of the value matrix V", "1"),
+    "d": ("dimension d of the space R^d (particles on S^{d-1})", "1"),
+    "beta": ("inverse temperature beta", "1"),
+    "replicate": ("replicate index (one draw of Q, K, V and a batch of configurations)", "1"),
+    "probability": ("probability that two particles are clustered (<x_i, x_j> >= 1 - eps)", "1"),
+    "probability_first_pair": ("fraction of configurations whose particles 1 and 2 are clustered", "1"),
+    "probability_per_replicate": ("fraction of clustered pairs, per replicate", "1"),
+}
 
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
@@ -103,6 +115,7 @@ def check_times(ds) -> list[int]:
     return [int(np.argmin(np.abs(t - f * t[-1]))) for f in (1 / 3, 2 / 3, 1.0)]
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 

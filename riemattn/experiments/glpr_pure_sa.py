@@ -41,6 +41,7 @@ from ..diagnostics import cluster_count
 from ..fields import VectorField
 from ..integrate import integrate
 from ..manifolds import Euclidean
+from ._plotting import legend_below, styled
 
 NAME = "glpr-pure-sa"
 PAPER = "GLPR"
@@ -51,6 +52,15 @@ DESCRIPTION = (
 ORDER = 80
 
 CASES = ("polytope", "hyperplanes")
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "case": ("value matrix: polytope = identity, hyperplanes = positive entries", "1"),
+    "z": ("rescaled particles z_i = e^{-tV} x_i, x_i from GLPR eq. (9.1)", "1"),
+    "z_direct": ("rescaled particles z_i solving GLPR eq. (9.3) directly", "1"),
+    "x_max_norm": ("largest norm of the unrescaled particles, max |x_i(t)|", "1"),
+    "V": ("value matrix V", "1"),
+}
 
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
@@ -180,6 +190,7 @@ def _vertex_fraction(z, tol):
     return len(set(hull.vertices)) / len(c), len(c)
 
 
+@styled
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
@@ -195,11 +206,14 @@ def plot(ds: xr.Dataset):
             facecolor="white",
             edgecolor="k",
             zorder=4,
+            clip_on=False,
             label="z(0) = x(0)",
         )
         ax.scatter(
-            z[-1, :, 0], z[-1, :, 1], s=35, color="C1", edgecolor="k", zorder=5, label="z(t1)"
+            z[-1, :, 0], z[-1, :, 1], s=35, color="C1", edgecolor="k", zorder=5, clip_on=False,
+            label="z(t1)",
         )
+        ax.margins(0.08)  # room for the markers at the extreme points
         V = ds.V.sel(case=case).values
         if case == "polytope":
             c = _centers(z[-1], 1e-2)
@@ -216,16 +230,17 @@ def plot(ds: xr.Dataset):
                 p = c * l1
                 ax.plot(*(p[:, None] + np.outer(r, [-lim, lim]).T.T), color="0.5", lw=0.8)
             ax.set_title(
-                f"V with eigenvalues {np.sort(lam.real)[::-1].round(2)}: parallel hyperplanes"
+                "V with eigenvalues ({:.2f}, {:.2f}): parallel hyperplanes".format(*np.sort(lam.real)[::-1])
             )
             ax.set_xlim(-lim, lim)
             ax.set_ylim(-lim, lim)
         ax.set_aspect("equal")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.set_xlabel("$z^1$")
+        ax.set_ylabel("$z^2$")
+        legend_below(ax, ncol=2)
     fig.suptitle(
         f"GLPR section 9.2: pure self-attention, rescaled $z = e^{{-tV}} x$, n = {ds.attrs['n']}"
     )
-    fig.tight_layout()
     return fig
 
 

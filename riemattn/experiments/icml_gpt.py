@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from ._plotting import styled
+
 NAME = "icml-gpt"
 PAPER = "ICML"
 FIGURE = "Figs. 7-10"
@@ -31,6 +33,24 @@ DESCRIPTION = "looped GPT-2 / GPT-Neo (random weights, fixed and redrawn, +-FF) 
 ORDER = 90
 #: wall-clock measurements, not results: the runner keeps them in summary.json, out of data.nc
 TIMINGS = ("pass_seconds",)
+
+#: long_name and units of data.nc's variables (see riemattn._cf)
+DATA_ATTRS = {
+    "model": ("model (family-size)", "1"),
+    "variant": ("weights (trained, random, redrawn); -noff: feed-forward removed", "1"),
+    "prompt": ("prompt index", "1"),
+    "layer": ("global layer index (0: embedding output; pass * blocks + block)", "1"),
+    "pass": ("pass through the stack of blocks", "1"),
+    "E": ("misalignment E (ICML eq. 9) of the tokens the next block receives", "1"),
+    "E_residual": ("misalignment E (ICML eq. 9) of the raw block outputs", "1"),
+    "layer_pass": ("pass of the layer (-1: padding)", "1"),
+    "layer_block": ("block of the layer within its pass (-1: padding)", "1"),
+    "n_layer": ("number of blocks of the model", "1"),
+    "d_model": ("width of the residual stream", "1"),
+    "causal": ("causal attention (1) or not (0)", "1"),
+    "passes": ("number of passes through the blocks", "1"),
+    "pass_seconds": ("wall-clock time of the pass", "s"),
+}
 
 _VARIANTS = ("trained", "trained-noff", "random", "random-noff", "redrawn", "redrawn-noff")
 _RANDOM = ["random", "random-noff", "redrawn", "redrawn-noff"]
@@ -133,6 +153,7 @@ def combine(parts, names) -> xr.Dataset:
     return ds
 
 
+@styled
 def plot(ds: xr.Dataset):
     """One panel per model: prompt mean of E after every layer, per variant, 10-90 % band."""
     import matplotlib.pyplot as plt
@@ -143,16 +164,16 @@ def plot(ds: xr.Dataset):
     fig, axes = plt.subplots(1, len(models), figsize=(5.0 * len(models), 4.0), squeeze=False, sharey=True)
     variants = [str(v) for v in ds["variant"].values]
     colors = {"trained": "C0", "random": "C1", "redrawn": "C2"}
-    for ax, m in zip(axes[0], models):
+    for k, (ax, m) in enumerate(zip(axes[0], models)):
         plot_variants_on(ax, ds["E"].sel(model=m).values, variants, ds["layer"].values,
-                         colors=[colors[v.split("-")[0]] for v in variants])
+                         colors=[colors[v.split("-")[0]] for v in variants], ylabel=k == 0)
         ax.set_title(f"{m} ({int(ds['n_layer'].sel(model=m))} blocks x {int(ds['passes'].sel(model=m))} passes)",
                      fontsize=10)
         ax.grid(alpha=0.3, which="both")
+        ax.tick_params(axis="y", which="both", labelleft=True)  # shared y: ticks on every panel, label once
         ax.legend(fontsize=7)
     fig.suptitle(f"looped models, {ds.attrs['prompts']} prompts x "
                  f"{ds.attrs['tokens']} uniform token ids (dashed: feed-forward removed)", fontsize=10)
-    fig.tight_layout()
     return fig
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..experiments._plotting import styled
+
 __all__ = ["plot_loop", "plot_variants_on"]
 
 _WEIGHTS = ("trained", "random", "redrawn")
@@ -14,8 +16,11 @@ _TITLES = {
 }
 
 
-def plot_variants_on(ax, E, variants, layer, label_prefix="", logy=True, colors=None):
+def plot_variants_on(ax, E, variants, layer, label_prefix="", logy=True, colors=None, ylabel=True):
     """Draw the prompt mean of ``E`` (variant, prompt, layer) with a 10-90 % band per variant.
+
+    Layers are integers: the x axis gets integer ticks only. ``ylabel=False`` leaves the y label to
+    a neighbouring panel (panels sharing y).
 
     Parameters
     ----------
@@ -35,12 +40,17 @@ def plot_variants_on(ax, E, variants, layer, label_prefix="", logy=True, colors=
         kw = {"color": colors[j]} if colors is not None else {}
         (line,) = ax.plot(layer[ok], mean, style, lw=1.4, label=f"{label_prefix}{v}", **kw)
         ax.fill_between(layer[ok], lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+    import matplotlib.ticker as mticker
+
     if logy:
         ax.set_yscale("log")
+    ax.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))
     ax.set_xlabel("layer (passes x blocks)")
-    ax.set_ylabel("E (ICML eq. 9), mean over prompts")
+    if ylabel:
+        ax.set_ylabel("E (ICML eq. 9), mean over prompts")
 
 
+@styled
 def plot_loop(ds):
     """One panel per weight kind present (trained / random / redrawn), with and without FF.
 
@@ -60,9 +70,9 @@ def plot_loop(ds):
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 4.0), squeeze=False, sharey=True)
     layer = ds["layer"].values
     L = int(ds.attrs.get("n_layer", 0)) or None
-    for ax, kind in zip(axes[0], kinds):
+    for k, (ax, kind) in enumerate(zip(axes[0], kinds)):
         idx = [i for i, v in enumerate(variants) if v.split("-")[0] == kind]
-        plot_variants_on(ax, ds["E"].values[idx], [variants[i] for i in idx], layer)
+        plot_variants_on(ax, ds["E"].values[idx], [variants[i] for i in idx], layer, ylabel=k == 0)
         if L and len(layer) <= 40 * L:
             for b in range(L, layer[-1] + 1, L):
                 ax.axvline(b, color="0.85", lw=0.6, zorder=0)
@@ -75,5 +85,4 @@ def plot_loop(ds):
         f"{ds.attrs.get('passes', '?')} passes (band: 10-90 % of prompts)",
         fontsize=10,
     )
-    fig.tight_layout()
     return fig
