@@ -84,6 +84,7 @@ def _fake_module(name, claims):
     return types.SimpleNamespace(
         NAME=name, PAPER="T", FIGURE="Fig. 0", DESCRIPTION="fake", config=lambda quick=False: {"seed": 0},
         run=lambda config: ds.copy(), plot=plot, claims=lambda ds: claims,
+        DATA_ATTRS={"x": ("a fake variable", "1"), "t": ("time", "1")},
     )
 
 

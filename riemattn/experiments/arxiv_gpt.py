@@ -55,6 +55,24 @@ DESCRIPTION = "GPT-2 XL looped 2000 passes on the paper's prompts (trained / ran
 ORDER = 91
 TIMINGS = ("pass_seconds",)
 
+#: long_name and units of every variable and coordinate of data.nc (CF conventions; see riemattn._cf)
+DATA_ATTRS = {
+    "E_city": ("misalignment E (ICML eq. 9) of the futuristic-city prompt's tokens", "1"),
+    "E_table2": ("misalignment E (ICML eq. 9) of each Table 2 prompt, random fixed weights", "1"),
+    "E_table3": ("misalignment E (ICML eq. 9) of the Table 3 prompt, trained weights", "1"),
+    "greedy_ids": ("greedy next-token ids decoded after the given number of passes (Table 3)", "1"),
+    "city_ids": ("token ids of the futuristic-city prompt", "1"),
+    "table2_ids": ("token ids of the Table 2 prompts (zero-padded on the right)", "1"),
+    "table3_ids": ("token ids of the Table 3 prompt", "1"),
+    "pass_seconds": ("wall-clock time of the pass", "s"),
+    "variant": ("weights (trained, random, redrawn); -noff: feed-forward removed", "1"),
+    "prompt": ("Table 2 prompt number", "1"),
+    "layer": ("global layer index (0: embedding output; pass * blocks + block)", "1"),
+    "pass": ("pass through the stack of blocks", "1"),
+    "layer_t3": ("global layer index of the Table 3 run", "1"),
+    "decode_pass": ("passes after which the greedy output is decoded", "1"),
+}
+
 #: ARXIV Section 7.5, the prompt of Figures 6-7 (two lines of the paper joined by a space)
 CITY_PROMPT = ("Describe a futuristic city where humans and robots live together. "
                "Talk about what the city looks like and what daily life is like there.")
