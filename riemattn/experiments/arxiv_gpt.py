@@ -48,6 +48,8 @@ import os
 import numpy as np
 import xarray as xr
 
+from ._plotting import styled
+
 NAME = "arxiv-gpt"
 PAPER = "ARXIV"
 FIGURE = "Figs. 6-8, Table 3"
@@ -342,6 +344,7 @@ def per_pass(ds: xr.Dataset, var: str) -> np.ndarray:
     return ds[var].values[..., ::L]
 
 
+@styled
 def plot(ds: xr.Dataset):
     """Figure 6 (trained / random fixed), 7 (redrawn +-FF), 8 (Table 2 prompts) and Table 3's text."""
     import matplotlib.pyplot as plt
@@ -378,7 +381,6 @@ def plot(ds: xr.Dataset):
     ax.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", fontsize=7, family="monospace", wrap=True)
     fig.suptitle(f"{ds.attrs['model']} looped {ds.attrs['passes']} passes (ARXIV Sec. 7.5); "
                  f"tokens: {ds.attrs['tokenizer']}", fontsize=9)
-    fig.tight_layout()
     return fig
 
 
