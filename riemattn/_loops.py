@@ -14,7 +14,7 @@ Saving: ``saveat`` times are reached exactly by fixed steps; adaptive steps are 
 them, the values come from the stepper's interpolant (its dense output), retracted onto the
 manifold. ``save_fn(t, y)`` stores observables instead of tokens.
 
-Array backends: both loops run on NumPy arrays or PyTorch tensors (:mod:`riemattn._backend`);
+Array backends: both loops run on NumPy arrays or PyTorch tensors (``riemattn._backend``, docs/performance.md);
 with tensors every per-trajectory quantity (times, step sizes, counters, status) lives on the
 tokens' device and the step-size decisions are array operations. The host is consulted
 (a synchronisation) once per adaptive step, for the number of unfinished trajectories (to stop, and

@@ -29,7 +29,7 @@ Coefficients ``c`` and step sizes ``h`` may be scalars or arrays of one value pe
 
 Backends: tokens may be NumPy arrays or PyTorch tensors (CPU or CUDA); a frame's states, points
 and generators are arrays of the kind, device and dtype of the tokens ``y`` it was made for
-(:mod:`riemattn._backend`). Per-trajectory ``h`` should be of that kind too (a NumPy ``h`` with
+(``riemattn._backend``, docs/performance.md). Per-trajectory ``h`` should be of that kind too (a NumPy ``h`` with
 tensor tokens is converted, a host-to-device copy per call).
 
 References

@@ -11,7 +11,7 @@ tableau. The steppers see only the tangent field ``field(t, y)``.
 Backends: ``y`` may be a NumPy array or a PyTorch tensor (CPU or CUDA, float64 or float32); the
 field must then return tangent values of that kind, and ``step`` returns the new tokens (and the
 error estimate) with the kind, device and dtype of ``y``. One code path serves both
-(:mod:`riemattn._backend`); tableau coefficients are host floats. Per step on tensors the only
+(``riemattn._backend``, docs/performance.md); tableau coefficients are host floats. Per step on tensors the only
 host read-back is the norm of each dense or low-rank exponential's generator
 (:func:`~riemattn.lowrank.expm_small_action`: its scaling and number of terms are loop counts).
 

@@ -16,7 +16,7 @@ plane and has a closed form (Rodrigues' formula, :func:`rank2_expm_action`).
 
 All functions are batched over leading axes: ``x`` of shape ``(..., d)`` (for tokens ``(..., l, d)``).
 They accept NumPy arrays or PyTorch tensors (CPU or CUDA) and return the kind, device and dtype of
-their vector arguments (:mod:`riemattn._backend`); a NumPy ``W`` used with tensors is converted.
+their vector arguments (``riemattn._backend``, docs/performance.md); a NumPy ``W`` used with tensors is converted.
 
 References
 ----------
@@ -181,7 +181,7 @@ def expm_small_action(K, v, *, increment=False):
     (the number of terms follows from the scaled norm) and applied ``2^s`` times. Only
     matrix--vector products are used (``O(m^2)`` per term). For ``s > 5`` (norms above 64, e.g.
     a large trial step of an adaptive method) the exponentials are formed by
-    :func:`scipy.linalg.expm` (tensors: :func:`torch.linalg.matrix_exp`; both scaling and
+    :func:`scipy.linalg.expm` (tensors: ``torch.linalg.matrix_exp``; both scaling and
     squaring) and applied once.
 
     On tensors the norm is read back to the host once per call (``s`` and the number of terms

