@@ -49,6 +49,7 @@ import numpy as np
 import xarray as xr
 
 from ._plotting import styled
+from .icml_gpt import DATA_ATTRS as _ICML_ATTRS
 
 NAME = "arxiv-gpt"
 PAPER = "ARXIV"
@@ -59,6 +60,7 @@ TIMINGS = ("pass_seconds",)
 
 #: long_name and units of every variable and coordinate of data.nc (CF conventions; see riemattn._cf)
 DATA_ATTRS = {
+    **{k: _ICML_ATTRS[k] for k in ("variant", "layer", "pass", "pass_seconds")},  # as in icml-gpt
     "E_city": ("misalignment E (ICML eq. 9) of the futuristic-city prompt's tokens", "1"),
     "E_table2": ("misalignment E (ICML eq. 9) of each Table 2 prompt, random fixed weights", "1"),
     "E_table3": ("misalignment E (ICML eq. 9) of the Table 3 prompt, trained weights", "1"),
@@ -66,11 +68,7 @@ DATA_ATTRS = {
     "city_ids": ("token ids of the futuristic-city prompt", "1"),
     "table2_ids": ("token ids of the Table 2 prompts (zero-padded on the right)", "1"),
     "table3_ids": ("token ids of the Table 3 prompt", "1"),
-    "pass_seconds": ("wall-clock time of the pass", "s"),
-    "variant": ("weights (trained, random, redrawn); -noff: feed-forward removed", "1"),
     "prompt": ("Table 2 prompt number", "1"),
-    "layer": ("global layer index (0: embedding output; pass * blocks + block)", "1"),
-    "pass": ("pass through the stack of blocks", "1"),
     "layer_t3": ("global layer index of the Table 3 run", "1"),
     "decode_pass": ("passes after which the greedy output is decoded", "1"),
 }
