@@ -11,7 +11,7 @@ import contextlib
 
 import numpy as np
 
-from ._backend import convert, is_torch, to_numpy
+from ._backend import constant, convert, is_torch, to_numpy
 from ._validation import as_float_array, call_user, check_finite
 from .errors import ValidationError
 
@@ -135,11 +135,7 @@ class HeadMatrices:
     def _at_device(self, t, batch_shape: tuple, like):
         """:meth:`at` for tokens ``like`` of another kind, device or dtype (see there)."""
         if self.fn is None:
-            cache = self.__dict__.setdefault("_consts", {})
-            key = (str(getattr(like, "device", "cpu")), str(like.dtype))
-            if key not in cache:
-                cache[key] = convert(self.const, like)
-            return cache[key]
+            return constant(self.__dict__.setdefault("_consts", {}), "const", self.const, like)
         if self.time_vectorized and is_torch(t) and t.ndim:
             flat = t.expand(batch_shape).reshape(-1) if tuple(t.shape) != batch_shape else t.reshape(-1)
             if self.__dict__.get("_host_times"):

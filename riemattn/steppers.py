@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._backend import convert, copy, is_torch, namespace
+from ._backend import constant, convert, copy, is_torch, namespace
 from .errors import InputTypeError, ValidationError
 from .tableaux import EULER, HEUN, RK4, ButcherTableau, order_residuals, rooted_trees
 
@@ -276,11 +276,7 @@ _COEFFS: dict = {}
 def _coefficients_like(a: np.ndarray, K):
     """The NumPy coefficient row ``a`` as a tensor on ``K``'s device and dtype, cached (a host to
     device copy per stage would synchronise with the GPU)."""
-    key = (a.tobytes(), str(K.device), K.dtype)
-    out = _COEFFS.get(key)
-    if out is None:
-        out = _COEFFS[key] = convert(a, K)
-    return out
+    return constant(_COEFFS, a.tobytes(), a, K)
 
 
 def combine(a, K):
