@@ -168,12 +168,17 @@ def test_interrupted_client_rerun_recomputes_nothing_finished(tmp_path, marks, c
     # 1 s per point on 2 workers, Ctrl-C after 3 points: the other 9 need ~4.5 s more, a wide margin
     # for the client to act on the signal (with 0.4 s and 5 points all 12 finished first once, on
     # a fresh clone's run)
-    env = {**os.environ, "RIEMATTN_SWEEP_DELAY": "1.0"}
+    # the interrupted run leaves its markers in a directory of its own, so that nothing another
+    # test's workers write can make the interrupt come early
+    sub_marks = tmp_path / "marks-interrupted"
+    sub_marks.mkdir()
+    env = {**os.environ, "RIEMATTN_SWEEP_DELAY": "1.0", "RIEMATTN_SWEEP_MARKS": str(sub_marks)}
     script = INTERRUPTED.format(tests=str(Path(__file__).parent), grid=GRID, store=str(store), seed=SEED)
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
     deadline = time.time() + 120
-    while time.time() < deadline and len(list(marks.glob("end-*"))) < 3 and proc.poll() is None:
+    while time.time() < deadline and len(list(sub_marks.glob("end-*"))) < 3 and proc.poll() is None:
         time.sleep(0.02)
+    assert proc.poll() is None, "the sweep finished before it could be interrupted"
     proc.send_signal(signal.SIGINT)  # Ctrl-C in the client
     try:
         proc.wait(timeout=60)
