@@ -24,8 +24,8 @@ import sys
 
 import numpy as np
 
-__all__ = ["namespace", "is_torch", "is_numpy", "device_of", "convert", "to_numpy", "copy", "size",
-           "dtype_name", "dot_last", "constant", "check_device", "use_device", "default_device"]
+__all__ = ["namespace", "is_torch", "device_of", "convert", "to_numpy", "copy", "size", "dot_last",
+           "constant", "check_device", "use_device", "default_device"]
 
 
 def _torch():
@@ -53,19 +53,9 @@ def namespace(*arrays):
     return np
 
 
-def is_numpy(xp) -> bool:
-    """Whether the namespace ``xp`` is NumPy."""
-    return xp is np
-
-
 def device_of(x):
     """The device of ``x`` (a ``torch.device``, or ``"cpu"`` for NumPy arrays and scalars)."""
     return x.device if is_torch(x) else "cpu"
-
-
-def dtype_name(x) -> str:
-    """``"float64"``, ``"float32"``, ... for an array or tensor."""
-    return str(x.dtype).removeprefix("torch.")
 
 
 def convert(value, like, dtype=None):

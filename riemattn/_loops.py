@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ._backend import convert, copy, device_of, is_torch, namespace
+from ._backend import copy, device_of, is_torch, namespace, to_numpy
 from ._validation import call_user
 
 #: status codes of a trajectory
@@ -109,7 +109,7 @@ class Recorder:
     def _array(self, v):
         """A saved value as an array of the tokens' kind (NumPy results of save_fn are moved)."""
         if self.kind.numpy:
-            return np.asarray(to_host(v))
+            return to_numpy(v)
         if is_torch(v):
             return v
         arr = np.asarray(v)
@@ -216,12 +216,7 @@ class Stats:
 
     def host(self) -> dict:
         """The per-trajectory arrays as NumPy arrays (one copy from the device for tensors)."""
-        return {k: to_host(getattr(self, k)) for k in ("nfev", "n_steps", "n_rejected", "status", "t_fail")}
-
-
-def to_host(x):
-    """A NumPy array of ``x`` (tensors copied to the host)."""
-    return x.detach().cpu().numpy() if is_torch(x) else x
+        return {k: to_numpy(getattr(self, k)) for k in ("nfev", "n_steps", "n_rejected", "status", "t_fail")}
 
 
 def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats, max_steps, bar):

@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._backend import constant, convert, copy, is_torch, namespace
+from ._backend import constant, convert, copy, device_of, is_torch, namespace
 from .errors import InputTypeError, ValidationError
 from .tableaux import EULER, HEUN, RK4, ButcherTableau, order_residuals, rooted_trees
 
@@ -214,7 +214,7 @@ class ProjectedRK(Stepper):
         hc = per_trajectory(h, y)
         xp = namespace(y)
         # stage values G(t + c_i h, X_i), stacked
-        K = xp.empty((len(stages) + 1,) + tuple(y.shape), dtype=y.dtype, device=_device(y))
+        K = xp.empty((len(stages) + 1,) + tuple(y.shape), dtype=y.dtype, device=device_of(y))
         K[0] = self._evaluate(field, t, y) if k1 is None else k1
         nfev = 1 if k1 is None else 0
         for i, (ci, a) in enumerate(stages, start=1):
@@ -264,10 +264,6 @@ def shifted_time(t, c, h):
     if np.ndim(t) == 0 and np.ndim(h) == 0:
         return float(t) + c * float(h)
     return t + c * (h if is_torch(h) else np.asarray(h))
-
-
-def _device(y):
-    return y.device if is_torch(y) else "cpu"
 
 
 _COEFFS: dict = {}
