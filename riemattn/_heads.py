@@ -12,7 +12,7 @@ import contextlib
 import numpy as np
 
 from ._backend import constant, convert, is_torch, to_numpy
-from ._validation import as_float_array, call_user, check_finite
+from ._validation import as_float_array, call_user, call_user_on_device, check_finite
 from .errors import ValidationError
 
 __all__ = ["HeadMatrices", "as_heads", "bmm", "stack_columns"]
@@ -138,16 +138,8 @@ class HeadMatrices:
             return constant(self.__dict__.setdefault("_consts", {}), "const", self.const, like)
         if self.time_vectorized and is_torch(t) and t.ndim:
             flat = t.expand(batch_shape).reshape(-1) if tuple(t.shape) != batch_shape else t.reshape(-1)
-            if self.__dict__.get("_host_times"):
-                out = call_user(self.fn, f"{self.name}(t)", "(per-trajectory times)", to_numpy(flat))
-            else:
-                try:
-                    out = self.fn(flat)
-                except Exception:  # noqa: BLE001 - e.g. NumPy code given CUDA times: retried on the host
-                    # A callable written for NumPy cannot take times on a GPU; from now on it gets
-                    # them as a NumPy array (one copy per call), and its own errors surface from there.
-                    self._host_times = True
-                    out = call_user(self.fn, f"{self.name}(t)", "(per-trajectory times)", to_numpy(flat))
+            out, _ = call_user_on_device(self, self.fn, f"{self.name}(t)", "(per-trajectory times)",
+                                         (flat,), lambda: (to_numpy(flat),))
             out = convert(out, like)
             expect = (flat.shape[0],) + self.shape
             if out.ndim == len(expect) - 1 and self.shape[0] == 1:

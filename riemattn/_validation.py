@@ -263,3 +263,22 @@ def call_user(fn, label: str, t, *args):
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - re-raised with the callable's name and the time
         raise ValidationError(f"{label} raised {exc!r} at t = {t!r}.") from exc
+
+
+def call_user_on_device(owner, fn, label: str, t, args, host_args):
+    """``fn(*args)`` on tensors, falling back for good to ``fn(*host_args())`` if that raises.
+
+    A callable written for NumPy often cannot take tensors (on a GPU it raises). The first time
+    ``fn`` raises on ``args``, ``owner`` remembers it (``owner._host_fallback``) and from then on
+    ``fn`` gets the NumPy copies ``host_args()`` (one transfer per call); errors raised there
+    are the user's own and are wrapped as in :func:`call_user`. Returns ``(out, on_host)``.
+    """
+    if not owner.__dict__.get("_host_fallback"):
+        try:
+            return fn(*args), False
+        except Exception:  # noqa: BLE001 - NumPy code given tensors: retried on the host below
+            owner._host_fallback = True
+    if is_torch(t) and t.ndim == 0:  # on the host path already: the time as a number
+        t = float(t)
+    return call_user(fn, label, t, *host_args()), True
+

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from ._backend import convert, is_torch, namespace, to_numpy
-from ._validation import as_float_array, as_token_array, call_user, check_finite, check_spd
+from ._validation import as_float_array, as_token_array, call_user, call_user_on_device, check_finite, check_spd
 from .errors import InputTypeError, ValidationError
 
 __all__ = ["Field", "VectorField", "AlgebraField", "LinearField", "generator_matrix"]
@@ -134,18 +134,11 @@ class VectorField(Field):
     def _eval_tensor(self, t, y):
         """``func`` on tensors; a function written for NumPy that raises on tensors is called with
         NumPy copies from then on (its result moved back to the tokens' device and dtype)."""
-        if not self.__dict__.get("_host"):
-            try:
-                out = self.func(t, y)
-            except Exception:  # noqa: BLE001 - NumPy code given tensors: retried on the host below
-                self._host = True
-            else:
-                if not is_torch(out) or out.shape != y.shape or out.dtype != y.dtype:
-                    out = _check_output(out, y, t)
-                return self.manifold.tangent(y, out) if self.project else out
-        t_host = to_numpy(t) if is_torch(t) else t
-        out = call_user(self.func, "func(t, y)", t_host, t_host, to_numpy(y))
-        out = _check_output(out, y, t_host)
+        t_host = lambda: to_numpy(t) if is_torch(t) else t  # noqa: E731
+        out, on_host = call_user_on_device(self, self.func, "func(t, y)", t, (t, y),
+                                           lambda: (t_host(), to_numpy(y)))
+        if on_host or not is_torch(out) or out.shape != y.shape or out.dtype != y.dtype:
+            out = _check_output(out, y, t_host() if on_host else t)
         return self.manifold.tangent(y, out) if self.project else out
 
     def __call__(self, t, y):

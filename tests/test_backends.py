@@ -355,3 +355,52 @@ def test_reproduction_through_torch_gives_the_numpy_data(name):
         if v in timings or a[v].dtype.kind not in "fiu":
             continue
         np.testing.assert_allclose(b[v].values, a[v].values, rtol=1e-6, atol=1e-8, err_msg=v)
+
+
+def _numpy_only(fn, calls):
+    """``fn`` that refuses tensors (as NumPy code on CUDA tensors does) and logs what it got."""
+    def wrapped(*args):
+        kinds = tuple(type(a).__module__.split(".")[0] for a in args)
+        calls.append(kinds)
+        if "torch" in kinds:
+            raise TypeError("this function takes NumPy arrays")
+        return fn(*args)
+    return wrapped
+
+
+def test_numpy_only_callables_fall_back_to_host_copies():
+    """A VectorField func or time-vectorized P(t) that raises on tensors is retried with NumPy
+    copies, once for all (later calls go straight to the host), and gives the NumPy result."""
+    y0 = ra.Sphere(2).projection(_rng(5).normal(size=(3, 4, 3)))
+    vf_calls, p_calls = [], []
+    fields = {
+        "vector": (ra.VectorField(_numpy_only(lambda t, y: ra.usa(2.0, 3)(t, y), vf_calls), ra.Sphere(2)),
+                   ra.VectorField(lambda t, y: ra.usa(2.0, 3)(t, y), ra.Sphere(2)), vf_calls),
+        "P": (ra.AttentionField(_numpy_only(hemisphere_P, p_calls), time_vectorized=True),
+              ra.AttentionField(hemisphere_P, time_vectorized=True), p_calls),
+    }
+    for name, (host_only, plain, calls) in fields.items():
+        a = ra.integrate(plain, y0, (0, 1), "dopri5", rtol=1e-9, atol=1e-9)
+        calls.clear()
+        b = ra.integrate(host_only, torch.as_tensor(y0), (0, 1), "dopri5", rtol=1e-9, atol=1e-9)
+        assert isinstance(b.y, torch.Tensor), name
+        np.testing.assert_allclose(b.y.numpy(), a.y, rtol=0, atol=TOL, err_msg=name)
+        tensor_calls = [c for c in calls if "torch" in c]
+        assert len(tensor_calls) == 1, (name, tensor_calls)  # tried once, then host copies only
+        after = calls[calls.index(tensor_calls[0]) + 1:]
+        assert len(after) > 10 and all("torch" not in c for c in after), name
+
+
+def test_numpy_only_callable_errors_on_the_host_name_the_callable():
+    """After the fallback, the callable's own errors are wrapped as ValidationError naming it and
+    the time as a number."""
+    def bad(t, y):
+        if not isinstance(y, np.ndarray):
+            raise TypeError("NumPy only")
+        raise ZeroDivisionError("user bug")
+
+    field = ra.VectorField(bad, ra.Sphere(1))
+    y = torch.as_tensor(ra.Sphere(1).projection(np.ones((2, 2))))
+    with pytest.raises(ra.ValidationError, match=r"func\(t, y\) raised ZeroDivisionError.*at t = 0.5\.") as info:
+        field(torch.tensor(0.5, dtype=torch.float64), y)
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
