@@ -301,6 +301,19 @@ def test_randomize_weights_follows_the_hf_scheme(llm):
     assert float(blk.mlp.c_fc.bias.detach().abs().max()) == 0.0
 
 
+def test_randomize_weights_plain_scheme_draws_every_weight_alike(llm):
+    """scheme="plain": the residual projections get N(0, 0.02^2) like every other weight; the
+    rest of the draw is the "hf" one (same stream, same shapes)."""
+    lm = llm.build_model("gpt2", "tiny", seed=10)
+    llm.randomize_weights(lm.model, 5, scheme="plain")
+    blk = lm.blocks[0]
+    assert abs(blk.mlp.c_proj.weight.std().item() / 0.02 - 1) < 0.05
+    assert abs(blk.attn.c_proj.weight.std().item() / 0.02 - 1) < 0.05
+    assert abs(blk.mlp.c_fc.weight.std().item() / 0.02 - 1) < 0.05
+    with pytest.raises(ValidationError, match="scheme must be 'hf' or 'plain', got 'xavier'"):
+        llm.randomize_weights(lm.model, 5, scheme="xavier")
+
+
 def test_dataset_shapes_netcdf_and_determinism(llm, tmp_path):
     import xarray as xr
 

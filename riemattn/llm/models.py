@@ -291,12 +291,15 @@ def clone_architecture(lm: LoopModel, seed: int) -> LoopModel:
 
 
 @torch.no_grad()
-def randomize_weights(model: nn.Module, seed: int) -> None:
+def randomize_weights(model: nn.Module, seed: int, scheme: str = "hf") -> None:
     """Redraw every parameter of ``model`` in place with the Hugging Face initialisation scheme.
 
     Linear / Conv1D weights and embeddings ~ N(0, r^2) with r = ``config.initializer_range`` (0.02),
-    biases 0, LayerNorm weight 1 and bias 0, a padding row 0; in GPT-2 the residual projections
-    ``c_proj`` ~ N(0, (r / sqrt(2 n_layer))^2) (GPT-2's scaled initialisation). Drawn on the
+    biases 0, LayerNorm weight 1 and bias 0, a padding row 0; with ``scheme="hf"`` (the default,
+    what ``GPT2LMHeadModel(config)`` draws) GPT-2's residual projections ``c_proj`` get
+    N(0, (r / sqrt(2 n_layer))^2) (GPT-2's scaled initialisation); with ``scheme="plain"`` they
+    get N(0, r^2) like every other weight (the papers' description, "weights ~ N(0, 0.02^2)";
+    GPT-Neo draws the same under both). Drawn on the
     parameters' own device from a ``torch.Generator`` of that device seeded with ``seed`` (no
     global random state is used or changed, nothing is copied between host and device).
 
@@ -310,6 +313,8 @@ def randomize_weights(model: nn.Module, seed: int) -> None:
     RiemattnError
         If a parameter is not covered by the scheme (an architecture this function does not know).
     """
+    if scheme not in ("hf", "plain"):
+        raise ValidationError(f"scheme must be 'hf' or 'plain', got {scheme!r}.")
     config = model.config
     std = float(config.initializer_range)
     devices = {p.device for p in model.parameters()}
@@ -339,7 +344,7 @@ def randomize_weights(model: nn.Module, seed: int) -> None:
         elif isinstance(module, nn.LayerNorm):
             const_(module.weight, 1.0)
             const_(module.bias, 0.0)
-    if getattr(config, "model_type", None) == "gpt2":
+    if scheme == "hf" and getattr(config, "model_type", None) == "gpt2":
         scaled = std / math.sqrt(2 * config.n_layer)
         for module in model.modules():  # GPT2Attention and GPT2MLP (absent while the FF is removed)
             if type(module).__name__ in ("GPT2Attention", "GPT2MLP"):
