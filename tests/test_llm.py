@@ -345,10 +345,15 @@ def test_random_prompts_are_uniform_token_ids(llm):
     np.testing.assert_array_equal(ids, llm.random_prompts(200, 200, 50257, seed=0))
 
 
-def test_offline_loading_from_a_saved_directory_and_the_cache(llm, tmp_path):
+def test_offline_loading_from_a_saved_directory_and_the_cache(llm, tmp_path, capfd):
+    from transformers.utils import logging as hf_logging
+
     lm = llm.build_model("gpt2", "tiny", seed=13)
     lm.model.save_pretrained(tmp_path / "tiny-gpt2")
+    capfd.readouterr()
     loaded = llm.load_model(str(tmp_path / "tiny-gpt2"))
+    assert "Loading weights" not in capfd.readouterr().err  # transformers' own bar stays off
+    assert hf_logging.is_progress_bar_enabled()  # and is restored for the caller
     assert loaded.trained and loaded.family == "gpt2" and loaded.n_layer == lm.n_layer
     kw = dict(variants=["trained", "trained-noff"], passes=2, prompts=2, tokens=6, seed=1)
     from_dir = llm.run_loop(str(tmp_path / "tiny-gpt2"), **kw)

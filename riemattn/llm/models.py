@@ -255,9 +255,25 @@ def load_model(path_or_name, *, dtype=torch.float32, device="cpu", cache_dir=Non
         raise ValidationError(
             f"model {name!r} has model_type {config.model_type!r}; supported are {sorted(_MODEL_TYPES)}."
         )
-    model = AutoModel.from_pretrained(source, local_files_only=True, dtype=_dtype(dtype), cache_dir=cache_dir)
+    with _no_hf_progress_bar():
+        model = AutoModel.from_pretrained(source, local_files_only=True, dtype=_dtype(dtype), cache_dir=cache_dir)
     model = model.to(device).eval()
     return LoopModel(model, family, "minilm" if name == "minilm" else name, trained=True)
+
+
+@contextlib.contextmanager
+def _no_hf_progress_bar():
+    """transformers' own "Loading weights" bar off while a checkpoint loads (riemattn reports
+    progress itself, and ``--no-progress`` must mean no bar at all); restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def load_from_cache(family: str, size: str | None, **kw) -> LoopModel:
