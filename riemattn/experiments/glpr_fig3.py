@@ -152,7 +152,9 @@ def plot(ds: xr.Dataset):
         ax.set_xlabel("t")
         ax.set_title(f"d = {d}")
     axes[0].set_ylabel("$\\beta$")
-    axes[-1].legend(loc="lower right", fontsize=8)
+    # below the panels: inside one, the legend would cover the boundary near t = 30
+    handles, labels = axes[-1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     fig.colorbar(
         mesh, ax=axes, shrink=0.9, label="P($\\langle x_1, x_2\\rangle \\geq 1 - \\varepsilon$)"
     )
