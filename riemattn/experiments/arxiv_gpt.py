@@ -246,9 +246,9 @@ class GreedyDecoder:
             self.ids[self.at.index(p), rows] = (received @ self.W.T).argmax(dim=-1)
 
     def host(self):
-        from ..llm.loop import to_host
+        from .._backend import to_numpy
 
-        return self.E.host()[0], to_host(self.ids).astype(np.int64)
+        return self.E.host()[0], to_numpy(self.ids)  # int64 (torch.long), no float64 detour
 
 
 def run(config: dict) -> xr.Dataset:
