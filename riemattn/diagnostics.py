@@ -300,7 +300,8 @@ def wendel_probability(n_points, dim):
         if not (np.issubdtype(a.dtype, np.integer) or (a.dtype == object and all(
                 isinstance(x, Integral) and not isinstance(x, bool) for x in a.ravel()))):
             raise InputTypeError(f"{name} must be an integer (or array of integers), got dtype {a.dtype}.")
-        if np.any(a < lo):
-            raise ValidationError(f"{name} must be >= {lo}, got {a.min()!r}.")
+        if np.any(a < lo):  # the value as the user wrote it (-1, not np.int64(-1))
+            which = "" if a.ndim == 0 else " (its smallest entry)"
+            raise ValidationError(f"{name} must be >= {lo}, got {int(a.min())}{which}.")
     out = np.vectorize(_wendel_scalar, otypes=[float])(N, dm)
     return float(out) if out.ndim == 0 else out

@@ -26,7 +26,8 @@ from autograd import grad
 from autograd.tracer import isbox
 
 from ._validation import (
-    as_float_array, check_beta, check_choice, check_finite, check_spd, check_token_array,
+    ON_MANIFOLD_ATOL, as_float_array, check_beta, check_choice, check_finite, check_spd,
+    check_token_array,
 )
 from .errors import InputTypeError, ValidationError
 
@@ -45,9 +46,6 @@ __all__ = [
 #: Choices of Z_i in the metric: "paper" sqrt(d) sum_j e^{x_i^T P x_j}, "softmax" sum_j e^{...},
 #: "none" Z_i = 1 (the product of the P-inner products; with P = I the standard metric).
 METRIC_NORMALIZATIONS = ("paper", "softmax", "none")
-
-#: Points must satisfy |y^T P y - 1| <= ON_MANIFOLD_ATOL to count as on E_P.
-ON_MANIFOLD_ATOL = 1e-8
 
 
 # ---------------------------------------------------------------------------------------------

@@ -135,16 +135,25 @@ def _check_saveat(saveat, t0, t1):
 
 
 def _empty_result(y0, t, save_fn, name) -> Trajectory:
-    """The Trajectory of an empty batch (a leading axis of length 0): nothing to integrate."""
+    """The Trajectory of an empty batch (a leading axis of length 0): nothing to integrate.
+
+    With ``save_fn``, the observables keep their names, trailing shapes and dtypes (those of a
+    non-empty batch): ``save_fn`` is called once, on the empty batch at ``t[0]``.
+    """
     batch = y0.shape[:-2]
     zeros = np.zeros(batch, dtype=np.int64)
     pt = PerTrajectory(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.ones(batch, dtype=bool),
                        np.full(batch, np.nan))
-    y = None
+    t = np.asarray(t, dtype=float)
+    y, observables = None, {}
     if save_fn is None:
         xp = namespace(y0)
         y = xp.zeros((len(t),) + tuple(y0.shape), dtype=y0.dtype, device=device_of(y0))
-    return Trajectory(t=np.asarray(t, dtype=float), y=y,
+    else:
+        rec = _loops.Recorder(t, tuple(batch), save_fn, like=y0)
+        rec.record_all(float(t[0]), y0)
+        observables = rec.result()[1]  # name -> (len(t),) + batch + ..., no entries
+    return Trajectory(t=t, y=y, observables=observables,
                       nfev=0, n_steps=0, n_rejected=0, success=True,
                       message="The batch is empty: no trajectory to integrate.", per_trajectory=pt,
                       stepper=name)

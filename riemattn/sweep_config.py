@@ -176,7 +176,7 @@ class SimulatePoint:
 
 def load_sweep_config(path) -> dict:
     """Read and check a sweep TOML file; return ``{grid, point_fn, seed, batch_dims, attrs}``."""
-    from .simulate import DEFAULTS, _merge
+    from ._simulate_config import DEFAULTS, _merge
 
     path = Path(path)
     if not path.is_file():

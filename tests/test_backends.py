@@ -146,6 +146,10 @@ def test_save_fn_observables_stay_tensors():
     b = ra.integrate(field, torch.as_tensor(y0), (0, 1), "dopri5", saveat=[0, 0.5, 1], save_fn=obs)
     for k in ("first", "sq"):
         _same(a.observables[k], b.observables[k])
+    empty = torch.zeros((0,) + tuple(y0.shape), dtype=torch.float64)  # an empty batch keeps them
+    c = ra.integrate(field, empty, (0, 1), "dopri5", saveat=[0, 0.5, 1], save_fn=obs)
+    assert {k: (type(v), tuple(v.shape), v.dtype) for k, v in c.observables.items()} == {
+        k: (torch.Tensor, (3, 0) + tuple(v.shape[1:]), v.dtype) for k, v in b.observables.items()}
 
 
 def test_empty_batch_and_single_trajectory():

@@ -47,6 +47,19 @@ def test_wendel_values_and_broadcasting():
         dg.wendel_probability(3, -1)
 
 
+def test_wendel_errors_show_the_value_as_passed():
+    """The message shows -1, not NumPy's repr np.int64(-1)."""
+    with pytest.raises(ValidationError) as err:
+        dg.wendel_probability(-1, 2)
+    assert str(err.value) == "n_points must be >= 1, got -1."
+    with pytest.raises(ValidationError) as err:
+        dg.wendel_probability(3, np.int32(-1))
+    assert str(err.value) == "dim must be >= 0, got -1."
+    with pytest.raises(ValidationError) as err:
+        dg.wendel_probability([3, -2, -5], 1)
+    assert str(err.value) == "n_points must be >= 1, got -5 (its smallest entry)."
+
+
 # ----------------------------------------------------------------------------------------------
 # common hemisphere
 # ----------------------------------------------------------------------------------------------

@@ -295,6 +295,20 @@ def test_errors_name_the_argument():
         gf.energy_field(1.0, 3, "xx")
 
 
+def test_one_on_manifold_tolerance():
+    """E_P's check uses the package's tolerance (one constant, re-exported where it is public)."""
+    from riemattn import _validation, gradients
+    from riemattn.integrate import ON_MANIFOLD_ATOL
+
+    assert gradients.ON_MANIFOLD_ATOL is _validation.ON_MANIFOLD_ATOL
+    assert gf.ON_MANIFOLD_ATOL is ON_MANIFOLD_ATOL is _validation.ON_MANIFOLD_ATOL
+    P = np.diag([1.0, 2.0, 3.0])
+    y = ra.Ellipsoid(P).projection(np.ones((2, 3)))
+    gf.riemannian_gradient(V_of(P), y * (1 + 0.4 * _validation.ON_MANIFOLD_ATOL), P)  # inside: accepted
+    with pytest.raises(ValidationError, match="x must lie on E_P"):
+        gf.riemannian_gradient(V_of(P), y * (1 + 2 * _validation.ON_MANIFOLD_ATOL), P)
+
+
 # --------------------------------------------------------------------------------------------
 # reproduction: ARXIV Figure 1
 def test_arxiv_fig1_quick(tmp_path):

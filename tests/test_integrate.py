@@ -234,6 +234,36 @@ def test_save_fn_stores_observables(hemisphere):
     assert ds.E.dims == ("time", "batch") and ds.y1.dims == ("time", "batch", "y1_dim_0")
 
 
+@pytest.mark.parametrize("stepper, dt", [("rk4", 0.25), ("dopri5", None)])
+def test_empty_batch_keeps_its_observables(hemisphere, stepper, dt):
+    """An empty batch (a leading axis of length 0) keeps the save_fn observables: the names, dims,
+    trailing shapes and dtypes of a non-empty batch, with a batch axis of length 0."""
+    field, y0, _ = hemisphere
+    t_save = np.linspace(0, 1, 5)
+
+    def save(t, y):
+        E = ra.diagnostics.misalignment(y)
+        return {"E": E, "y1": y[..., 0, :], "near": E < 1}
+
+    kw = dict(stepper=stepper, dt=dt, saveat=t_save, save_fn=save)
+    full = ra.integrate(field, np.stack([y0, y0]), (0, 1), **kw).to_xarray()
+    for batch in ((0,), (2, 0), (0, 2)):
+        sol = ra.integrate(field, np.zeros(batch + y0.shape), (0, 1), **kw)
+        assert sol.success and sol.nfev == 0 and sol.y is None
+        assert {k: v.shape for k, v in sol.observables.items()} == {
+            "E": (5,) + batch, "y1": (5,) + batch + (3,), "near": (5,) + batch}
+        ds = sol.to_xarray()
+        bdims = ("batch",) if len(batch) == 1 else ("batch_0", "batch_1")
+        assert ds.E.dims == ("time",) + bdims and ds.y1.dims == ("time",) + bdims + ("y1_dim_0",)
+        assert ds.sizes["y1_dim_0"] == 3
+        for name in ("E", "y1", "near"):
+            assert ds[name].dtype == full[name].dtype
+        np.testing.assert_array_equal(ds.time.values, t_save)
+    # without saveat: t0 and t1, as for the tokens
+    sol = ra.integrate(field, np.zeros((0,) + y0.shape), (0, 1), stepper=stepper, dt=dt, save_fn=save)
+    assert sol.to_xarray().E.shape == (2, 0)
+
+
 def test_ensemble_errors_match_solo_runs():
     """100 hemisphere trajectories in one dopri5 call at rtol = atol = 1e-8: each trajectory's error
     is at most 3 times the error of the same trajectory solved alone (per-trajectory step control)."""

@@ -270,13 +270,13 @@ def test_observations_leave_the_device_once_per_run(llm, monkeypatch):
     counts = {}
     for passes in (1, 4):
         calls = []
-        real = loop_mod.to_host
-        monkeypatch.setattr(loop_mod, "to_host", lambda t, real=real, calls=calls: calls.append(t.shape) or real(t))
+        real = loop_mod.to_numpy
+        monkeypatch.setattr(loop_mod, "to_numpy", lambda t, real=real, calls=calls: calls.append(t.shape) or real(t))
         ds = llm.run_loop("gpt2", "tiny", variants=["random", "redrawn"], passes=passes, prompts=2, tokens=6,
                           seed=1, batch_size=1)
         assert np.isfinite(ds["E"].values).all()
         counts[passes] = len(calls)
-        monkeypatch.setattr(loop_mod, "to_host", real)
+        monkeypatch.setattr(loop_mod, "to_numpy", real)
     assert counts[1] == counts[4] == 2 * 3  # per variant: E, E_residual, the checksums of all passes
 
 

@@ -48,6 +48,9 @@ import os
 import numpy as np
 import xarray as xr
 
+from ._arxiv_claims import (  # noqa: F401  (claims, thresholds: public names of this module)
+    PAPER_PASSES, RISE_TOL, TABLE3_PASSES, TOWARD_0, claims, distinct_fraction, per_pass,
+)
 from ._plotting import styled
 from .icml_gpt import DATA_ATTRS as _ICML_ATTRS
 
@@ -102,14 +105,6 @@ TABLE3_PROMPT = (
     "others-the meaning of life is..."
 )
 
-#: passes after which Table 3 decodes the greedy output
-TABLE3_PASSES = (1, 5, 10, 100, 1000)
-#: the paper's depth, from which its claims are checked (on GPT-2 XL)
-PAPER_PASSES = 2000
-#: "toward consensus": E after the last pass below this fraction of E after pass 1
-TOWARD_0 = 0.1
-#: "decreases with each pass": no rise between consecutive passes above this fraction of E(pass 1)
-RISE_TOL = 1e-3
 #: the quick size's model: GPT-2 "tiny" (2 blocks, width 32) with GPT-2's vocabulary and positions
 QUICK_OVERRIDES = {"vocab_size": 50257, "n_positions": 1024, "bos_token_id": 50256, "eos_token_id": 50256}
 
@@ -251,9 +246,9 @@ class GreedyDecoder:
             self.ids[self.at.index(p), rows] = (received @ self.W.T).argmax(dim=-1)
 
     def host(self):
-        from ..llm.loop import to_host
+        from .._backend import to_numpy
 
-        return self.E.host()[0], to_host(self.ids).astype(np.int64)
+        return self.E.host()[0], to_numpy(self.ids)  # int64 (torch.long), no float64 detour
 
 
 def run(config: dict) -> xr.Dataset:
@@ -336,12 +331,6 @@ def _dataset(config, city, t2, E3, ids3, prompt3, texts, tokenizer, has_trained,
 
 # ------------------------------------------------------------------------------------------ plot
 
-def per_pass(ds: xr.Dataset, var: str) -> np.ndarray:
-    """E at the end of each pass (index 0: embedding output, p: after pass p); shape (..., passes + 1)."""
-    L = int(ds.attrs["n_layer"])
-    return ds[var].values[..., ::L]
-
-
 @styled
 def plot(ds: xr.Dataset):
     """Figure 6 (trained / random fixed), 7 (redrawn +-FF), 8 (Table 2 prompts) and Table 3's text."""
@@ -380,89 +369,3 @@ def plot(ds: xr.Dataset):
     fig.suptitle(f"{ds.attrs['model']} looped {ds.attrs['passes']} passes (ARXIV Sec. 7.5); "
                  f"tokens: {ds.attrs['tokenizer']}", fontsize=9)
     return fig
-
-
-# ---------------------------------------------------------------------------------------- claims
-
-def distinct_fraction(ids) -> float:
-    """Distinct token ids / tokens of a greedy output (lower: more repetitive)."""
-    ids = np.asarray(ids)
-    return float(len(np.unique(ids)) / max(ids.size, 1))
-
-
-def claims(ds: xr.Dataset) -> dict:
-    """The paper's claims on Figures 6-8 and Table 3, with stand-ins on smaller runs.
-
-    Paper claims (checked only on GPT-2 XL looped >= 2000 passes; else *not checked at this size*):
-
-    - ``fig6/{trained,random}/decreases-each-pass``: E after pass p+1 <= E after pass p (up to
-      1e-3 E(pass 1)) for every p;
-    - ``fig6/{trained,random}/toward-consensus``, ``fig7/{redrawn,redrawn-noff}/toward-consensus``,
-      ``fig8/prompt-k/toward-consensus``: E after the last pass < 0.1 E after pass 1;
-    - ``table3/more-repetitive``: with trained weights, the distinct-token fraction of the greedy
-      output does not grow over passes 1, 5, 10, 100, 1000 and is lower at 1000 than at 1.
-
-    Claims on trained weights are not checked when none were found. Stand-ins (any size): for each
-    toward-consensus claim, ``.../decreases`` (E after the last pass < E after pass 1) on the run's
-    own model; ``random-noff`` is an observation (no paper claim).
-    """
-    from ._verdict import NOT_CHECKED, claim
-
-    paper_size = (int(ds.attrs["n_layer"]), int(ds.attrs["d_model"])) == (48, 1600) and \
-        int(ds.attrs["passes"]) >= PAPER_PASSES
-    size_reason = (f"needs GPT-2 XL looped {PAPER_PASSES} passes (riemattn reproduce arxiv-gpt --full --device cuda); "
-                   f"this run: {ds.attrs['model']}, {ds.attrs['passes']} passes")
-    trained = bool(int(ds.attrs["trained_found"]))
-    out = {}
-    city = per_pass(ds, "E_city")
-    series = {f"fig6/{v}" if v in ("trained", "random") else f"fig7/{v}": city[j]
-              for j, v in enumerate(map(str, ds["variant"].values)) if v != "random-noff"}
-    series.update({f"fig8/prompt-{k + 1}": e for k, e in enumerate(per_pass(ds, "E_table2"))})
-
-    def status(ok, key):
-        if not paper_size:
-            return NOT_CHECKED, size_reason
-        return bool(ok), None
-
-    if not trained:  # the paper's trained-weight claims exist whether or not the weights do
-        for what in ("decreases-each-pass", "toward-consensus"):
-            out[f"fig6/trained/{what}"] = claim(NOT_CHECKED, None, f"Fig. 6, trained weights: {what}",
-                                                reason=str(ds.attrs["trained_missing"]))
-    for key, e in series.items():
-        e1, last = float(e[1]), float(e[-1])
-        value = {"E_pass_1": e1, "E_last": last, "ratio": last / e1, "passes": int(e.size - 1)}
-        if key.startswith("fig6/"):
-            rises = np.diff(e[1:])
-            worst = float(rises.max()) if rises.size else 0.0
-            st, why = status(worst <= RISE_TOL * e1, key)
-            out[f"{key}/decreases-each-pass"] = claim(
-                st, {**value, "largest_rise": worst},
-                f"{key}: E after each pass <= E after the pass before (rises <= {RISE_TOL:g} E(pass 1))",
-                reason=why)
-        st, why = status(last < TOWARD_0 * e1, key)
-        out[f"{key}/toward-consensus"] = claim(
-            st, value, f"{key}: E tends to consensus, checked as E after the last pass < {TOWARD_0:g} E(pass 1)",
-            reason=why)
-        out[f"{key}/decreases"] = claim(
-            bool(last < e1), value, f"{key} on {ds.attrs['model']}: E after the last pass < E after pass 1",
-            kind="stand-in", stands_in_for=f"{key}/toward-consensus")
-    if "random-noff" in ds["variant"].values:
-        e = city[list(ds["variant"].values).index("random-noff")]
-        out["fig6/random-noff/ratio"] = claim(None, {"E_pass_1": float(e[1]), "E_last": float(e[-1])},
-                                              "random fixed weights without FF (not in the paper)",
-                                              kind="observation", observed=bool(e[-1] < e[1]))
-    frac = [distinct_fraction(r) for r in ds["greedy_ids"].values]
-    value = {"passes": ds["decode_pass"].values.tolist(), "distinct_fraction": frac}
-    ok = bool(np.all(np.diff(frac) <= 0) and frac[-1] < frac[0])
-    full = paper_size and int(ds["decode_pass"].values.max()) >= max(TABLE3_PASSES)
-    if trained and full:
-        st, why = ok, None
-    else:
-        st, why = NOT_CHECKED, (size_reason if trained else str(ds.attrs["trained_missing"]))
-    out["table3/more-repetitive"] = claim(
-        st, value, "Table 3: the greedy output becomes more repetitive with the passes (distinct-token "
-        "fraction non-increasing over the decoded passes, lower at the last than at pass 1)", reason=why)
-    value = {**value, "decoded": json.loads(ds.attrs["table3_decoded"])}
-    out["table3/greedy-output"] = claim(None, value, f"Table 3's decoded outputs ({ds.attrs['table3_weights']} "
-                                        "weights)", kind="observation", observed=ok)
-    return out

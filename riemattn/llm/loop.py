@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import xarray as xr
 
+from .._backend import to_numpy  # the one way observations leave the device (tests count it)
 from ..errors import InputTypeError, ValidationError
 from .configs import FAMILIES, resolve_size
 from .models import (
@@ -95,11 +96,6 @@ def misalignment_on_device(x: torch.Tensor) -> torch.Tensor:
     return 1.0 - torch.matmul(u, u[..., 0, :, None])[..., 0].mean(dim=-1)
 
 
-def to_host(t: torch.Tensor) -> np.ndarray:
-    """The one way observations leave the device (a float64 NumPy copy); counted by the tests."""
-    return t.detach().to(device="cpu", dtype=torch.float64).numpy()
-
-
 class DeviceObserver:
     """An ``observe`` callback for :func:`loop_model` keeping E on the model's device.
 
@@ -119,7 +115,7 @@ class DeviceObserver:
 
     def host(self) -> tuple[np.ndarray, np.ndarray]:
         """(E, E_residual) as NumPy arrays (n_prompts, n_layers)."""
-        return to_host(self.E), to_host(self.E_residual)
+        return to_numpy(self.E), to_numpy(self.E_residual)
 
 
 def _synchronize(device: torch.device) -> None:
@@ -232,7 +228,7 @@ def loop_model(lm: LoopModel, input_ids, passes: int, *, remove_ff: bool = False
             looped = torch.cat(outs)
             _synchronize(device)
             seconds.append(time.perf_counter() - start)
-    return {"looped": looped, "seconds": np.array(seconds), "checksum": to_host(torch.stack(checksums))}
+    return {"looped": looped, "seconds": np.array(seconds), "checksum": to_numpy(torch.stack(checksums))}
 
 
 def _get_model(model, size, weights, *, seed, dtype, device, cache) -> LoopModel:
