@@ -220,8 +220,8 @@ def integrate(
     save_fn : callable, optional
         ``save_fn(t, y)`` returning an array (or a dict of arrays) whose leading axes are the batch
         axes of ``y``: stored at the save times instead of the tokens (``Trajectory.observables``),
-        e.g. ``riemattn.diagnostics.misalignment``. ``t`` is a float, or one save time per
-        trajectory.
+        e.g. ``lambda t, y: riemattn.diagnostics.misalignment(y)``. ``t`` is a float, or one
+        save time per trajectory.
     progress : bool
         Show a tqdm progress bar.
     max_steps : int
