@@ -409,7 +409,16 @@ def test_cli_writes_outputs(llm, tmp_path, capsys):
     assert (tmp_path / "loop_gpt2-tiny.png").stat().st_size > 1000
     summary = json.loads((tmp_path / "loop_gpt2-tiny.json").read_text())
     assert set(summary["variants"]) == {"random", "redrawn-noff"}
-    assert stem.with_suffix(".nc").exists()
+    import xarray as xr
+
+    from riemattn._cf import undocumented
+
+    with xr.open_dataset(stem.with_suffix(".nc"), engine="scipy") as ds:  # CF attributes, as data.nc
+        assert undocumented(ds) == [] and ds["pass_seconds"].attrs["units"] == "s"
+        assert ds.attrs["command"] == ("riemattn loop --model gpt2 --size tiny --passes 2 --prompts 2 "
+                                       "--tokens 5 --device cpu --dtype float32 --threads 1 --seed 0 "
+                                       "--variant random,redrawn-noff")
+        assert ds.attrs["riemattn_version"] == ra.__version__
     assert "redrawn-noff" in capsys.readouterr().out
     args.variant = ["trained"]
     assert llm.run_loop_command(args) == 2  # no trained tiny model anywhere: a clear error, not a traceback

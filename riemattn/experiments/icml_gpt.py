@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from ..llm.cli import LOOP_DATA_ATTRS
 from ._plotting import styled
 
 NAME = "icml-gpt"
@@ -36,20 +37,14 @@ TIMINGS = ("pass_seconds",)
 
 #: long_name and units of data.nc's variables (see riemattn._cf)
 DATA_ATTRS = {
+    **LOOP_DATA_ATTRS,  # run_loop's variables, as riemattn loop writes them
     "model": ("model (family-size)", "1"),
-    "variant": ("weights (trained, random, redrawn); -noff: feed-forward removed", "1"),
-    "prompt": ("prompt index", "1"),
-    "layer": ("global layer index (0: embedding output; pass * blocks + block)", "1"),
-    "pass": ("pass through the stack of blocks", "1"),
-    "E": ("misalignment E (ICML eq. 9) of the tokens the next block receives", "1"),
-    "E_residual": ("misalignment E (ICML eq. 9) of the raw block outputs", "1"),
     "layer_pass": ("pass of the layer (-1: padding)", "1"),
     "layer_block": ("block of the layer within its pass (-1: padding)", "1"),
     "n_layer": ("number of blocks of the model", "1"),
     "d_model": ("width of the residual stream", "1"),
     "causal": ("causal attention (1) or not (0)", "1"),
     "passes": ("number of passes through the blocks", "1"),
-    "pass_seconds": ("wall-clock time of the pass", "s"),
 }
 
 _VARIANTS = ("trained", "trained-noff", "random", "random-noff", "redrawn", "redrawn-noff")

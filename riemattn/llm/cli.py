@@ -5,12 +5,31 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
+from .._cf import annotate
 from ..errors import RiemattnError
 
-__all__ = ["add_loop_arguments", "run_loop_command"]
+__all__ = ["LOOP_DATA_ATTRS", "add_loop_arguments", "run_loop_command"]
+
+#: long_name and units of the variables of :func:`riemattn.llm.run_loop`'s dataset (what
+#: ``riemattn loop`` writes to ``loop_NAME.nc``; see :func:`riemattn._cf.annotate`)
+LOOP_DATA_ATTRS = {
+    "variant": ("weights (trained, random, redrawn); -noff: feed-forward removed", "1"),
+    "prompt": ("prompt index", "1"),
+    "layer": ("global layer index (0: embedding output; pass * blocks + block)", "1"),
+    "pass": ("pass through the stack of blocks", "1"),
+    "token": ("token position in the prompt", "1"),
+    "E": ("misalignment E (ICML eq. 9) of the tokens the next block receives", "1"),
+    "E_residual": ("misalignment E (ICML eq. 9) of the raw block outputs", "1"),
+    "layer_pass": ("pass of the layer", "1"),
+    "layer_block": ("block of the layer within its pass", "1"),
+    "pass_seconds": ("wall-clock time of the pass", "s"),
+    "weights_checksum": ("sum of squares of all parameters during the pass (float64)", "1"),
+    "prompt_ids": ("token ids of the prompts", "1"),
+}
 
 _ALL_VARIANTS = ("trained", "trained-noff", "random", "random-noff", "redrawn", "redrawn-noff")
 _RANDOM_VARIANTS = ("random", "random-noff", "redrawn", "redrawn-noff")
@@ -50,6 +69,17 @@ def _variants(arg, model) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _command(args: argparse.Namespace, variants: list[str]) -> str:
+    """The ``riemattn loop`` command line that makes this dataset (options spelled out)."""
+    parts = ["riemattn", "loop", "--model", str(args.model)]
+    for opt in ("size", "passes", "prompts", "tokens", "batch_size", "device", "dtype", "threads", "seed"):
+        value = getattr(args, opt)
+        if value is not None:
+            parts += ["--" + opt.replace("_", "-"), str(value)]
+    parts += ["--variant", ",".join(variants)]
+    return shlex.join(parts)
+
+
 def run_loop_command(args: argparse.Namespace) -> int:
     """Run ``riemattn loop``: write ``OUT/loop_NAME.nc``, ``.png`` and ``.json``; print a summary."""
     try:
@@ -75,7 +105,7 @@ def run_loop_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = "loop_" + re.sub(r"[^A-Za-z0-9.]+", "-", ds.attrs["model"]).strip("-")
-    ds.to_netcdf(out / f"{stem}.nc", engine="scipy")
+    annotate(ds, LOOP_DATA_ATTRS, command=_command(args, variants)).to_netcdf(out / f"{stem}.nc", engine="scipy")
     fig = plot_loop(ds)
     fig.savefig(out / f"{stem}.png", dpi=120)
     plt.close(fig)
