@@ -26,7 +26,7 @@ import xarray as xr
 import riemattn
 from riemattn.cli import main
 from riemattn.experiments import reproduce
-from riemattn.experiments._runner import Interrupted, is_done, run_one
+from riemattn.experiments._runner import Interrupted, finished_since, is_done, run_one
 
 ROOT = Path(riemattn.__file__).resolve().parent.parent
 # at --quick: the first two take about a second each, arxiv-fig5 10-50 s (idle to loaded machine)
@@ -322,6 +322,21 @@ def test_signal_stops_promptly_with_a_one_line_report(tmp_path, signum, workers,
         outdir = tmp_path / name
         if (outdir / "summary.json").exists():
             assert is_done(outdir, _digest(outdir)), name
+
+
+def test_a_figure_finished_on_disk_counts_for_the_interrupt_report(tmp_path):
+    """A worker writes its outputs before the parent hears of them; the report of an interrupt
+    then takes figures finished on disk during this run (same configuration) as finished."""
+    before = time.time()
+    run_one(NAME, quick=True, out=tmp_path, smoke=True)
+    after = time.time() + 1.0
+    summary = finished_since(NAME, tmp_path, before, quick=True, smoke=True)
+    assert summary is not None and summary["name"] == NAME and summary["verdict"]
+    assert finished_since(NAME, tmp_path, after, quick=True, smoke=True) is None  # an earlier run's
+    assert finished_since(NAME, tmp_path, before, quick=False) is None  # another configuration
+    (tmp_path / NAME / "data.nc").write_bytes(b"truncated")  # incomplete outputs
+    assert finished_since(NAME, tmp_path, before, quick=True, smoke=True) is None
+    assert finished_since("glpr-circle", tmp_path, before, quick=True, smoke=True) is None  # never run
 
 
 def test_interrupted_says_what_finished():

@@ -217,6 +217,38 @@ def _command(name: str, quick: bool, smoke: bool, full: bool = False, device: st
             + ("" if device == "cpu" else f" --device {device}"))
 
 
+def _configured(module, name, quick, smoke, full, device):
+    """(configuration, its hash, the device of a numerical reproduction or None) of a run."""
+    config = config_for(module, quick, smoke, full, device)
+    # the other reproductions integrate on the device through riemattn.use_device (NumPy in and
+    # out, the same data.nc layout); their config records a device other than the CPU
+    numeric_device = None if accepts_device(module) or device == "cpu" else device
+    if numeric_device is not None:
+        config = {**config, "device": numeric_device}
+    return config, config_hash(name, config), numeric_device
+
+
+def finished_since(name, out, since: float, quick=False, smoke=False, full=False, device="cpu"):
+    """The summary of ``name`` if its outputs under ``out`` are finished (:func:`is_done`) for this
+    configuration and its ``summary.json`` was written at or after ``since`` (a ``time.time()``),
+    else None.
+
+    For the report of an interrupted :func:`reproduce`: a worker writes its outputs before the
+    parent receives its result, so a figure can be finished on disk while the parent has not
+    heard of it yet; it is reported as finished (the next run will find it done).
+    """
+    outdir = Path(out) / name
+    try:
+        if (outdir / "summary.json").stat().st_mtime < since:
+            return None
+    except OSError:
+        return None
+    _, digest, _ = _configured(get(name), name, quick, smoke, full, device)
+    if not is_done(outdir, digest):
+        return None
+    return _with_verdict(json.loads((outdir / "summary.json").read_text()))
+
+
 def run_one(
     name: str, quick: bool, out: str | os.PathLike, force: bool = False, smoke: bool = False,
     full: bool = False, device: str = "cpu",
@@ -231,13 +263,7 @@ def run_one(
     import matplotlib.pyplot as plt
 
     module = get(name)
-    config = config_for(module, quick, smoke, full, device)
-    # the other reproductions integrate on the device through riemattn.use_device (NumPy in and
-    # out, the same data.nc layout); their config records a device other than the CPU
-    numeric_device = None if accepts_device(module) or device == "cpu" else device
-    if numeric_device is not None:
-        config = {**config, "device": numeric_device}
-    digest = config_hash(name, config)
+    config, digest, numeric_device = _configured(module, name, quick, smoke, full, device)
     outdir = Path(out) / name
     if not force and is_done(outdir, digest):
         summary = _with_verdict(json.loads((outdir / "summary.json").read_text()))
@@ -369,6 +395,7 @@ def reproduce(
     if quick and full:
         raise ValidationError("quick and full cannot both be set (choose one size).")
     check_outputs(out, names, "out")
+    started = time.time()
     summaries: dict[str, dict] = {}
     bar = tqdm(total=len(names), desc="reproduce", unit="figure", disable=not progress)
 
@@ -393,6 +420,11 @@ def reproduce(
     except KeyboardInterrupt as exc:
         bar.close()
         signum = getattr(exc, "signum", signal.SIGINT)
+        for n in names:  # finished by a worker whose result had not reached us yet
+            if n not in summaries:
+                on_disk = finished_since(n, out, started, quick, smoke, full, device)
+                if on_disk is not None:
+                    summaries[n] = on_disk
         finished = [summaries[n] for n in names if n in summaries]
         raise Interrupted(signum, finished, [n for n in names if n not in summaries]) from None
     bar.close()
