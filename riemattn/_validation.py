@@ -281,4 +281,3 @@ def call_user_on_device(owner, fn, label: str, t, args, host_args):
     if is_torch(t) and t.ndim == 0:  # on the host path already: the time as a number
         t = float(t)
     return call_user(fn, label, t, *host_args()), True
-
