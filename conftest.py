@@ -36,7 +36,7 @@ from sybil.parsers.rest import DocTestParser  # noqa: E402
 
 
 def _check_toml(example):
-    from riemattn.simulate import validate_config
+    from riemattn.runs.simulate import validate_config
 
     validate_config(tomllib.loads(example.parsed))
 

@@ -55,7 +55,7 @@ exclude_patterns = [
     "sg_execution_times.rst",
 ]
 nitpicky = True
-# Private base classes (riemattn.manifolds._FastMixin, riemattn.groups._Frame, ...) appear in
+# Private base classes (riemattn.geometry.manifolds._FastMixin, riemattn.geometry.groups._Frame, ...) appear in
 # "Bases:" lines but are deliberately not documented: their public subclasses are.
 nitpick_ignore_regex = [("py:class", r"riemattn(\.\w+)*\._\w+")]
 

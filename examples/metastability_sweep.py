@@ -33,7 +33,7 @@ import numpy as np
 import xarray as xr
 
 import riemattn as ra
-from riemattn.diagnostics import cluster_count
+from riemattn.analysis.diagnostics import cluster_count
 
 
 def metastability_point(params, rng, *, trajectories, t1, saves, tol, k_max):

@@ -14,7 +14,7 @@ import numpy as np
 import xarray as xr
 
 import riemattn as ra
-from riemattn.diagnostics import cluster_count, misalignment
+from riemattn.analysis.diagnostics import cluster_count, misalignment
 
 
 def _mark(kind, params):

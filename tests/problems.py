@@ -14,7 +14,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 import riemattn as ra
-from riemattn.circle import CircleField, from_points, to_points, wrap
+from riemattn.dynamics.circle import CircleField, from_points, to_points, wrap
 
 TIGHT = dict(method="DOP853", rtol=2.5e-14, atol=1e-14)
 

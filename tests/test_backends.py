@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 import riemattn as ra  # noqa: E402
 from riemattn.experiments._papers import hemisphere_P  # noqa: E402
-from riemattn.steppers import get_stepper  # noqa: E402
+from riemattn.solvers.steppers import get_stepper  # noqa: E402
 
 from strategies import time_varying_P, tokens_in_hemisphere, W_or_identity  # noqa: E402
 

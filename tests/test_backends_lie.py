@@ -20,8 +20,8 @@ import riemattn as ra  # noqa: E402
 from riemattn import diagnostics as dg  # noqa: E402
 from riemattn._backend import constant, namespace  # noqa: E402
 from riemattn.experiments._papers import hemisphere_P  # noqa: E402
-from riemattn.lie import LieStepper, LinearField  # noqa: E402
-from riemattn.lowrank import WOrthoBasis, expm_small_action, lowrank_expm_action, rank2_expm_action  # noqa: E402
+from riemattn.solvers.lie import LieStepper, LinearField  # noqa: E402
+from riemattn.geometry.lowrank import WOrthoBasis, expm_small_action, lowrank_expm_action, rank2_expm_action  # noqa: E402
 
 from strategies import dims, token_counts, tokens_on_ellipsoid  # noqa: E402
 

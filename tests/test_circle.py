@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import riemattn as ra
 from riemattn import gradient_flow as gf
-from riemattn.circle import CircleField, from_points, to_points, wrap
+from riemattn.dynamics.circle import CircleField, from_points, to_points, wrap
 from riemattn.errors import InputTypeError, ValidationError
 
 SEEDS = st.integers(0, 2**32 - 1)

@@ -69,7 +69,7 @@ def test_simulate_schema_errors_are_one_line(tmp_path, capsys, text, words):
 
 
 def test_simulate_schema_is_checked_before_the_out_path_and_before_any_work(tmp_path, capsys, monkeypatch):
-    import riemattn.simulate as sim
+    import riemattn.runs.simulate as sim
 
     def no_work(*args, **kwargs):
         raise AssertionError("the simulation ran")
@@ -80,7 +80,7 @@ def test_simulate_schema_is_checked_before_the_out_path_and_before_any_work(tmp_
 
 
 def test_simulate_out_is_a_file_fails_at_once(tmp_path, capsys, monkeypatch):
-    import riemattn.simulate as sim
+    import riemattn.runs.simulate as sim
 
     monkeypatch.setattr(sim, "integrate", lambda *a, **k: pytest.fail("the simulation ran"))
     afile = tmp_path / "taken"
@@ -126,7 +126,7 @@ dt = 0.1
 
 def test_validate_config_api_raises_the_package_errors():
     from riemattn.errors import InputTypeError, ValidationError
-    from riemattn.simulate import validate_config
+    from riemattn.runs.simulate import validate_config
 
     with pytest.raises(InputTypeError, match="tokens"):
         validate_config({"tokens": "ten"})

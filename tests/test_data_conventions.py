@@ -1,5 +1,5 @@
 """data.nc conventions: every variable and coordinate has CF ``long_name`` and ``units``, and the
-dataset the package version and the command that made it (riemattn._cf.annotate).
+dataset the package version and the command that made it (riemattn.runs._cf.annotate).
 
 The reproductions' data.nc files are walked by ``assert_cf`` in
 tests/test_experiments.py::test_reproduction_runs_and_claims_pass (every module, test-suite size);
@@ -13,9 +13,9 @@ import pytest
 import xarray as xr
 
 import riemattn as ra
-from riemattn._cf import COMMON, UndocumentedVariable, annotate, undocumented
+from riemattn.runs._cf import COMMON, UndocumentedVariable, annotate, undocumented
 from riemattn.experiments import available
-from riemattn.simulate import simulate_config
+from riemattn.runs.simulate import simulate_config
 
 
 def assert_cf(ds, command_part=""):

@@ -1,4 +1,4 @@
-"""Tests of riemattn.diagnostics (Wendel vs Monte Carlo, hemisphere LP, clusters, consensus)."""
+"""Tests of riemattn.analysis.diagnostics (Wendel vs Monte Carlo, hemisphere LP, clusters, consensus)."""
 
 from math import comb
 

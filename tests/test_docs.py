@@ -14,7 +14,7 @@ api = pytest.importorskip("riemattn_api")  # plain Python: needs no Sphinx
 
 def test_every_public_module_has_a_page_listing_every_name_in_its_all():
     modules = api.public_modules()
-    assert {"riemattn", "riemattn.attention", "riemattn.sweep", "riemattn.llm.loop"} <= set(modules)
+    assert {"riemattn", "riemattn.dynamics.attention", "riemattn.runs.sweep", "riemattn.llm.loop"} <= set(modules)
     assert not [m for m in modules if any(p.startswith("_") for p in m.split("."))]
     listing = {m: api.exported(m) for m in modules}
     for mod_name in modules:
@@ -40,12 +40,12 @@ def test_each_name_is_documented_once_at_its_home():
     assert all(len(h) == 1 for h in homes.values())
     # re-exports go to the defining module, not to the package's short name
     assert api.home_of(importlib.import_module("riemattn").AttentionField, "AttentionField",
-                       listing) == "riemattn.attention"
+                       listing) == "riemattn.dynamics.attention"
 
 
 def test_reference_to_a_reexport_resolves_to_its_home():
-    assert api.documented_name("riemattn.sa", prefer_attribute=True) == "riemattn.attention.sa"
-    assert api.documented_name("riemattn.sweep", prefer_attribute=True) == "riemattn.sweep.sweep"
-    assert api.documented_name("riemattn.sweep") == "riemattn.sweep"
-    assert api.documented_name("riemattn.gradient_flow.energy") == "riemattn.gradients.energy"
+    assert api.documented_name("riemattn.sa", prefer_attribute=True) == "riemattn.dynamics.attention.sa"
+    assert api.documented_name("riemattn.sweep", prefer_attribute=True) == "riemattn.runs.sweep.sweep"
+    assert api.documented_name("riemattn.sweep") == "riemattn.runs.sweep"  # the old module path
+    assert api.documented_name("riemattn.analysis.gradient_flow.energy") == "riemattn.analysis.gradients.energy"
     assert api.documented_name("riemattn.no_such_name") is None

@@ -137,7 +137,7 @@ def _phase_dataset(prob):
 
 
 def test_glpr_fig3_boundary_claim_can_fail():
-    from riemattn.theory import phase_boundary
+    from riemattn.analysis.theory import phase_boundary
 
     mod = get("glpr-fig3")
     betas = np.linspace(0, 9, 10)

@@ -8,8 +8,8 @@ from scipy.integrate import solve_ivp
 import riemattn as ra
 from riemattn.errors import IntegrationError, ValidationError
 from riemattn.experiments._papers import hemisphere_P
-from riemattn.steppers import ProjectedRK
-from riemattn.tableaux import ButcherTableau, order_residuals, rooted_trees
+from riemattn.solvers.steppers import ProjectedRK
+from riemattn.solvers.tableaux import ButcherTableau, order_residuals, rooted_trees
 
 from problems import TIGHT, angle_error, circle_case, lifted_reference, sphere_case
 
@@ -72,7 +72,7 @@ def test_measured_order_on_usa_beta5(name, order, ns):
     """GLPR's USA at beta = 5 on S^1 (three tokens at angles 0, 2.1, 4.0), T = 1, against the angle
     ODE (GLPR eq. 7.1) solved by SciPy. The radial part of the attention update is ~ e^5 / 3 here;
     a method that stepped with it would lose its order."""
-    from riemattn.circle import CircleField, to_points
+    from riemattn.dynamics.circle import CircleField, to_points
 
     theta0 = np.array([0.0, 2.1, 4.0])
     _, theta = CircleField(5.0, "usa").solve(theta0, (0.0, 1.0), rtol=1e-13, atol=1e-13)
@@ -86,7 +86,7 @@ def test_issue_case_usa_beta9_accuracy_and_steps():
     """USA, beta = 9, three tokens on S^1 at angles 0, 2.1, 4.0, T = 1: rk4 with dt = 0.02 is accurate
     to 1e-9 and dopri5 at tol 1e-9 needs at most 20 steps (stepping with the un-normalised update
     gave an error of 94 % of the motion and 37 572 steps)."""
-    from riemattn.circle import CircleField, to_points
+    from riemattn.dynamics.circle import CircleField, to_points
 
     theta0 = np.array([0.0, 2.1, 4.0])
     _, theta = CircleField(9.0, "usa").solve(theta0, (0.0, 1.0), rtol=1e-13, atol=1e-13)

@@ -1,4 +1,4 @@
-"""Lie-group steppers (riemattn.lie): measured orders, manifold preservation, exact linear flows.
+"""Lie-group steppers (riemattn.solvers.lie): measured orders, manifold preservation, exact linear flows.
 
 References are independent of the code under test: scipy's DOP853 at rtol = atol = 2.5e-14 on the
 flattened ambient ODE, scipy.linalg.expm for linear flows.
@@ -13,7 +13,7 @@ from scipy.integrate import solve_ivp
 
 import riemattn as ra
 from riemattn.errors import InputTypeError, ValidationError
-from riemattn.lie import AlgebraField, LinearField
+from riemattn.solvers.lie import AlgebraField, LinearField
 
 LIE = ["lie-euler", "cg3", "rkmk4", "cf4", "rkmk45"]
 DECLARED = {"lie-euler": 1, "cg3": 3, "rkmk4": 4, "cf4": 4, "rkmk45": 5}

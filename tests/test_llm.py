@@ -249,7 +249,7 @@ def test_redraw_uses_the_documented_streams(llm):
 @pytest.mark.parametrize("dtype, rtol", [("float32", 1e-6), ("float64", 1e-12)])
 def test_E_on_the_device_equals_the_float64_host_formula(llm, dtype, rtol):
     """run_loop computes E with torch on the model's device; the host formula
-    (riemattn.diagnostics.misalignment in float64 NumPy) on the same hidden states agrees."""
+    (riemattn.analysis.diagnostics.misalignment in float64 NumPy) on the same hidden states agrees."""
     lm = llm.build_model("gpt2", "tiny", seed=5, dtype=dtype)  # run_loop's draw for seed 5
     ds = llm.run_loop(lm, variants=["random"], passes=2, prompts=3, tokens=10, seed=5, dtype=dtype)
     lm = llm.build_model("gpt2", "tiny", seed=5, dtype=dtype)
@@ -411,7 +411,7 @@ def test_cli_writes_outputs(llm, tmp_path, capsys):
     assert set(summary["variants"]) == {"random", "redrawn-noff"}
     import xarray as xr
 
-    from riemattn._cf import undocumented
+    from riemattn.runs._cf import undocumented
 
     with xr.open_dataset(stem.with_suffix(".nc"), engine="scipy") as ds:  # CF attributes, as data.nc
         assert undocumented(ds) == [] and ds["pass_seconds"].attrs["units"] == "s"

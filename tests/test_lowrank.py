@@ -1,11 +1,11 @@
-"""Exact low-rank exponentials (riemattn.lowrank) against scipy.linalg.expm."""
+"""Exact low-rank exponentials (riemattn.geometry.lowrank) against scipy.linalg.expm."""
 
 import numpy as np
 import pytest
 import scipy.linalg
 
 from riemattn.errors import ValidationError
-from riemattn.lowrank import WOrthoBasis, expm_small_action, lowrank_expm_action, rank2_expm_action
+from riemattn.geometry.lowrank import WOrthoBasis, expm_small_action, lowrank_expm_action, rank2_expm_action
 
 
 def _spd(d, rng):

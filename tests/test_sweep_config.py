@@ -9,7 +9,7 @@ import xarray as xr
 from riemattn.cli import main
 from riemattn.errors import ValidationError
 from riemattn.sweep import point_rng
-from riemattn.sweep_config import load_sweep_config
+from riemattn.runs.sweep_config import load_sweep_config
 
 TOML = """
 seed = 4

@@ -1,4 +1,4 @@
-"""Tests of riemattn.theory against independent references.
+"""Tests of riemattn.analysis.theory against independent references.
 
 * the equiangular ODE against the particle simulation of SA / USA from pairwise orthogonal points
   (Issue 5: to 1e-8 at t = 1, 5, 10 for beta in {0.5, 2, 5});

@@ -1,5 +1,8 @@
 """Reproductions of the papers' figures: one module per figure.
 
+May import: every room but :mod:`riemattn.cli` and :mod:`riemattn.testing`, and of the core rooms
+(geometry, dynamics, solvers, analysis) only public modules.
+
 Each module defines ``NAME`` (the CLI name), ``PAPER``, ``FIGURE``, ``DESCRIPTION`` and
 
 - ``config(quick=False) -> dict``: a JSON-serializable configuration (with its ``seed``); it may also
@@ -18,8 +21,8 @@ runner moves them from ``data.nc`` (which stays byte-identical between runs) to 
 
 ``DATA_ATTRS``: ``{name: (long_name, units)}`` of the module's data variables and coordinates
 (CF; ``"1"`` for dimensionless). The runner writes them into ``data.nc`` with
-:func:`riemattn._cf.annotate`, which also records the package version and the command, and which
-refuses a variable that neither this table nor ``riemattn._cf.COMMON`` describes.
+:func:`riemattn.runs._cf.annotate`, which also records the package version and the command, and which
+refuses a variable that neither this table nor ``riemattn.runs._cf.COMMON`` describes.
 
 Modules are discovered automatically (every non-underscore module of this package with a ``NAME``).
 :func:`riemattn.experiments.reproduce` runs them and writes PNG/PDF, NetCDF and ``summary.json``.

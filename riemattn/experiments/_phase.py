@@ -6,7 +6,7 @@ once (``batch_dims=("beta",)``, an array beta over the leading batch axis), with
 x <- normalize(x + dt * sum_j softmax_j(beta <Q x_i, K x_j>) V x_j) (the stepper ``"layer"``). The
 task returns, at every saved time, the fraction of clustered pairs (<x_i, x_j> >= 1 - eps) averaged
 over its configurations, per beta. The random stream of a task derives from (d, replicate) and
-the sweep seed only (:func:`riemattn.sweep.point_seed`), so the figure is the same whatever the
+the sweep seed only (:func:`riemattn.runs.sweep.point_seed`), so the figure is the same whatever the
 number of workers.
 
 References
@@ -24,9 +24,9 @@ import tempfile
 import numpy as np
 import xarray as xr
 
-from ..attention import AttentionField, sa
-from ..integrate import integrate
-from ..sweep import sweep
+from ..dynamics.attention import AttentionField, sa
+from ..solvers.integrate import integrate
+from ..runs.sweep import sweep
 
 
 def pair_fraction(x, eps):

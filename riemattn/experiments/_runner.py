@@ -55,8 +55,8 @@ import numpy as np
 
 from .. import __version__
 from .._backend import use_device
-from .._cf import annotate
-from .._paths import check_output_dir
+from ..runs._cf import annotate
+from ..runs._paths import check_output_dir
 from ..errors import InputTypeError, ValidationError
 from . import available, get
 from ._verdict import normalize, verdict
@@ -200,7 +200,7 @@ def is_done(outdir: Path, digest: str) -> bool:
 
 
 def check_outputs(out, names, name: str = "out") -> Path:
-    """``out`` writable (see :func:`riemattn._paths.check_output_dir`) and no ``out/NAME`` a file."""
+    """``out`` writable (see :func:`riemattn.runs._paths.check_output_dir`) and no ``out/NAME`` a file."""
     out = check_output_dir(out, name)
     for n in names:
         sub = out / n

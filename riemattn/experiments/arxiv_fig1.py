@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..gradient_flow import arxiv_field, metric, potential
-from ..integrate import integrate
+from ..analysis.gradient_flow import arxiv_field, metric, potential
+from ..solvers.integrate import integrate
 from ._papers import P_FIG1
-from ._plotting import plot_sphere_trajectories, styled
+from ..runs.plotting import plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig1"
 PAPER = "ARXIV"
@@ -36,7 +36,7 @@ DESCRIPTION = (
 )
 ORDER = 10
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "y": ("token positions y_i(t) on the ellipsoid E_P", "1"),
     "V": ("potential V_P = V restricted to E_P (ARXIV eq. 10)", "1"),

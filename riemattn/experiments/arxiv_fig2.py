@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..attention import AttentionField
-from ..diagnostics import hemisphere_lyapunov, misalignment
-from ..integrate import integrate
+from ..dynamics.attention import AttentionField
+from ..analysis.diagnostics import hemisphere_lyapunov, misalignment
+from ..solvers.integrate import integrate
 from ._papers import hemisphere_P
-from ._plotting import draw_great_circle, draw_point, legend_below, plot_sphere_trajectories, styled
+from ..runs.plotting import draw_great_circle, draw_point, legend_below, plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig2"
 PAPER = "ARXIV"
@@ -28,7 +28,7 @@ FIGURE = "Figs. 2-3 (ICML Figs. 1-3)"
 DESCRIPTION = "hemisphere theorem: 10 tokens on S^2, two time-varying heads, Lyapunov max_i(1 - v.y_i)"
 ORDER = 20
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "y": ("token positions y_i(t) on S^2", "1"),
     "time_fine": ("time of the Frobenius-norm samples (model units)", "1"),

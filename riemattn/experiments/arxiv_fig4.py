@@ -8,7 +8,7 @@ eigenvector v; if v^T y_i(0) > 0 for every token, the tokens converge to the con
 V_2 = 1 - v^T y_2 need not be monotone but tends to 0.
 
 The printed U has eigenvalues (-1.418, -0.021, 0.439): the top one is simple and positive, so the
-theorem applies. v is :func:`riemattn.theory.consensus_points` (U)[0] (sign: largest component
+theorem applies. v is :func:`riemattn.analysis.theory.consensus_points` (U)[0] (sign: largest component
 positive). Initial tokens: uniform in the cube [-0.5, 0.5]^3, projected onto the sphere, and each
 token with v^T y_i < 0 replaced by -y_i, so that all start in the theorem's domain {v^T y > 0}
 (the paper's figure shows all tokens converging to one point, which the theorem only guarantees
@@ -26,12 +26,12 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..attention import AttentionField
-from ..diagnostics import misalignment, token_lyapunov
-from ..integrate import integrate
-from ..theory import consensus_points
+from ..dynamics.attention import AttentionField
+from ..analysis.diagnostics import misalignment, token_lyapunov
+from ..solvers.integrate import integrate
+from ..analysis.theory import consensus_points
 from ._papers import D1, P_FIG4, U_FIG4
-from ._plotting import draw_point, legend_below, plot_sphere_trajectories, styled
+from ..runs.plotting import draw_point, legend_below, plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig4"
 PAPER = "ARXIV"
@@ -41,7 +41,7 @@ DESCRIPTION = (
 )
 ORDER = 40
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "y": ("token positions y_i(t) on S^2", "1"),
     "V": ("token Lyapunov function V_i = 1 - v^T y_i", "1"),

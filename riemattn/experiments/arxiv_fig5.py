@@ -31,10 +31,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..attention import AttentionField
-from ..diagnostics import misalignment
-from ..integrate import integrate
-from ._plotting import legend_below, styled
+from ..dynamics.attention import AttentionField
+from ..analysis.diagnostics import misalignment
+from ..solvers.integrate import integrate
+from ..runs.plotting import legend_below, styled
 
 NAME = "arxiv-fig5"
 PAPER = "ARXIV"
@@ -44,7 +44,7 @@ DESCRIPTION = (
 )
 ORDER = 50
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "E": ("misalignment E(y) of ICML eq. (9), per trajectory", "1"),
     "time_fine": ("time of the D_1(t) samples: a 0.01 grid plus the zeros of each entry", "1"),

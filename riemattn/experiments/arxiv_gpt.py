@@ -51,7 +51,7 @@ import xarray as xr
 from ._arxiv_claims import (  # noqa: F401  (claims, thresholds: public names of this module)
     PAPER_PASSES, RISE_TOL, TABLE3_PASSES, TOWARD_0, claims, distinct_fraction, per_pass,
 )
-from ._plotting import styled
+from ..runs.plotting import styled
 from .icml_gpt import DATA_ATTRS as _ICML_ATTRS
 
 NAME = "arxiv-gpt"
@@ -61,7 +61,7 @@ DESCRIPTION = "GPT-2 XL looped 2000 passes on the paper's prompts (trained / ran
 ORDER = 91
 TIMINGS = ("pass_seconds",)
 
-#: long_name and units of every variable and coordinate of data.nc (CF conventions; see riemattn._cf)
+#: long_name and units of every variable and coordinate of data.nc (CF conventions; see riemattn.runs._cf)
 DATA_ATTRS = {
     **{k: _ICML_ATTRS[k] for k in ("variant", "layer", "pass", "pass_seconds")},  # as in icml-gpt
     "E_city": ("misalignment E (ICML eq. 9) of the futuristic-city prompt's tokens", "1"),

@@ -4,13 +4,13 @@ n = 32 particles on S^1 from i.i.d. uniform angles, (SA) and (USA) at beta in {0
 (beta = 0 is the Kuramoto model with identical frequencies). The particles are integrated as points
 of the sphere S^1 by :func:`riemattn.integrate` (adaptive projected Dormand-Prince on the tangent field of
 :func:`riemattn.sa` / :func:`riemattn.usa`), and independently as angles by GLPR's eq. (7.1),
-:class:`riemattn.circle.CircleField` solved by SciPy (DOP853, rtol 1e-12; quick 1e-10). Checked:
+:class:`riemattn.dynamics.circle.CircleField` solved by SciPy (DOP853, rtol 1e-12; quick 1e-10). Checked:
 
 * the two agree (the angular equation is the circle case of (SA)/(USA)) to 1e-5 rad: both are
   solved at rtol <= 1e-9, and the deviation, ~1e-9 most of the time, peaks at ~1e-6 during the fast
   merges of two clusters (a small time shift of a fast transition);
 * the interaction energy E_beta = 1/(2 beta n^2) sum_{i,j} e^{beta cos(theta_i - theta_j)}
-  (:func:`riemattn.gradient_flow.energy`; its beta -> 0 limit |mean x|^2 / 2 at beta = 0) never
+  (:func:`riemattn.analysis.gradient_flow.energy`; its beta -> 0 limit |mean x|^2 / 2 at beta = 0) never
   decreases: both dynamics are gradient ascents of E_beta (GLPR section 7.2, Remark 3.8);
 * for beta <= 1 the particles synchronize (one cluster; Kuramoto order parameter |mean x| -> 1);
   at beta = 4 several clusters remain at t = 40 (the metastability of GLPR Figure 4, see glpr-fig4).
@@ -26,11 +26,11 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..integrate import integrate
-from ..attention import sa, usa
-from ..circle import CircleField, from_points, to_points
-from ..gradient_flow import energy
-from ._plotting import plot_circle_angles, styled
+from ..solvers.integrate import integrate
+from ..dynamics.attention import sa, usa
+from ..dynamics.circle import CircleField, from_points, to_points
+from ..analysis.gradient_flow import energy
+from ..runs.plotting import plot_circle_angles, styled
 
 NAME = "glpr-circle"
 PAPER = "GLPR"
@@ -40,7 +40,7 @@ ORDER = 75
 
 MODELS = ("sa", "usa")
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "model": ("dynamics: sa = (SA), usa = (USA)", "1"),
     "beta": ("inverse temperature beta", "1"),

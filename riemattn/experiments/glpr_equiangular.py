@@ -10,7 +10,7 @@ products stay equal to one rho(t), the solution of the scalar ODE
     SA:  rho' = 2 e^{beta rho} (1 - rho)((n - 1) rho + 1) / (e^beta + (n - 1) e^{beta rho})
     USA: rho' = (2/n) e^{beta rho} (1 - rho)((n - 1) rho + 1),          rho(0) = 0,
 
-computed independently by :func:`riemattn.theory.equiangular_rho` (SciPy DOP853 at rtol 1e-12).
+computed independently by :func:`riemattn.analysis.theory.equiangular_rho` (SciPy DOP853 at rtol 1e-12).
 The particle simulation and the scalar ODE share no code.
 
 References
@@ -24,10 +24,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..integrate import integrate
-from ..attention import sa, usa
-from ..theory import equiangular_rho
-from ._plotting import legend_below, styled
+from ..solvers.integrate import integrate
+from ..dynamics.attention import sa, usa
+from ..analysis.theory import equiangular_rho
+from ..runs.plotting import legend_below, styled
 
 NAME = "glpr-equiangular"
 PAPER = "GLPR"
@@ -37,7 +37,7 @@ ORDER = 70
 
 MODELS = ("sa", "usa")
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "model": ("dynamics: sa = (SA), usa = (USA)", "1"),
     "beta": ("inverse temperature beta of the run", "1"),

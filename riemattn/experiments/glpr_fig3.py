@@ -4,7 +4,7 @@ For each dimension d, inverse temperature beta and time t: the probability, over
 initial points on S^{d-1}, that two particles are clustered, P(<x_1(t), x_2(t)> >= 1 - eps) with
 eps = 1e-3 (GLPR section 6.3). Overlaid: the equiangular phase-transition curve of GLPR eq. (6.12),
 beta*(t) = the largest beta with rho(t) >= 1 - eps for the equiangular solution (Theorem 6.8),
-:func:`riemattn.theory.phase_boundary`. GLPR observe that the boundary of the clustered region
+:func:`riemattn.analysis.theory.phase_boundary`. GLPR observe that the boundary of the clustered region
 follows this curve, the better the larger d, and that for small d a band of intermediate
 probabilities (a metastable state, see GLPR Figure 4) appears.
 
@@ -38,8 +38,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..theory import clustering_time, phase_boundary
-from ._plotting import styled
+from ..analysis.theory import clustering_time, phase_boundary
+from ..runs.plotting import styled
 
 NAME = "glpr-fig3"
 PAPER = "GLPR"
@@ -47,7 +47,7 @@ FIGURE = "Fig. 3"
 DESCRIPTION = "phase diagrams: P(particles 1, 2 clustered) over (beta, t), n = 32, d = 2, 8, 32, 128, equiangular curve"
 ORDER = 60
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "d": ("dimension d of the space R^d (particles on S^{d-1})", "1"),
     "beta": ("inverse temperature beta", "1"),

@@ -4,7 +4,7 @@
 of the d = 2 phase diagram (GLPR Figure 3), from i.i.d. uniform initial points, over a long horizon
 t in [0, 10^4] (log-spaced saving). Clusters: connected components of the graph linking particles
 with <x_i, x_j> >= 1 - eps, eps = 1e-3 (the phase diagram's threshold; distance <= sqrt(2 eps)),
-:func:`riemattn.diagnostics.cluster_count`. GLPR: "points are grouped in a finite number of
+:func:`riemattn.analysis.diagnostics.cluster_count`. GLPR: "points are grouped in a finite number of
 clusters ... a long-time metastable state where points are clustered into several groups but
 eventually relax to a single cluster in long-time" (two time scales).
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..integrate import integrate
-from ..attention import sa
-from ..diagnostics import cluster_count
-from ._plotting import legend_below, plot_circle_angles, styled
+from ..solvers.integrate import integrate
+from ..dynamics.attention import sa
+from ..analysis.diagnostics import cluster_count
+from ..runs.plotting import legend_below, plot_circle_angles, styled
 
 NAME = "glpr-fig4"
 PAPER = "GLPR"
@@ -35,7 +35,7 @@ ORDER = 65
 
 FEW = 4  # "a few clusters"
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "clusters": ("number of clusters (components of <x_i, x_j> >= 1 - eps)", "1"),
     "angle": ("particle angle theta_i(t) in (-pi, pi]", "rad"),

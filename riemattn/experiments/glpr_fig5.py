@@ -48,7 +48,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ._plotting import styled
+from ..runs.plotting import styled
 from .glpr_fig3 import empirical_boundary
 
 NAME = "glpr-fig5"
@@ -57,7 +57,7 @@ FIGURE = "Fig. 5"
 DESCRIPTION = "phase diagrams with random Gaussian Q, K, V: P(particles clustered) over (beta, t), n = 32"
 ORDER = 62
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "V": ("ensemble of the value matrix V", "1"),
     "d": ("dimension d of the space R^d (particles on S^{d-1})", "1"),

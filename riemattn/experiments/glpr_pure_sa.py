@@ -37,11 +37,11 @@ import xarray as xr
 from scipy.linalg import expm
 from scipy.spatial import ConvexHull
 
-from ..diagnostics import cluster_count
-from ..fields import VectorField
-from ..integrate import integrate
-from ..manifolds import Euclidean
-from ._plotting import legend_below, styled
+from ..analysis.diagnostics import cluster_count
+from ..dynamics.fields import VectorField
+from ..solvers.integrate import integrate
+from ..geometry.manifolds import Euclidean
+from ..runs.plotting import legend_below, styled
 
 NAME = "glpr-pure-sa"
 PAPER = "GLPR"
@@ -53,7 +53,7 @@ ORDER = 80
 
 CASES = ("polytope", "hyperplanes")
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     "case": ("value matrix: polytope = identity, hyperplanes = positive entries", "1"),
     "z": ("rescaled particles z_i = e^{-tV} x_i, x_i from GLPR eq. (9.1)", "1"),

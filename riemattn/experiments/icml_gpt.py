@@ -25,7 +25,7 @@ import numpy as np
 import xarray as xr
 
 from ..llm.cli import LOOP_DATA_ATTRS
-from ._plotting import styled
+from ..runs.plotting import styled
 
 NAME = "icml-gpt"
 PAPER = "ICML"
@@ -35,7 +35,7 @@ ORDER = 90
 #: wall-clock measurements, not results: the runner keeps them in summary.json, out of data.nc
 TIMINGS = ("pass_seconds",)
 
-#: long_name and units of data.nc's variables (see riemattn._cf)
+#: long_name and units of data.nc's variables (see riemattn.runs._cf)
 DATA_ATTRS = {
     **LOOP_DATA_ATTRS,  # run_loop's variables, as riemattn loop writes them
     "model": ("model (family-size)", "1"),

@@ -11,6 +11,9 @@ transformers is missing.
   from a directory or the Hugging Face cache), :func:`randomize_weights`, :func:`feed_forward_removed`;
 - :func:`plot_loop`, :func:`summarize`; :func:`add_loop_arguments` / :func:`run_loop_command` for the CLI.
 
+May import: :mod:`riemattn.runs` (the figure style, CF attributes) and the rooms below it, public
+modules only; never :mod:`riemattn.experiments` (which imports this room).
+
 See ``docs/llm.md``.
 
 References

@@ -9,13 +9,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from .._cf import annotate
+from ..runs._cf import annotate
 from ..errors import RiemattnError
 
 __all__ = ["LOOP_DATA_ATTRS", "add_loop_arguments", "run_loop_command"]
 
 #: long_name and units of the variables of :func:`riemattn.llm.run_loop`'s dataset (what
-#: ``riemattn loop`` writes to ``loop_NAME.nc``; see :func:`riemattn._cf.annotate`)
+#: ``riemattn loop`` writes to ``loop_NAME.nc``; see :func:`riemattn.runs._cf.annotate`)
 LOOP_DATA_ATTRS = {
     "variant": ("weights (trained, random, redrawn); -noff: feed-forward removed", "1"),
     "prompt": ("prompt index", "1"),

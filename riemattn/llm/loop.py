@@ -3,7 +3,7 @@
 ICML Section 5.2 (ARXIV Section 7.5) loops GPT-2 XL and GPT-Neo 2.7B: the tokens after the final
 normalization are fed back as the input of the first block, pass after pass, so that a model of
 ``L`` blocks becomes a model of ``passes * L`` blocks with periodic (or, when redrawn, aperiodic)
-weights. The misalignment E (ICML eq. 9, :func:`riemattn.diagnostics.misalignment`) is measured
+weights. The misalignment E (ICML eq. 9, :func:`riemattn.analysis.diagnostics.misalignment`) is measured
 after every block.
 
 Where E is measured
@@ -86,7 +86,7 @@ def random_prompts(n_prompts: int, n_tokens: int, vocab_size: int, seed: int) ->
 def misalignment_on_device(x: torch.Tensor) -> torch.Tensor:
     """E (ICML eq. 9) of tokens ``x`` of shape (..., l, d), on ``x``'s device, in float64: shape (...).
 
-    The formula of :func:`riemattn.diagnostics.misalignment`,
+    The formula of :func:`riemattn.analysis.diagnostics.misalignment`,
     E = 1 - (1/l) sum_i y_1^T y_i / (|y_1| |y_i|), computed by torch without leaving the device
     (the tokens are converted to float64 first, so a float32 model's E carries no float32 rounding
     beyond that of its hidden states).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..experiments._plotting import styled
+from ..runs.plotting import styled
 
 __all__ = ["plot_loop", "plot_variants_on"]
 

@@ -1,0 +1,10 @@
+"""Analysis: what the theory says about the dynamics, and how to check it.
+
+Diagnostics and Lyapunov functions (:mod:`riemattn.analysis.diagnostics`), hemispheres
+(:mod:`riemattn.analysis.hemispheres`), closed-form predictions of the papers
+(:mod:`riemattn.analysis.theory`), the gradient-flow structure (metric, potential, Riemannian
+gradients: :mod:`riemattn.analysis.gradient_flow`, :mod:`riemattn.analysis.gradients`).
+
+May import: :mod:`riemattn.solvers`, :mod:`riemattn.dynamics`, :mod:`riemattn.geometry` and the
+shared infrastructure.
+"""

@@ -1,0 +1,360 @@
+"""The functions behind :mod:`riemattn.analysis.gradient_flow`: metric, potential, energy, gradients.
+
+* ARXIV section 3 (tokens on E_P = {x : x^T P x = 1}): the normalizers Z_i (:func:`normalizers`),
+  the metric <X, Y>_g(x) = sum_i Z_i(x) X_i^T P Y_i (:func:`metric`, ARXIV eq. 9), the potential
+  V(x) = -1/2 sum_{i,j} exp(x_i^T P x_j) (:func:`potential`, ARXIV eq. 10), the g-orthogonal
+  projection onto T_y(E_P)^l (:func:`tangent_projection`) and the g- and g_P-gradients of any
+  scalar function (:func:`ambient_gradient`, :func:`riemannian_gradient`).
+* GLPR section 3 (sphere): the energy E_beta(x) = 1/(2 beta n^2) sum_{i,j} exp(beta <x_i, x_j>)
+  (:func:`energy`) and the per-token weights Z_{beta,i}/n^2 of the metric in which (SA) is its
+  gradient (:func:`energy_weights`).
+
+Every name here is re-exported by :mod:`riemattn.analysis.gradient_flow`, whose docstring and
+docs/gradient_flow.md give the theory; the gradient fields built from these functions live there.
+Gradients of user functions come from autograd's Euclidean gradient (this module is the only
+place in riemattn that imports autograd). The input checks are skipped while autograd traces, so
+the public functions are differentiable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import autograd.numpy as anp
+import numpy as np
+from autograd import grad
+from autograd.tracer import isbox
+
+from .._validation import (
+    ON_MANIFOLD_ATOL, as_float_array, check_beta, check_choice, check_finite, check_spd,
+    check_token_array,
+)
+from ..errors import InputTypeError, ValidationError
+
+__all__ = [
+    "METRIC_NORMALIZATIONS",
+    "ambient_gradient",
+    "energy",
+    "energy_weights",
+    "metric",
+    "normalizers",
+    "potential",
+    "riemannian_gradient",
+    "tangent_projection",
+]
+
+#: Choices of Z_i in the metric: "paper" sqrt(d) sum_j e^{x_i^T P x_j}, "softmax" sum_j e^{...},
+#: "none" Z_i = 1 (the product of the P-inner products; with P = I the standard metric).
+METRIC_NORMALIZATIONS = ("paper", "softmax", "none")
+
+
+# ---------------------------------------------------------------------------------------------
+# input checks (skipped while autograd traces, so the public functions are differentiable)
+def _tokens(x, name: str, d: int | None = None):
+    if isbox(x):
+        return x
+    x = check_token_array(x, name, allow_d0=True)
+    if d is not None and x.shape[-1] != d:
+        raise ValidationError(
+            f"{name} has tokens in R^{x.shape[-1]} but P is {d} x {d} (shape {x.shape})."
+        )
+    return x
+
+
+def _spd(P, name: str = "P"):
+    return P if isbox(P) else check_spd(P, name)
+
+
+def _same_shape(X, x, name: str):
+    if isbox(X):
+        return X
+    X = check_finite(as_float_array(X, name), name)
+    if X.shape != np.shape(x):
+        raise ValidationError(f"{name} must have the shape of x, {np.shape(x)}, got {X.shape}.")
+    return X
+
+
+def _on_manifold(y, P, name: str = "y"):
+    dev = float(np.max(np.abs(np.einsum("...i,ij,...j->...", y, P, y) - 1.0)))
+    if dev > ON_MANIFOLD_ATOL:
+        raise ValidationError(
+            f"{name} must lie on E_P (|y_i^T P y_i - 1| <= {ON_MANIFOLD_ATOL:g}), got max deviation "
+            f"{dev:.3g}; normalize it with riemattn.Ellipsoid(P).projection."
+        )
+
+
+def _scores(x, P):
+    """S[..., i, j] = x_i^T P x_j (autograd-traceable)."""
+    return anp.matmul(anp.matmul(x, P), anp.swapaxes(x, -1, -2))
+
+
+# ---------------------------------------------------------------------------------------------
+def normalizers(x, P, normalization: str = "paper"):
+    """Per-token weights Z_i(x) of the metric (and the attention's normalizers).
+
+    Parameters
+    ----------
+    x : array_like, shape (..., l, d)
+        Tokens in R^d (need not lie on E_P).
+    P : array_like, shape (d, d)
+        Symmetric positive definite matrix.
+    normalization : {"paper", "softmax", "none"}
+        ``"paper"``: Z_i = sqrt(d) sum_j exp(x_i^T P x_j) (riemattn's default AttentionField);
+        ``"softmax"``: Z_i = sum_j exp(x_i^T P x_j); ``"none"``: Z_i = 1.
+
+    Returns
+    -------
+    Z : ndarray, shape (..., l)
+
+    References
+    ----------
+    ARXIV (Rodriguez Abella, Silvestre, Tabuada), eq. (8)-(9).
+    """
+    check_choice(normalization, "normalization", METRIC_NORMALIZATIONS)
+    P = _spd(P)
+    x = _tokens(x, "x", np.shape(P)[-1])
+    if normalization == "none":
+        return anp.ones(anp.shape(x)[:-1])
+    Z = anp.sum(anp.exp(_scores(x, P)), axis=-1)
+    return Z * np.sqrt(np.shape(x)[-1]) if normalization == "paper" else Z
+
+
+def metric(x, X, Y, P, normalization: str = "paper"):
+    """The metric of ARXIV eq. (9): <X, Y>_g(x) = sum_i Z_i(x) X_i^T P Y_i.
+
+    Parameters
+    ----------
+    x : array_like, shape (..., l, d)
+        Base point in (R^d minus 0)^l; on (E_P)^l this is g_P.
+    X, Y : array_like, shape (..., l, d)
+        Tangent vectors at x.
+    P : array_like, shape (d, d)
+        Symmetric positive definite matrix.
+    normalization : {"paper", "softmax", "none"}
+        Which Z_i (see :func:`normalizers`). ``"paper"`` (Z_i with the factor sqrt(d)) is the one
+        for which grad_{g_P} V_P = -Y_P holds exactly with ``AttentionField(P, W=P)``.
+
+    Returns
+    -------
+    ndarray, shape (...)
+
+    References
+    ----------
+    ARXIV, eq. (9) and Lemma 3.1.
+    """
+    P = _spd(P)
+    x = _tokens(x, "x", np.shape(P)[-1])
+    X, Y = _same_shape(X, x, "X"), _same_shape(Y, x, "Y")
+    Z = normalizers(x, P, normalization)
+    return anp.sum(Z * anp.sum(anp.matmul(X, P) * Y, axis=-1), axis=-1)
+
+
+def potential(x, P):
+    """The potential of ARXIV eq. (10): V(x) = -1/2 sum_{i,j} exp(x_i^T P x_j).
+
+    V_P is its restriction to (E_P)^l. Written with autograd.numpy, so it can be differentiated.
+
+    Parameters
+    ----------
+    x : array_like, shape (..., l, d)
+    P : array_like, shape (d, d), symmetric positive definite
+
+    Returns
+    -------
+    ndarray, shape (...)
+
+    References
+    ----------
+    ARXIV, eq. (10), Lemma 3.2, Theorem 3.1.
+    """
+    P = _spd(P)
+    x = _tokens(x, "x", np.shape(P)[-1])
+    return -0.5 * anp.sum(anp.exp(_scores(x, P)), axis=(-2, -1))
+
+
+def tangent_projection(y, X, P):
+    """The g-orthogonal projection onto T_y(E_P)^l: (I - y_i y_i^T P) X_i = T_y pi_P . X (Lemma 3.1).
+
+    Because the metric is block diagonal, token i weighted by Z_i times the P-inner product, the
+    projection is the same for every choice of Z_i.
+
+    Parameters
+    ----------
+    y : array_like, shape (..., l, d), on (E_P)^l
+    X : array_like, shape (..., l, d)
+    P : array_like, shape (d, d), symmetric positive definite
+
+    Returns
+    -------
+    ndarray, shape (..., l, d)
+
+    References
+    ----------
+    ARXIV, Lemma 3.1; ICML eq. (3).
+    """
+    P = check_spd(P, "P")
+    y = _tokens(y, "y", P.shape[0])
+    X = _same_shape(X, y, "X")
+    _on_manifold(y, P)
+    return X - np.sum((y @ P) * X, axis=-1, keepdims=True) * y
+
+
+def _euclidean_gradient(f: Callable, x: np.ndarray) -> np.ndarray:
+    if not callable(f):
+        raise InputTypeError(f"f must be a callable f(x) -> scalar(s), got {type(f).__name__}.")
+    try:
+        G = grad(lambda z: anp.sum(f(z)))(x)
+    except Exception as exc:
+        raise ValidationError(
+            f"autograd could not differentiate f at x of shape {x.shape}: {exc!r}. Write f with "
+            "autograd.numpy (import autograd.numpy as anp) and return shape x.shape[:-2] or a scalar."
+        ) from exc
+    G = np.asarray(G, dtype=float)
+    if G.shape != x.shape or not np.all(np.isfinite(G)):
+        raise ValidationError(f"the gradient of f at x is not a finite array of shape {x.shape}.")
+    return G
+
+
+def ambient_gradient(f: Callable, x, P, normalization: str = "paper") -> np.ndarray:
+    """The g-gradient on (R^d minus 0)^l of a scalar function: (Z_i P)^{-1} df/dx_i.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(x) -> scalar`` written with ``autograd.numpy``; for a batch ``x`` it may return one value
+        per configuration, shape ``x.shape[:-2]`` (the gradient of their sum is taken, which is the
+        per-configuration gradient when configurations do not interact).
+    x : array_like, shape (..., l, d)
+    P : array_like, shape (d, d), symmetric positive definite
+    normalization : {"paper", "softmax", "none"}
+
+    Returns
+    -------
+    ndarray, shape (..., l, d)
+
+    References
+    ----------
+    ARXIV, eq. (9), Lemma 3.2 (grad_g V = -X_P).
+    """
+    P = check_spd(P, "P")
+    x = _tokens(x, "x", P.shape[0])
+    G = _euclidean_gradient(f, x)
+    Z = normalizers(x, P, normalization)
+    return np.linalg.solve(P, np.swapaxes(G, -1, -2)).swapaxes(-1, -2) / Z[..., None]
+
+
+def riemannian_gradient(f: Callable, x, P, normalization: str = "paper") -> np.ndarray:
+    """The g_P-Riemannian gradient on (E_P)^l of a scalar function ``f``, via autograd.
+
+    grad_{g_P} f(y)_i = (I - y_i y_i^T P) (Z_i(y) P)^{-1} df/dx_i(y): the g-orthogonal projection
+    (Lemma 3.1) of the ambient g-gradient, which is the gradient of the restriction f o i_P.
+
+    Parameters
+    ----------
+    f : callable
+        ``f(x) -> scalar`` (or shape ``x.shape[:-2]`` for a batch), written with ``autograd.numpy``.
+    x : array_like, shape (..., l, d)
+        Configuration(s) on (E_P)^l (|x_i^T P x_i - 1| <= 1e-8).
+    P : array_like, shape (d, d), symmetric positive definite
+    normalization : {"paper", "softmax", "none"}
+        The Z_i of the metric. With ``"paper"``,
+        ``riemannian_gradient(lambda x: potential(x, P), y, P)``
+        equals ``-AttentionField(P, W=P)(0, y)`` (Theorem 3.1); with ``"none"`` and P = I it is the
+        gradient for the standard metric of (S^(d-1))^l.
+
+    Returns
+    -------
+    ndarray, shape (..., l, d)
+
+    References
+    ----------
+    ARXIV, Lemma 3.1, Lemma 3.2, Theorem 3.1.
+    """
+    P = check_spd(P, "P")
+    x = _tokens(x, "x", P.shape[0])
+    _on_manifold(x, P, "x")
+    G = ambient_gradient(f, x, P, normalization)
+    return G - np.sum((x @ P) * G, axis=-1, keepdims=True) * x
+
+
+# ---------------------------------------------------------------------------------------------
+def energy(x, beta, *, centered: bool = False):
+    """GLPR's interaction energy E_beta(x) = 1/(2 beta n^2) sum_{i,j} exp(beta <x_i, x_j>).
+
+    Parameters
+    ----------
+    x : array_like, shape (..., n, d)
+        Particles (on the sphere for the dynamics; any points are accepted).
+    beta : float, >= 0
+    centered : bool, default False
+        Return E_beta - 1/(2 beta) = 1/(2 beta n^2) sum_{i,j} expm1(beta <x_i, x_j>) instead, which is
+        continuous at beta = 0. Both have the same gradient.
+
+    Returns
+    -------
+    ndarray, shape (...)
+
+    Notes
+    -----
+    E_beta diverges like 1/(2 beta) as beta -> 0; ``beta = 0`` returns the limit of the centered
+    energy, E_0 = 1/(2 n^2) sum_{i,j} <x_i, x_j> = |mean of x|^2 / 2 (the Kuramoto energy on the
+    circle), whatever ``centered`` is. Written with autograd.numpy, so it can be differentiated.
+    Overflow (beta <x_i, x_j> > ~709) raises ValidationError.
+
+    References
+    ----------
+    GLPR (Geshkovski, Letrouit, Polyanskiy, Rigollet), eq. (3.5), Remark 3.8, eq. (7.4).
+    """
+    beta = check_beta(beta)
+    x = _tokens(x, "x")
+    n = anp.shape(x)[-2]
+    G = anp.matmul(x, anp.swapaxes(x, -1, -2))
+    if beta == 0.0:
+        return anp.sum(G, axis=(-2, -1)) / (2.0 * n * n)
+    with np.errstate(over="ignore"):
+        E = anp.expm1(beta * G) if centered else anp.exp(beta * G)
+        out = anp.sum(E, axis=(-2, -1)) / (2.0 * beta * n * n)
+    if not isbox(out) and not np.all(np.isfinite(out)):
+        raise ValidationError(
+            f"energy overflowed: beta <x_i, x_j> reaches {beta * float(np.max(G)):.4g}."
+        )
+    return out
+
+
+def energy_weights(x, beta) -> np.ndarray:
+    """Per-particle weights Z_{beta,i}(x)/n^2 of the metric in which (SA) is the gradient of E_beta.
+
+    Derivation (GLPR section 3.4, eq. 3.12). dE_beta/dx_i = (1/n^2) sum_j e^{beta <x_i,x_j>} x_j
+    (the 1/2 cancels the two equal halves of the double sum, beta cancels 1/beta). In the metric
+    <a, b>_x = sum_i c_i(x) <a_i, b_i> on (S^(d-1))^n the gradient is P^perp_{x_i}(dE/dx_i) / c_i,
+    which equals (SA)'s right-hand side P^perp_{x_i}((1/Z_i) sum_j e^{beta <x_i,x_j>} x_j) iff
+
+        c_i = Z_{beta,i} / n^2,       Z_{beta,i} = sum_j exp(beta <x_i, x_j>).
+
+    GLPR's eq. (3.12) uses the weights Z_{beta,i}/n, with which SA = n grad E_beta -- the same factor n
+    as USA = n grad E_beta for the standard metric (c_i = 1, GLPR eq. 3.11). At beta = 0,
+    Z_{0,i} = n and c_i = 1/n (SA = USA = n grad E_0).
+
+    Parameters
+    ----------
+    x : array_like, shape (..., n, d)
+    beta : float, >= 0
+
+    Returns
+    -------
+    ndarray, shape (..., n)
+
+    References
+    ----------
+    GLPR, section 3.4.1, eq. (3.12); Remark 3.8, eq. (3.11).
+    """
+    beta = check_beta(beta)
+    x = _tokens(x, "x")
+    n = x.shape[-2]
+    with np.errstate(over="ignore"):
+        c = np.sum(np.exp(beta * (x @ np.swapaxes(x, -1, -2))), axis=-1) / (n * n)
+    if not np.all(np.isfinite(c)):
+        raise ValidationError(
+            f"energy_weights overflowed at beta = {beta}: exp(beta <x_i, x_j>) exceeds the float range."
+        )
+    return c

@@ -1,0 +1,10 @@
+"""Dynamics: vector fields on the token manifolds.
+
+:class:`~riemattn.dynamics.fields.Field` and its kinds (``VectorField``, ``AlgebraField``,
+``LinearField``), the attention field and its head matrices
+(:mod:`riemattn.dynamics.attention`), and the circle form of the dynamics
+(:mod:`riemattn.dynamics.circle`). A field maps ``(t, y)`` to tangent vectors and knows nothing
+about stepping.
+
+May import: :mod:`riemattn.geometry` and the shared infrastructure.
+"""

@@ -1,0 +1,201 @@
+"""Per-head matrix stacks of the attention field (constant or time-dependent) and small-product BLAS.
+
+Private helpers of :mod:`riemattn.dynamics.attention`: :class:`HeadMatrices` holds P_eta or U_eta, shape
+``(h, d, d)``, constant or a callable of time, and evaluates it at one time or at one time per
+trajectory; :func:`bmm` is ``a @ b`` with BLAS limited to one thread for small matrices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from .._backend import constant, convert, is_torch, to_numpy
+from .._validation import as_float_array, call_user, call_user_on_device, check_finite
+from ..errors import ValidationError
+
+__all__ = ["HeadMatrices", "as_heads", "bmm", "stack_columns"]
+
+
+def as_heads(value, name: str, d: int | None) -> np.ndarray:
+    """Check a (d, d) or (h, d, d) finite array and return it as (h, d, d)."""
+    arr = check_finite(as_float_array(value, name), name)
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3 or arr.shape[1] != arr.shape[2]:
+        raise ValidationError(f"{name} must have shape (d, d) or (h, d, d), got shape {arr.shape}.")
+    if d is not None and arr.shape[-1] != d:
+        raise ValidationError(
+            f"{name} acts on R^{arr.shape[-1]} (shape {arr.shape}) but the tokens live in R^{d}."
+        )
+    if arr.shape[0] == 0:
+        raise ValidationError(f"{name} has zero heads (shape {arr.shape}).")
+    return arr
+
+
+class HeadMatrices:
+    """A constant or time-dependent stack of per-head matrices, shape (h, d, d).
+
+    Parameters
+    ----------
+    value : array_like (d, d) or (h, d, d), or callable t -> such an array
+    name : str
+        The argument's name, for error messages.
+    d : int or None
+        Required matrix size (None: taken from ``value``).
+    time_vectorized : bool
+        The callable accepts a 1-D array of k times and returns shape (k, h, d, d) or (k, d, d).
+    """
+
+    def __init__(self, value, name: str, d: int | None, time_vectorized: bool = False):
+        self.name = name
+        self.time_vectorized = bool(time_vectorized)
+        if callable(value) and not isinstance(value, np.ndarray):
+            self.fn = value
+            first = call_user(value, f"{name}(t)", 0.0, np.zeros(1) if self.time_vectorized else 0.0)
+            if self.time_vectorized:
+                first = as_float_array(first, f"{name}(t)")
+                if first.ndim not in (3, 4) or first.shape[0] != 1:
+                    raise ValidationError(
+                        f"{name}(t) with time_vectorized=True must return shape (k, d, d) or "
+                        f"(k, h, d, d) for k times; for t of shape (1,) it returned {first.shape}."
+                    )
+                first = first[0]
+            self.const = None
+            self.shape = as_heads(first, f"{name}(0)", d).shape
+        else:
+            self.fn = None
+            self.const = as_heads(value, name, d)
+            self.shape = self.const.shape
+
+    def _call(self, t):
+        """The user's callable at ``t`` (exceptions wrapped, see :func:`~riemattn._validation.call_user`)."""
+        return call_user(self.fn, f"{self.name}(t)", t, t)
+
+    def _check(self, out, t, per_time: bool) -> np.ndarray:
+        if type(out) is not np.ndarray or out.dtype != np.float64:
+            out = as_float_array(out, f"{self.name}(t)")
+        expect = ((len(t),) if per_time else ()) + self.shape
+        if out.ndim == len(expect) - 1 and self.shape[0] == 1:  # (d, d) for one head
+            out = out[..., None, :, :]
+        if out.shape != expect:
+            raise ValidationError(
+                f"{self.name}(t) returned shape {out.shape} at t = {t!r}; expected {expect} "
+                f"(the shape it had at t = 0)."
+            )
+        if not np.isfinite(out).all():
+            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {t!r}.")
+        return out
+
+    def __call__(self, t: float) -> np.ndarray:
+        """The stack at one time, shape (h, d, d)."""
+        if self.fn is None:
+            return self.const
+        if self.time_vectorized:
+            return self._check(self._call(np.array([float(t)])), np.array([float(t)]), True)[0]
+        return self._check(self._call(t), t, False)
+
+    def many(self, times: np.ndarray) -> np.ndarray:
+        """The stacks at each of ``times`` (1-D, k), shape (k, h, d, d)."""
+        if self.fn is None:
+            return np.broadcast_to(self.const, (len(times),) + self.shape)
+        if self.time_vectorized:
+            return self._check(self._call(times), times, True)
+        return np.stack([self(t) for t in times.tolist()])
+
+    def at(self, t, batch_shape: tuple, like=None):
+        """The stack at time ``t``: (h, d, d) for a shared time, else batch_shape + (h, d, d).
+
+        ``t`` is a float or an array broadcasting to ``batch_shape`` (one time per trajectory).
+        A time-vectorized callable is called once with all the times; any other callable once
+        per distinct time. With ``like`` (tokens that are not a NumPy float64 array) the result is
+        an array of ``like``'s kind, device and dtype.
+
+        Tensors (the PyTorch backend): a time-vectorized callable receives the times as a 1-D
+        tensor on the tokens' device and may return a tensor there (no host round trip); if it
+        raises on a tensor (NumPy code given CUDA times) it is called with a NumPy array of the
+        times from then on. Any other callable receives host floats (one synchronisation per
+        evaluation).
+        """
+        if like is not None and not (type(like) is np.ndarray and like.dtype == np.float64):
+            return self._at_device(t, batch_shape, like)
+        if self.fn is None or np.ndim(t) == 0:
+            return self(float(t)) if self.fn is not None else self.const
+        t = np.broadcast_to(np.asarray(t, dtype=float), batch_shape)
+        first = t.flat[0]
+        if (t == first).all():
+            return self(float(first))
+        if self.time_vectorized:
+            flat = t.reshape(-1)
+            return self._check(self._call(flat), flat, True).reshape(batch_shape + self.shape)
+        times, inverse = np.unique(t, return_inverse=True)
+        return self.many(times)[inverse.reshape(batch_shape)]
+
+    def _at_device(self, t, batch_shape: tuple, like):
+        """:meth:`at` for tokens ``like`` of another kind, device or dtype (see there)."""
+        if self.fn is None:
+            return constant(self.__dict__.setdefault("_consts", {}), "const", self.const, like)
+        if self.time_vectorized and is_torch(t) and t.ndim:
+            flat = t.expand(batch_shape).reshape(-1) if tuple(t.shape) != batch_shape else t.reshape(-1)
+            out, _ = call_user_on_device(self, self.fn, f"{self.name}(t)", "(per-trajectory times)",
+                                         (flat,), lambda: (to_numpy(flat),))
+            out = convert(out, like)
+            expect = (flat.shape[0],) + self.shape
+            if out.ndim == len(expect) - 1 and self.shape[0] == 1:
+                out = out[..., None, :, :]
+            if tuple(out.shape) != expect:
+                raise ValidationError(
+                    f"{self.name}(t) returned shape {tuple(out.shape)} for {flat.shape[0]} times; "
+                    f"expected {expect} (time_vectorized=True)."
+                )
+            return out.reshape(batch_shape + self.shape)
+        t_host = to_numpy(t) if is_torch(t) else t
+        return convert(self.at(t_host, batch_shape), like)
+
+
+def stack_columns(M: np.ndarray) -> np.ndarray:
+    """(..., h, d, d) -> (..., d, h*d) with block eta equal to M_eta: ``y @ out`` gives y^T M_eta per head."""
+    *lead, h, d, _ = M.shape
+    return M.swapaxes(-3, -2).reshape(tuple(lead) + (d, h * d))
+
+
+_BLAS_LIMITER = []
+
+
+def _one_blas_thread():
+    """Context limiting OpenBLAS/MKL to one thread (threadpoolctl), or a no-op without it."""
+    if not _BLAS_LIMITER:
+        try:
+            from threadpoolctl import ThreadpoolController
+
+            _BLAS_LIMITER.append(ThreadpoolController().select(user_api="blas"))
+        except Exception:  # noqa: BLE001 - optional dependency; any failure means "no limiting"
+            _BLAS_LIMITER.append(None)
+    ctl = _BLAS_LIMITER[0]
+    if ctl is None or not ctl.lib_controllers:
+        return contextlib.nullcontext()
+    return ctl.limit(limits=1)
+
+
+#: Matrix products of at most ``_SMALL_PRODUCT`` multiply-adds per matrix (and at least
+#: ``_SMALL_TOTAL`` in all, so that tiny problems skip the ~10 us of switching) run with BLAS
+#: limited to one thread. OpenBLAS splits such products over its threads, which gains little at
+#: these sizes and is very costly when the cores are shared with other processes: each threaded
+#: call then waits for a time slice. Measured on the 2-core development machine under load
+#: (benchmarks/bench_field.py, work_precision.py): 100 products (100 x 500) @ (500 x 50) took
+#: 50 ms with one thread and 0.2-2 s with two; one (50 x 500) @ (500 x 1000) product 1.6-22 ms
+#: with two threads. (threadpoolctl's limit is process-wide while it lasts: BLAS calls made by
+#: other Python threads during such a product also run on one thread.)
+_SMALL_PRODUCT = 1 << 25
+_SMALL_TOTAL = 1 << 20
+
+
+def bmm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``a @ b`` (matrices or stacks of them); one BLAS thread when the matrices are small."""
+    m, k = a.shape[-2:]
+    work = m * k * b.shape[-1]
+    if _SMALL_TOTAL <= work * max(1, a.size // max(1, m * k)) and work <= _SMALL_PRODUCT:
+        with _one_blas_thread():
+            return np.matmul(a, b, out=out)
+    return np.matmul(a, b, out=out)

@@ -1,0 +1,421 @@
+"""The continuous attention dynamics: multi-head self-attention as a tangent vector field.
+
+For tokens ``y_i`` on E_W = {x : x^T W x = 1} and heads eta = 1..h (ICML eq. 6, ARXIV eq. 7)::
+
+    dy_i/dt = sum_eta sum_j alpha_ij^eta(t, y) (U_eta y_j - (y_i^T W U_eta y_j) y_i)
+    alpha_ij^eta = exp(y_i^T P_eta y_j) / Z_i^eta
+
+with ``Z_i = sqrt(d) sum_j exp(...)`` ("paper", d = n + 1), ``Z_i = sum_j exp(...)``
+("softmax") or ``Z_i = l`` ("mean", GLPR's USA). Causal attention restricts j <= i. The
+un-normalised update ``f_i = sum_eta sum_j alpha_ij^eta U_eta y_j`` is :meth:`AttentionField.update`;
+one transformer layer is ``pi_W(y + tau f)``, the ``"layer"`` stepper (see :mod:`riemattn.solvers.layer`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from numbers import Real
+
+import numpy as np
+
+from .._backend import constant, convert, device_of, is_torch, namespace, size
+from ._heads import HeadMatrices, bmm, stack_columns
+from .._validation import as_float_array, check_choice, check_finite, check_int, check_points, check_real
+from ..errors import ValidationError
+from .fields import Field
+from ..geometry.manifolds import manifold_for
+
+__all__ = ["AttentionField", "sa", "usa", "MASKS", "NORMALIZATIONS"]
+
+MASKS = ("full", "causal")
+NORMALIZATIONS = ("paper", "softmax", "mean")
+
+
+def _check_beta(beta):
+    """beta as a float, or as a float array (one inverse temperature per trajectory)."""
+    if isinstance(beta, Real) and not isinstance(beta, bool):
+        return check_real(beta, "beta")
+    arr = check_finite(as_float_array(beta, "beta"), "beta")
+    return float(arr) if arr.ndim == 0 else arr
+
+
+class AttentionField(Field):
+    """Multi-head self-attention as a tangent vector field on the sphere or an ellipsoid.
+
+    Parameters
+    ----------
+    P : array_like, shape (d, d) or (h, d, d), or callable t -> such an array
+        Query-key products P_eta = Q_eta^T K_eta. A callable is evaluated once at t = 0 to fix the
+        number of heads h and d; later calls must return the same shape.
+    U : array_like or callable, optional
+        Value matrices U_eta (d, d) or (h, d, d); a single (d, d) is shared by all heads.
+        None (default) means the identity for every head (and a faster path).
+    W : array_like, shape (d, d), optional
+        SPD matrix of the ellipsoid E_W the tokens live on; None means the sphere S^(d-1).
+    mask : {"full", "causal"}
+        Causal attention restricts token i to tokens j <= i (lower triangular attention).
+    normalization : {"paper", "softmax", "mean"}
+        "paper": Z_i = sqrt(d) sum_j e^{y_i^T P y_j} (rows sum to 1/sqrt(d), the papers' D_eta);
+        "softmax": rows sum to 1; "mean": alpha_ij = e^{y_i^T P y_j} / l (GLPR's USA; l tokens,
+        also for causal attention).
+    beta : float or array_like, default 1.0
+        Inverse temperature multiplying every P_eta (GLPR's beta). An array gives one beta per
+        trajectory: it broadcasts against the leading (batch) axes of the tokens ``y``, so a
+        phase diagram over beta is one batch.
+    time_vectorized : bool, default False
+        Callable P and U accept a 1-D array of ``k`` times and return ``(k, h, d, d)`` (or
+        ``(k, d, d)``). Used when trajectories of a batch are at different times (adaptive
+        steps are per trajectory); otherwise the callables are called once per distinct time.
+
+    Notes
+    -----
+    ``field(t, y)`` returns the tangent vectors (shape of ``y``); ``field.update(t, y)`` returns the
+    un-normalised update ``sum_eta sum_j alpha_ij^eta U_eta y_j``; ``field.attention(t, y)`` returns
+    alpha, shape (..., h, l, l). ``t`` is a float or an array of one time per trajectory (shape
+    ``y.shape[:-2]``). The softmax subtracts the largest score, so scores of any size are safe.
+
+    References
+    ----------
+    Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
+    Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", (SA), (USA).
+    """
+
+    def __init__(self, P, U=None, *, W=None, mask="full", normalization="paper", beta=1.0,
+                 time_vectorized=False):
+        self.mask = check_choice(mask, "mask", MASKS)
+        self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS)
+        self.beta = _check_beta(beta)
+        self.time_vectorized = bool(time_vectorized)
+        self._P = HeadMatrices(P, "P", None, self.time_vectorized)
+        d = self._P.shape[-1]
+        self._U = None if U is None else HeadMatrices(U, "U", d, self.time_vectorized)
+        if self._U is not None and self._U.shape[0] not in (1, self._P.shape[0]):
+            if self._P.shape[0] != 1:
+                raise ValidationError(
+                    f"U has {self._U.shape[0]} heads but P has {self._P.shape[0]}; give one U per "
+                    "head or a single (d, d) U shared by all heads."
+                )
+        self.manifold = manifold_for(W, d, f"P of shape {self._P.shape[-2:]}")
+        self.W = None if W is None else self.manifold.W
+        self.h = max(self._P.shape[0], 1 if self._U is None else self._U.shape[0])
+        # a scalar beta is folded into constant P; an array beta scales the scores per trajectory
+        self._bscale = self.beta if isinstance(self.beta, float) else 1.0
+        const = self._P.const
+        self._scalar_P = None  # P = c I (GLPR's SA/USA): scores are c y y^T
+        if const is not None and const.shape[0] == 1:
+            c = const[0, 0, 0]
+            if np.array_equal(const[0], c * np.eye(d)):
+                self._scalar_P = self._bscale * c
+        self._Pcols = None if const is None else stack_columns(self._bscale * const)
+        self._Ucols = None
+        if self._U is not None and self._U.const is not None:
+            self._Ucols = stack_columns(np.swapaxes(self._U.const, -1, -2))
+        self._tril = {}
+        self._consts = {}  # the constants above on other devices / dtypes (see _backend.constant)
+        self._work = threading.local()  # per-thread work buffers of the hot path (see _buffer)
+        self._checked = True  # public calls validate y; integrate() steps an unchecked copy
+
+    def _unchecked(self):
+        """This field's twin whose calls skip the token checks (made once, then cached).
+
+        ``integrate`` checks y0 once and steps the twin; steppers evaluate it at stage points,
+        which are not retracted onto the manifold.
+        """
+        if not self._checked:
+            return self
+        twin = self.__dict__.get("_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin._checked = False
+            twin._twin = twin
+            self._twin = twin
+        return twin
+
+    # ------------------------------------------------------------------------------------------
+    def P(self, t=0.0) -> np.ndarray:
+        """beta * P_eta(t): shape (h, d, d), with the shapes of an array t and beta in front."""
+        Pt = self._P.at(t, np.shape(t)) if np.ndim(t) else self._P(float(t))
+        Pt = np.broadcast_to(Pt, Pt.shape[:-3] + (self.h,) + Pt.shape[-2:])
+        return np.asarray(self.beta)[(...,) + (None,) * 3] * Pt
+
+    def U(self, t=0.0) -> np.ndarray:
+        """U_eta(t), shape (h, d, d) (identity matrices when U is None)."""
+        if self._U is None:
+            return np.broadcast_to(np.eye(self.d), (self.h, self.d, self.d))
+        Ut = self._U.at(t, np.shape(t)) if np.ndim(t) else self._U(float(t))
+        return np.broadcast_to(Ut, Ut.shape[:-3] + (self.h,) + Ut.shape[-2:])
+
+    def _check_y(self, y) -> np.ndarray:
+        """Public calls: real finite tokens (..., l, d) with l >= 1 (any leading axes, even empty).
+
+        Tokens off the manifold are accepted: every method is the ambient extension of its
+        formula (what ambient ODE solvers such as SciPy's evaluate at their stage points).
+        """
+        if (type(y) is np.ndarray and y.dtype == np.float64 and y.ndim >= 2 and y.shape[-1] == self.d
+                and y.shape[-2] and math.isfinite(np.add.reduce(y, axis=None))):
+            return y  # the common case, ~2 us (NaN/inf propagate into the sum; on an overflow, the full check)
+        return check_points(y, "y", self.manifold, on_manifold=False)
+
+    # Array backends: the same code runs on NumPy arrays and PyTorch tensors (riemattn._backend).
+    # NumPy float64 tokens use the constants as stored; tensors get cached converted copies.
+    def _const(self, name: str, value, y):
+        return constant(self._consts, name, value, y)
+
+    def take(self, index, batch_shape: tuple):
+        """This field for the trajectories ``index`` of the flattened batch ``batch_shape``.
+
+        ``self`` for a scalar beta; for an array beta, a copy whose beta is ``beta`` broadcast to
+        ``batch_shape``, flattened and taken at ``index`` (see :meth:`riemattn.dynamics.fields.Field.take`).
+        """
+        if isinstance(self.beta, float):
+            return self
+        try:
+            beta = np.broadcast_to(self.beta, batch_shape).reshape(-1)
+        except ValueError:
+            raise ValidationError(
+                f"beta of shape {self.beta.shape} does not broadcast against the batch shape "
+                f"{batch_shape} of the tokens (leading axes of y)."
+            ) from None
+        new = copy.copy(self)
+        new.__dict__.pop("_twin", None)
+        if is_torch(index):  # per-trajectory beta on the device of the (compacted) batch
+            full = self._consts.get(("beta_flat", str(index.device)))
+            if full is None or full.shape != beta.shape:
+                full = self._consts[("beta_flat", str(index.device))] = convert(beta, index, namespace(index).float64)
+            new.beta = full[index]
+        else:
+            new.beta = beta[np.asarray(index)]
+        new._consts = {k: v for k, v in self._consts.items() if k[0] != "beta"}
+        new._work = threading.local()
+        return new
+
+    def _beta_factor(self, batch_shape, y):
+        """Array beta reshaped to scale scores [..., i, eta, j], or None for a scalar beta."""
+        if isinstance(self.beta, float):
+            return None
+        beta = self.beta if type(y) is np.ndarray and type(self.beta) is np.ndarray else convert(self.beta, y)
+        try:
+            b = namespace(y).broadcast_to(beta, batch_shape)
+        except ValueError:
+            raise ValidationError(
+                f"beta of shape {self.beta.shape} does not broadcast against the batch shape "
+                f"{batch_shape} of the tokens (leading axes of y)."
+            ) from None
+        return b[..., None, None, None]
+
+    def _mm(self, a, b, buffer: str | None = None):
+        """``a @ b``: NumPy through :func:`bmm` (small-product threading, optional work buffer)."""
+        if type(a) is np.ndarray:
+            out = None if buffer is None else self._buffer(buffer, a.shape[:-1] + b.shape[-1:])
+            return bmm(a, b, out=out)
+        return a @ b
+
+    # Internal layout of scores and attention: [..., i, eta, j] (token, head, neighbour). With it every
+    # product below is one BLAS call on contiguous operands: (l*h, d) @ (d, l) for the scores and
+    # (l, l*h) @ (l*h, d) for the mixing, per trajectory.
+    def _scores(self, t, y: np.ndarray) -> np.ndarray:
+        """S[..., i, eta, j] = y_i^T beta P_eta(t) y_j."""
+        yT = y.swapaxes(-1, -2)
+        batch = tuple(y.shape[:-2])
+        n = y.shape[-2]
+        if self._scalar_P is not None:
+            S = (self._scalar_P * self._mm(y, yT))[..., :, None, :]
+        else:
+            if self._Pcols is not None:
+                cols = self._const("Pcols", self._Pcols, y)
+            else:
+                Pt = self._P.at(t, batch, y)
+                cols = stack_columns(Pt if self._bscale == 1.0 else self._bscale * Pt)
+            h = cols.shape[-1] // self.d
+            if cols.ndim == 2:  # one P for the whole batch: a single (B l, d) @ (d, h d) product
+                yP = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * h, self.d))
+            else:  # one P per trajectory
+                yP = self._mm(y, cols).reshape(batch + (n * h, self.d))
+            S = self._mm(yP, yT, "S").reshape(batch + (n, h, n))
+        factor = self._beta_factor(batch, y)
+        if factor is not None:
+            S *= factor
+        return S
+
+    def _buffer(self, name: str, shape: tuple) -> np.ndarray:
+        """A reusable float64 work array (per thread, per name, kept for the last shape asked).
+
+        The scores and attention matrices of a batch are large temporaries (640 KB at B = 400,
+        l = 10, h = 2); allocating them afresh on every call goes through mmap/munmap in glibc
+        and made a call 1.5-3x slower per trajectory at B = 400 than at B = 200 (measured; see
+        docs/steppers.md). Buffers never leave the field: what a method returns is always fresh.
+        """
+        store = self._work.__dict__
+        buf = store.get(name)
+        if buf is None or buf.shape != shape:
+            buf = store[name] = np.empty(shape)
+        return buf
+
+    def _causal(self, n: int, y=None) -> np.ndarray:
+        """The causal mask [i, 1, j] (j <= i): bool for NumPy; for tensors 0/1 in y's dtype."""
+        if n not in self._tril:
+            self._tril[n] = np.tril(np.ones((n, n), dtype=bool))[:, None, :]
+        if y is None or type(y) is np.ndarray:
+            return self._tril[n]
+        return self._const(("tril", n), self._tril[n].astype(float), y)
+
+    #: Largest spread max(S) - min(S) of the scores for which one shift by the global maximum is
+    #: used in the softmax (exp(-600) ~ 1e-261 is still a normal float, so no row underflows and
+    #: every row sum keeps full relative precision); beyond it, each row's maximum is subtracted.
+    _GLOBAL_SHIFT_SPREAD = 600.0
+
+    def _weights(self, t, y: np.ndarray):
+        """Unnormalized weights E[..., i, eta, j] and per-row factors r[..., i, eta] with
+        alpha = E * r[..., None] ("paper" / "softmax"); for "mean" r is None and E is alpha."""
+        S = self._scores(t, y)
+        n = y.shape[-2]
+        causal = self.mask == "causal"
+        scale = np.sqrt(self.d) if self.normalization == "paper" else 1.0
+        if type(S) is not np.ndarray:
+            return self._weights_device(S, n, causal, scale)
+        if self.normalization != "mean":
+            smax, smin = S.max(), S.min()
+            if smax - smin < self._GLOBAL_SHIFT_SPREAD:  # False for NaN: the per-row path below
+                S -= smax
+                E = np.exp(S, out=S)
+                if causal:
+                    E *= self._causal(n)
+                return E, 1.0 / (scale * np.einsum("...j->...", E))
+        if causal:
+            S = np.where(self._causal(n), S, -np.inf)
+        m = np.max(S, axis=-1, keepdims=True)
+        E = np.exp(S - m)
+        if self.normalization == "mean":
+            with np.errstate(over="raise"):
+                try:
+                    return E * (np.exp(m) / n), None
+                except FloatingPointError:
+                    raise ValidationError(
+                        "normalization='mean' overflowed: exp(y_i^T P y_j) exceeds the float range "
+                        f"(max score {float(np.max(m)):.4g}); reduce beta or use 'softmax'."
+                    ) from None
+        return E, 1.0 / (scale * np.sum(E, axis=-1))
+
+    def _weights_device(self, S, n: int, causal: bool, scale: float):
+        """:meth:`_weights` for tensors, without a host synchronisation: every row is shifted by
+        its own maximum (no data-dependent branch); an overflow of "mean" gives inf, which
+        ``integrate`` reports as a non-finite trajectory instead of raising."""
+        xp = namespace(S)
+        if causal:
+            S = xp.where(self._causal(n, S) > 0, S, -math.inf)
+        m = xp.max(S, axis=-1, keepdims=True)
+        E = (S - m).exp_()  # one temporary, exponentiated in place
+        if self.normalization == "mean":
+            return E.mul_(xp.exp(m) / n), None
+        return E, 1.0 / (scale * xp.sum(E, axis=-1))
+
+    def _attention(self, t, y: np.ndarray) -> np.ndarray:
+        """alpha[..., i, eta, j] (internal layout)."""
+        E, r = self._weights(t, y)
+        if r is not None:
+            E *= r[..., None]
+        return E
+
+    def attention(self, t, y) -> np.ndarray:
+        """Attention matrices alpha_ij^eta(t, y), shape (..., h, l, l)."""
+        y = self._check_y(y)
+        xp = namespace(y)
+        shape = tuple(y.shape[:-2]) + (self.h,) + tuple(y.shape[-2:-1]) * 2
+        if size(y) == 0:
+            return xp.zeros(shape, dtype=y.dtype, device=device_of(y))
+        A = self._attention(t, y).swapaxes(-2, -3)
+        A = xp.broadcast_to(A, shape)
+        return np.array(A) if type(A) is np.ndarray else A.contiguous()  # a copy (A holds a work buffer)
+
+    def update(self, t, y) -> np.ndarray:
+        """The un-normalised attention update f_i = sum_eta sum_j alpha_ij^eta U_eta y_j, shape (..., l, d).
+
+        One transformer layer is ``pi_W(y + tau * update(t, y))`` (the ``"layer"`` stepper); the
+        field is its tangent part, ``(I - y_i y_i^T W) f_i``.
+        """
+        y = self._check_y(y) if self._checked else y
+        return self._update(t, y) if size(y) else namespace(y).zeros_like(y)
+
+    def _update(self, t, y: np.ndarray) -> np.ndarray:
+        """:meth:`update` for checked tokens."""
+        n = y.shape[-2]
+        if self._U is None:
+            E, r = self._weights(t, y)  # (..., l, hP, l), (..., l, hP)
+            if r is None:
+                A = E.sum(axis=-2) if E.shape[-2] > 1 else E[..., 0, :]
+            elif type(E) is not np.ndarray:
+                A = (E * r[..., None]).sum(-2) if E.shape[-2] > 1 else E[..., 0, :] * r
+            else:  # normalise and sum over heads in one pass
+                A = np.einsum("...ihj,...ih->...ij", E, r, out=self._buffer("A", E.shape[:-3] + (n, n)))
+            return self._mm(A, y)
+        A = self._attention(t, y)  # (..., l, hP, l)
+        batch = tuple(y.shape[:-2])
+        if self._Ucols is not None:
+            cols = self._const("Ucols", self._Ucols, y)
+        else:
+            cols = stack_columns(self._U.at(t, batch, y).swapaxes(-1, -2))
+        hU = cols.shape[-1] // self.d
+        # rows (j, eta)
+        if cols.ndim == 2:
+            Uy = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * hU, self.d))
+        else:
+            Uy = self._mm(y, cols).reshape(batch + (n * hU, self.d))
+        if A.shape[-2] != hU:  # one P shared by several U heads
+            A = namespace(A).broadcast_to(A, tuple(A.shape[:-2]) + (hU, n))
+        A = A.swapaxes(-1, -2).reshape(tuple(A.shape[:-3]) + (n, n * hU))  # columns (j, eta)
+        return self._mm(A, Uy)
+
+    def drive(self, t, y) -> np.ndarray:
+        """Deprecated alias of :meth:`update` (the name used before version 0.2)."""
+        import warnings
+
+        warnings.warn("AttentionField.drive is deprecated; use AttentionField.update.",
+                      DeprecationWarning, stacklevel=2)
+        return self.update(t, y)
+
+    def __call__(self, t, y) -> np.ndarray:
+        """Tangent field F_i = (I - y_i y_i^T W) f_i, shape (..., l, d)."""
+        y = self._check_y(y) if self._checked else y
+        if size(y) == 0:  # an empty batch
+            return namespace(y).zeros_like(y)
+        return self.manifold.tangent(y, self._update(t, y))
+
+    def __repr__(self) -> str:
+        kind = "time-dependent" if self._P.fn is not None else "constant"
+        beta = self.beta if isinstance(self.beta, float) else f"array{self.beta.shape}"
+        return (
+            f"AttentionField(h={self.h}, d={self.d}, {kind} P, U={'I' if self._U is None else 'given'}, "
+            f"manifold={self.manifold!r}, mask={self.mask!r}, normalization={self.normalization!r}, "
+            f"beta={beta})"
+        )
+
+
+def sa(beta, d: int, **kwargs) -> AttentionField:
+    """GLPR's self-attention (SA) on S^(d-1): Q = K = V = I, plain softmax, inverse temperature beta.
+
+    dx_i/dt = P_x_i^perp ( (1/Z_i) sum_j e^{beta <x_i, x_j>} x_j ),  Z_i = sum_j e^{beta <x_i, x_j>}.
+    ``beta`` may be an array (one per trajectory, broadcasting over the batch axes).
+
+    References
+    ----------
+    Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", eq. (SA).
+    """
+    return AttentionField(np.eye(_check_d(d)), beta=beta, normalization="softmax", **kwargs)
+
+
+def usa(beta, d: int, **kwargs) -> AttentionField:
+    """GLPR's unnormalized self-attention (USA): dx_i/dt = P^perp((1/n) sum_j e^{beta <x_i,x_j>} x_j).
+
+    ``beta`` may be an array (one per trajectory, broadcasting over the batch axes).
+
+    References
+    ----------
+    Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", eq. (USA).
+    """
+    return AttentionField(np.eye(_check_d(d)), beta=beta, normalization="mean", **kwargs)
+
+
+def _check_d(d) -> int:
+    return check_int(d, "d", 2, " (tokens in R^d on the sphere S^(d-1))")

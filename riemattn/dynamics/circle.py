@@ -1,0 +1,184 @@
+"""GLPR's circle case (d = 2): (SA) and (USA) as ODEs on angles, and the Kuramoto connection.
+
+With x_i = (cos theta_i, sin theta_i) on S^1, GLPR eq. (7.1)::
+
+    (USA)  dtheta_i/dt = (1/n)       sum_j e^{beta cos(theta_i - theta_j)} sin(theta_j - theta_i)
+    (SA)   dtheta_i/dt = (1/Z_{beta,i}) sum_j e^{beta cos(theta_i - theta_j)} sin(theta_j - theta_i)
+
+Z_{beta,i} = sum_j e^{beta cos(theta_i - theta_j)}. beta = 0 gives the Kuramoto model with identical
+natural frequencies and coupling K = 1 (both SA and USA). Both are gradient ascents of
+
+    E_beta(theta) = 1/(2 beta n^2) sum_{i,j} e^{beta cos(theta_i - theta_j)}          (GLPR eq. 7.4)
+
+USA: dtheta/dt = n grad E_beta; SA: dtheta_i/dt = (n^2 / Z_{beta,i}) dE_beta/dtheta_i (the metric
+weights of :func:`riemattn.analysis.gradient_flow.energy_weights`).
+
+Angles live on the flat torus, not on a sphere or ellipsoid, so :class:`CircleField` is integrated
+with :meth:`CircleField.solve` (SciPy, high accuracy) rather than :func:`riemattn.integrate`.
+
+References
+----------
+Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
+section 7.1 (eq. 7.1), section 7.2 (eq. 7.2-7.4).
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+from .._validation import as_float_array, check_beta, check_choice, check_finite
+from ..errors import IntegrationError, ValidationError
+
+__all__ = ["CircleField", "from_points", "to_points", "wrap"]
+
+
+def _angles(theta, name: str = "theta") -> np.ndarray:
+    theta = check_finite(as_float_array(theta, name), name)
+    if theta.ndim < 1 or theta.shape[-1] == 0:
+        raise ValidationError(
+            f"{name} must have shape (..., n) with n >= 1 angles, got shape {theta.shape}."
+        )
+    return theta
+
+
+def to_points(theta) -> np.ndarray:
+    """(cos theta_i, sin theta_i): angles (..., n) -> points on S^1, shape (..., n, 2)."""
+    theta = _angles(theta)
+    return np.stack([np.cos(theta), np.sin(theta)], axis=-1)
+
+
+def from_points(x) -> np.ndarray:
+    """Angles atan2(x_i2, x_i1) in (-pi, pi] of points (..., n, 2), shape (..., n)."""
+    x = check_finite(as_float_array(x, "x"), "x")
+    if x.ndim < 2 or x.shape[-1] != 2:
+        raise ValidationError(
+            f"x must have shape (..., n, 2) (points in R^2), got shape {x.shape}."
+        )
+    return np.arctan2(x[..., 1], x[..., 0])
+
+
+def wrap(theta) -> np.ndarray:
+    """Angles reduced to (-pi, pi]; use wrap(a - b) to compare angles."""
+    return np.angle(np.exp(1j * np.asarray(theta, dtype=float)))
+
+
+class CircleField:
+    """GLPR's angular equations (7.1) for (SA) or (USA) on the circle.
+
+    Parameters
+    ----------
+    beta : float, >= 0
+        Inverse temperature; 0 gives the Kuramoto model.
+    model : {"sa", "usa"}
+
+    Notes
+    -----
+    ``field(t, theta)`` maps angles (..., n) to their time derivatives (..., n); leading axes are
+    independent configurations. The SA weights are computed as softmax (shifted by the maximum
+    beta), so any beta is safe; USA overflows past beta ~ 700 (raises).
+
+    References
+    ----------
+    GLPR, eq. (7.1), (7.2) and (7.4).
+    """
+
+    def __init__(self, beta: float = 1.0, model: str = "sa"):
+        self.beta = check_beta(beta)
+        self.model = check_choice(model, "model", ("sa", "usa"))
+
+    def _weights(self, theta):
+        """w_ij = e^{beta cos(theta_i - theta_j)} / N_i and the angle differences theta_j - theta_i."""
+        diff = theta[..., None, :] - theta[..., :, None]  # [i, j] = theta_j - theta_i
+        if self.model == "sa":
+            E = np.exp(self.beta * (np.cos(diff) - 1.0))
+            return E / np.sum(E, axis=-1, keepdims=True), diff
+        with np.errstate(over="raise"):
+            try:
+                return np.exp(self.beta * np.cos(diff)) / theta.shape[-1], diff
+            except FloatingPointError:
+                raise ValidationError(
+                    f"USA weights overflow at beta = {self.beta}; use model='sa'."
+                ) from None
+
+    def __call__(self, t: float, theta) -> np.ndarray:
+        """dtheta/dt, shape (..., n)."""
+        theta = _angles(theta)
+        w, diff = self._weights(theta)
+        return np.sum(w * np.sin(diff), axis=-1)
+
+    def energy(self, theta) -> np.ndarray:
+        """E_beta(theta) = 1/(2 beta n^2) sum_{i,j} e^{beta cos(theta_i - theta_j)}, shape (...).
+
+        At beta = 0 the limit of E_beta - 1/(2 beta), the Kuramoto energy
+        1/(2n^2) sum cos(theta_i - theta_j).
+        Equal to :func:`riemattn.analysis.gradient_flow.energy` of :func:`to_points` (theta).
+        """
+        theta = _angles(theta)
+        n = theta.shape[-1]
+        c = np.cos(theta[..., None, :] - theta[..., :, None])
+        if self.beta == 0.0:
+            return np.sum(c, axis=(-2, -1)) / (2.0 * n * n)
+        return np.sum(np.exp(self.beta * c), axis=(-2, -1)) / (2.0 * self.beta * n * n)
+
+    def energy_gradient(self, theta) -> np.ndarray:
+        """dE_beta/dtheta_i = (1/n^2) sum_j e^{beta cos(theta_i - theta_j)} sin(theta_j - theta_i).
+
+        Shape (..., n).
+
+        So USA = n * this and SA = (n^2 / Z_{beta,i}) * this (a gradient ascent in a weighted metric).
+        """
+        theta = _angles(theta)
+        n = theta.shape[-1]
+        diff = theta[..., None, :] - theta[..., :, None]
+        return np.sum(np.exp(self.beta * np.cos(diff)) * np.sin(diff), axis=-1) / (n * n)
+
+    def solve(
+        self,
+        theta0,
+        t_span,
+        t_eval=None,
+        *,
+        rtol: float = 1e-12,
+        atol: float = 1e-12,
+        method: str = "DOP853",
+    ):
+        """Integrate the angles with SciPy's ``solve_ivp`` (all configurations at once).
+
+        Parameters
+        ----------
+        theta0 : array_like, shape (..., n)
+        t_span : (t0, t1)
+        t_eval : array_like, optional
+            Output times (default: t0 and t1).
+        rtol, atol : float
+        method : str
+            A ``solve_ivp`` method; the default DOP853 reaches ~1e-12.
+
+        Returns
+        -------
+        t : ndarray, shape (m,)
+        theta : ndarray, shape (m, ..., n)
+            Unwrapped angles (continuous in time); :func:`wrap` reduces them.
+        """
+        theta0 = _angles(theta0, "theta0")
+        t0, t1 = (float(v) for v in t_span)
+        if t_eval is None:
+            t_eval = np.array([t0, t1])
+        shape = theta0.shape
+        sol = solve_ivp(
+            lambda t, z: self(t, z.reshape(shape)).ravel(),
+            (t0, t1),
+            theta0.ravel(),
+            method=method,
+            t_eval=np.asarray(t_eval, dtype=float),
+            rtol=rtol,
+            atol=atol,
+        )
+        if not sol.success:
+            raise IntegrationError(f"solve_ivp failed on the circle equations: {sol.message}")
+        return sol.t, sol.y.T.reshape((len(sol.t),) + shape)
+
+    def __repr__(self) -> str:
+        return f"CircleField(beta={self.beta}, model={self.model!r})"

@@ -1,0 +1,11 @@
+"""Solvers: integrating a field on a manifold.
+
+:func:`~riemattn.solvers.integrate.integrate` and its result, the stepping loops (fixed and
+per-trajectory adaptive), the stepper registry (:mod:`riemattn.solvers.steppers`), Butcher
+tableaux (:mod:`riemattn.solvers.tableaux`), Dormand--Prince with dense output
+(:mod:`riemattn.solvers.dormand_prince`), Lie-group methods (:mod:`riemattn.solvers.lie`), and
+the discrete transformer layer, which *is* the ``"layer"`` stepper
+(:mod:`riemattn.solvers.layer`). A stepper advances one step and knows nothing about attention.
+
+May import: :mod:`riemattn.dynamics`, :mod:`riemattn.geometry` and the shared infrastructure.
+"""

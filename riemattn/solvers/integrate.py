@@ -1,0 +1,347 @@
+"""``integrate``: join a field, a stepper and a manifold; fixed or per-trajectory adaptive steps; saving."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field as dc_field
+
+import numpy as np
+
+from . import _loops
+from .._backend import convert, default_device, device_of, is_torch, namespace, size, to_numpy
+from .._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
+                          token_atol)
+from ..errors import InputTypeError, IntegrationError, ValidationError
+from .steppers import get_stepper
+
+__all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
+
+#: Tolerance on |y^T W y - 1| for initial tokens (pass ``project=True`` to normalize them instead);
+#: the same constant as the field's and the layer's token checks.
+ON_MANIFOLD_ATOL = ON_MANIFOLD_ATOL
+
+
+@dataclass
+class PerTrajectory:
+    """Counters and status of every trajectory of a batch (arrays of the batch shape).
+
+    Attributes
+    ----------
+    nfev, n_steps, n_rejected : ndarray of int
+        Field evaluations used while the trajectory was unfinished, accepted and rejected steps.
+    status : ndarray of int
+        0 reached t1; -1 reached max_steps; -2 step size underflow; -3 NaN or inf.
+    success : ndarray of bool
+        ``status == 0``.
+    t_fail : ndarray of float
+        Time at which a failed trajectory stopped (NaN where it succeeded).
+    """
+
+    nfev: np.ndarray
+    n_steps: np.ndarray
+    n_rejected: np.ndarray
+    status: np.ndarray
+    success: np.ndarray
+    t_fail: np.ndarray
+
+
+@dataclass
+class Trajectory:
+    """Result of :func:`integrate`.
+
+    Attributes
+    ----------
+    t : ndarray, shape (m,)
+        Saved times.
+    y : ndarray, shape (m, ..., l, d), or None
+        Tokens at the saved times (None when ``save_fn`` was given).
+    observables : dict
+        With ``save_fn``: name -> array of shape (m, ...) (a single array is stored as ``"value"``).
+    nfev : int
+        Field evaluations (each evaluates the whole batch).
+    n_steps, n_rejected : int
+        Accepted and rejected steps: the largest over the trajectories (for fixed steps, the
+        shared count).
+    success : bool
+        Whether every trajectory reached t1 with finite values.
+    message : str
+        What happened (the failures, per kind, with how many trajectories and where).
+    per_trajectory : PerTrajectory
+        The same counters and the status of each trajectory.
+    stepper : str
+        Name of the stepper used.
+    """
+
+    t: np.ndarray
+    y: np.ndarray | None
+    nfev: int
+    n_steps: int
+    n_rejected: int
+    success: bool
+    message: str
+    per_trajectory: PerTrajectory
+    stepper: str = ""
+    observables: dict = dc_field(default_factory=dict)
+    attrs: dict = dc_field(default_factory=dict)
+
+    def to_xarray(self):
+        """An :class:`xarray.Dataset`: ``y`` with dims (time, [batch_0, ...], token, component), or
+        the observables with dims (time, [batch...], ...); per-trajectory counters as variables."""
+        import xarray as xr
+
+        nbatch = self.per_trajectory.status.ndim
+        bdims = tuple(f"batch_{k}" if nbatch > 1 else "batch" for k in range(nbatch))
+        data = {}
+        if self.y is not None:
+            data["y"] = (("time",) + bdims + ("token", "component"), to_numpy(self.y))
+        for name, v in self.observables.items():
+            extra = tuple(f"{name}_dim_{k}" for k in range(v.ndim - 1 - nbatch))
+            data[name] = (("time",) + bdims + extra, to_numpy(v))
+        pt = self.per_trajectory
+        for name in ("nfev", "n_steps", "n_rejected", "status"):
+            data[f"{name}_per_trajectory"] = (bdims, getattr(pt, name))
+        attrs = dict(nfev=int(self.nfev), n_steps=int(self.n_steps), n_rejected=int(self.n_rejected),
+                     success=int(self.success), message=self.message, stepper=self.stepper)
+        attrs.update(self.attrs)
+        return xr.Dataset(data, coords={"time": self.t}, attrs=attrs)
+
+    def to_numpy(self) -> "Trajectory":
+        """This result with ``y`` and the observables as NumPy arrays (copied from a device)."""
+        import dataclasses
+
+        return dataclasses.replace(
+            self, y=None if self.y is None else to_numpy(self.y),
+            observables={k: to_numpy(v) for k, v in self.observables.items()})
+
+    def __repr__(self) -> str:
+        shape = None if self.y is None else tuple(self.y.shape)
+        return (
+            f"Trajectory(t: {self.t.shape}, y: {shape}, nfev={self.nfev}, n_steps={self.n_steps}, "
+            f"success={self.success}, message={self.message!r})"
+        )
+
+
+def _check_saveat(saveat, t0, t1):
+    if saveat is None:
+        return None
+    s = np.atleast_1d(as_float_array(saveat, "saveat"))
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)):
+        raise ValidationError(f"saveat must be a non-empty 1-D array of finite times, got shape {s.shape}.")
+    if np.any(np.diff(s) <= 0):
+        raise ValidationError("saveat must be strictly increasing.")
+    if s[0] < t0 - 1e-12 * max(1, abs(t0)) or s[-1] > t1 + 1e-12 * max(1, abs(t1)):
+        raise ValidationError(f"saveat must lie in [t0, t1] = [{t0}, {t1}], got [{s[0]}, {s[-1]}].")
+    return np.clip(s, t0, t1)
+
+
+def _empty_result(y0, t, save_fn, name) -> Trajectory:
+    """The Trajectory of an empty batch (a leading axis of length 0): nothing to integrate.
+
+    With ``save_fn``, the observables keep their names, trailing shapes and dtypes (those of a
+    non-empty batch): ``save_fn`` is called once, on the empty batch at ``t[0]``.
+    """
+    batch = y0.shape[:-2]
+    zeros = np.zeros(batch, dtype=np.int64)
+    pt = PerTrajectory(zeros, zeros.copy(), zeros.copy(), zeros.copy(), np.ones(batch, dtype=bool),
+                       np.full(batch, np.nan))
+    t = np.asarray(t, dtype=float)
+    y, observables = None, {}
+    if save_fn is None:
+        xp = namespace(y0)
+        y = xp.zeros((len(t),) + tuple(y0.shape), dtype=y0.dtype, device=device_of(y0))
+    else:
+        rec = _loops.Recorder(t, tuple(batch), save_fn, like=y0)
+        rec.record_all(float(t[0]), y0)
+        observables = rec.result()[1]  # name -> (len(t),) + batch + ..., no entries
+    return Trajectory(t=t, y=y, observables=observables,
+                      nfev=0, n_steps=0, n_rejected=0, success=True,
+                      message="The batch is empty: no trajectory to integrate.", per_trajectory=pt,
+                      stepper=name)
+
+
+def _message(status, t_fail) -> str:
+    if (status == _loops.REACHED).all():
+        return "The solver reached t1." if status.size <= 1 else f"All {status.size} trajectories reached t1."
+    parts = []
+    for code in (_loops.MAX_STEPS, _loops.UNDERFLOW, _loops.NON_FINITE, _loops.RUNNING):
+        bad = status == code
+        if bad.any():
+            where = float(np.nanmin(t_fail[bad])) if np.isfinite(t_fail[bad]).any() else float("nan")
+            parts.append(f"{int(bad.sum())} of {status.size} trajectories: {_loops.MESSAGES[code]} "
+                         f"(first at t = {where:.6g})")
+    return "; ".join(parts) + "."
+
+
+def integrate(
+    field,
+    y0,
+    t_span,
+    stepper="rk4",
+    dt=None,
+    rtol=1e-6,
+    atol=1e-9,
+    saveat=None,
+    save_fn=None,
+    progress=False,
+    *,
+    max_steps=1_000_000,
+    raise_on_failure=False,
+    project=False,
+    first_step=None,
+):
+    """Integrate ``dy/dt = field(t, y)`` on the field's manifold from ``t0`` to ``t1``.
+
+    Parameters
+    ----------
+    field : Field
+        A :class:`~riemattn.dynamics.attention.AttentionField` or any :class:`~riemattn.dynamics.fields.Field`.
+    y0 : array_like, shape (..., l, d)
+        Initial tokens on ``field.manifold`` (|y^T W y - 1| <= 1e-8); leading axes are independent
+        trajectories integrated together. Real numbers of any integer or float dtype (converted
+        to float64); an empty batch (a leading axis of length 0) gives an empty result.
+    t_span : (t0, t1)
+        Start and end time (t1 >= t0).
+    stepper : str or Stepper
+        A name in :data:`riemattn.STEPPERS` ("layer", "euler", "heun", "rk4", "dopri5", "dop853",
+        Lie-group ones ...).
+    dt : float, optional
+        Step size of a fixed-step stepper (required for them). Each interval between save times is
+        split into ``ceil(length / dt)`` equal steps, so steps never exceed ``dt`` and land exactly on
+        ``t1`` and on every ``saveat`` time. For adaptive steppers, the initial step (optional).
+    rtol, atol : float
+        Tolerances of adaptive steppers, per trajectory: the RMS over the trajectory's entries of
+        ``err / (atol + rtol * max(|y|, |y_new|))`` must be <= 1, ``err`` the local error estimate
+        measured on the manifold. Each trajectory has its own step size (PI control).
+    saveat : array_like, optional
+        Times at which to save (increasing, within [t0, t1]). Fixed steps land on them; adaptive
+        steps are not shortened, the values come from the stepper's dense output. Default: ``t0``
+        and every step (fixed steps, or a single adaptive trajectory), ``t0`` and ``t1`` for a
+        batch of adaptive trajectories (whose steps differ).
+    save_fn : callable, optional
+        ``save_fn(t, y)`` returning an array (or a dict of arrays) whose leading axes are the batch
+        axes of ``y``: stored at the save times instead of the tokens (``Trajectory.observables``),
+        e.g. ``lambda t, y: riemattn.analysis.diagnostics.misalignment(y)``. ``t`` is a float, or one
+        save time per trajectory.
+    progress : bool
+        Show a tqdm progress bar.
+    max_steps : int
+        Maximum number of (accepted + rejected) steps per trajectory; beyond it the trajectory
+        stops with status -1 and the result has ``success=False``.
+    raise_on_failure : bool
+        Raise :class:`~riemattn.errors.IntegrationError` instead of returning ``success=False``.
+    project : bool
+        Normalize ``y0`` onto the manifold (pi_W) instead of checking that it lies on it.
+    first_step : float, optional
+        Initial step of adaptive steppers (default: chosen per trajectory, Hairer's algorithm).
+
+    Returns
+    -------
+    Trajectory
+        ``t`` (m,), ``y`` (m, ..., l, d), ``observables``, ``nfev``, ``n_steps``, ``success``,
+        ``message``, ``per_trajectory``, ``to_xarray()``.
+    """
+    device = default_device()
+    if device is not None and not is_torch(y0):  # riemattn.use_device: NumPy in, computed on device
+        import torch
+
+        y0 = convert(as_float_array(y0, "y0"), torch.empty(0, dtype=torch.float64, device=device))
+        host_fn = save_fn
+        if save_fn is not None and callable(save_fn):
+            def save_fn(t, y):  # the caller's save_fn sees NumPy arrays, as without the device
+                return host_fn(to_numpy(t) if is_torch(t) else t, to_numpy(y))
+        sol = integrate(field, y0, t_span, stepper, dt, rtol, atol, saveat, save_fn, progress,
+                        max_steps=max_steps, raise_on_failure=raise_on_failure, project=project,
+                        first_step=first_step)
+        return sol.to_numpy()
+    step = get_stepper(stepper)
+    manifold = getattr(field, "manifold", None)
+    if manifold is None or not callable(field):
+        raise InputTypeError(
+            f"field must be a riemattn Field (callable with a .manifold), got {type(field).__name__}."
+        )
+    y0 = check_points(y0, "y0", manifold, on_manifold=False)
+    unchecked = getattr(field, "_unchecked", None)
+    if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks
+        field = unchecked()  # (the stepper's own call of _unchecked then returns it at once)
+    if project:
+        y0 = manifold.projection(y0)
+    else:
+        dev, limit = manifold.deviation(y0), token_atol(y0, ON_MANIFOLD_ATOL)
+        if dev > limit:
+            raise ValidationError(
+                f"y0 is not on {manifold!r}: max |y^T W y - 1| = {dev:.3g} > {limit:g}. "
+                "Normalize it (manifold.projection) or pass project=True."
+            )
+    try:
+        pair = not isinstance(t_span, (str, bytes)) and len(t_span) == 2
+    except TypeError:  # no len(): a number, None, a 0-d array
+        pair = False
+    if not pair:
+        raise InputTypeError(f"t_span must be a pair (t0, t1) of real numbers, got {t_span!r}.")
+    t0, t1 = (check_real(v, "t_span") for v in t_span)
+    if not (math.isfinite(t0) and math.isfinite(t1)):
+        raise ValidationError(f"t_span must be finite, got {(t0, t1)}.")
+    if t1 < t0 and step.forward_only:
+        raise ValidationError(
+            f"t_span = ({t0}, {t1}) runs backward (t1 < t0), but stepper {step.name!r} integrates forward "
+            "only; pass t0 <= t1."
+        )
+    if step.adaptive:
+        rtol = check_positive(rtol, "rtol")
+        atol = check_positive(atol, "atol")
+        if first_step is not None:
+            first_step = check_positive(first_step, "first_step")
+        elif dt is not None:
+            first_step = check_positive(dt, "dt")
+    else:
+        if dt is None:
+            raise ValidationError(f"dt is required for the fixed-step stepper {step.name!r}.")
+        dt = check_positive(dt, "dt")
+    max_steps = check_int(max_steps, "max_steps", 1)
+    if save_fn is not None and not callable(save_fn):
+        raise InputTypeError(f"save_fn must be callable as save_fn(t, y), got {type(save_fn).__name__}.")
+    save = _check_saveat(saveat, t0, t1)
+    batch = y0.shape[:-2]
+    if save is None and step.adaptive and batch:
+        save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
+
+    if size(y0) == 0:  # an empty batch: an empty result
+        return _empty_result(y0, save if save is not None else np.unique([t0, t1]), save_fn, step.name)
+    batch = tuple(batch)
+    rec = _loops.Recorder(save, batch, save_fn, like=y0)
+    stats = _loops.Stats(batch, like=y0)
+    if save is None or save[0] == t0:
+        rec.record_all(t0, y0)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=t1 - t0, desc=f"integrate[{step.name}]", unit="t", leave=False)
+    try:
+        if step.adaptive:
+            _loops.run_adaptive(field, step, y0, t0, t1, rtol, atol, first_step, rec, stats,
+                                  max_steps, bar)
+        else:
+            _loops.run_fixed(field, step, y0, t0, t1, dt, save, rec, stats, max_steps, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    t, data = rec.result()
+    host = stats.host()  # per-trajectory counters on the host (one copy from a device)
+    status = host["status"]
+    pt = PerTrajectory(host["nfev"], host["n_steps"], host["n_rejected"], status, status == 0, host["t_fail"])
+    sol = Trajectory(
+        t=t,
+        y=data.pop("y") if save_fn is None else None,
+        observables=data,
+        nfev=int(stats.calls),
+        n_steps=int(host["n_steps"].max(initial=0)),
+        n_rejected=int(host["n_rejected"].max(initial=0)),
+        success=bool((status == 0).all()),
+        message=_message(status, host["t_fail"]),
+        per_trajectory=pt,
+        stepper=step.name,
+    )
+    if raise_on_failure and not sol.success:
+        raise IntegrationError(sol.message)
+    return sol

@@ -1,0 +1,126 @@
+"""The discrete attention model: one transformer layer is one ``"layer"`` step.
+
+Per layer and head eta (ICML eq. 1 and 4, ARXIV eq. 5-6), with Z_i^eta = sqrt(d) sum_j exp(...)::
+
+    y_i(k+1) = pi_W( y_i(k) + sum_eta sum_j W_eta V_eta y_j exp(y_i^T Q_eta^T K_eta y_j) / Z_i^eta )
+
+(self-attention, skip connection and layer normalization pi_W(x) = x / |x|_W; no feed-forward).
+With ``P = Q^T K`` and ``U = W V / tau`` this is ``pi_W(y + tau f(y))`` where f is
+:meth:`riemattn.dynamics.attention.AttentionField.update`, the un-normalised attention update: one
+projected Euler step of size tau on f. That step is the stepper ``"layer"`` (:class:`LayerStep`),
+and :class:`TransformerLayer` is implemented with it.
+
+References
+----------
+Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (1), (4) and
+section 2 (the layer as a discretization of eq. 6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import namespace, size
+from .._validation import as_float_array, check_finite, check_points
+from ..dynamics.attention import AttentionField
+from ..errors import InputTypeError, ValidationError
+from .steppers import ProjectedEuler, register
+
+__all__ = ["LayerStep", "TransformerLayer"]
+
+
+@register
+class LayerStep(ProjectedEuler):
+    """The transformer layer: ``y_1 = pi_W(y + h f(t, y))`` with f the field's un-normalised update.
+
+    For an :class:`~riemattn.dynamics.attention.AttentionField` and ``h = tau`` this is one layer of
+    attention + skip connection + layer normalization, exactly. It agrees with ``"euler"``
+    (``pi_W(y + h F)``, F the tangent part of f) to first order in h: ``y + h f`` is
+    ``(1 + h <y, f>_W) y + h F``, so the layer is an Euler step of size ``h / (1 + h <y, f>_W)``.
+    Needs a field with an ``update(t, y)`` method.
+    """
+
+    name = "layer"
+
+    def _evaluate(self, field, t, y):
+        update = getattr(field, "update", None)
+        if update is None:
+            raise InputTypeError(
+                f"stepper 'layer' needs a field with an un-normalised update(t, y) (e.g. an "
+                f"AttentionField), got {type(field).__name__}; use 'euler' for other fields."
+            )
+        return update(t, y)
+
+
+def _as_head_stack(value, name: str, rows: str, cols: str) -> np.ndarray:
+    arr = check_finite(as_float_array(value, name), name)
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3:
+        raise ValidationError(f"{name} must have shape ({rows}, {cols}) or (h, {rows}, {cols}), got {arr.shape}.")
+    return arr
+
+
+class TransformerLayer:
+    """One transformer layer without feed-forward: attention, skip connection, layer norm pi_W.
+
+    ``layer(y)_i = pi_W( y_i + sum_eta sum_j W_eta V_eta y_j exp(y_i^T Q_eta^T K_eta y_j) / Z_i^eta )``
+    with ``Z_i^eta = sqrt(d) sum_j exp(...)`` (ICML eq. 1 and 4).
+
+    Parameters
+    ----------
+    Q, K, V : array_like, shape (w, d) or (h, w, d)
+        Query, key and value matrices per head.
+    Wo : array_like, shape (d, w) or (h, d, w)
+        Output matrices per head.
+    W : array_like, shape (d, d), optional
+        SPD matrix of the layer normalization (None: the sphere).
+    mask : {"full", "causal"}
+
+    Notes
+    -----
+    The layer *is* one ``"layer"`` step (projected Euler on the un-normalised update) of size tau
+    of the continuous field with ``P = Q^T K`` and ``U = Wo V / tau`` (ICML section 2): that is
+    how ``__call__`` is implemented, with ``tau = 1``; :meth:`continuous_field` gives the field
+    for other tau.
+
+    References
+    ----------
+    Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (1), (4).
+    """
+
+    def __init__(self, Q, K, V, Wo, W=None, *, mask="full"):
+        Q = _as_head_stack(Q, "Q", "w", "d")
+        K = _as_head_stack(K, "K", "w", "d")
+        V = _as_head_stack(V, "V", "w", "d")
+        Wo = _as_head_stack(Wo, "Wo", "d", "w")
+        h, w, d = Q.shape
+        for name, M, shape in (("K", K, (h, w, d)), ("V", V, (h, w, d)), ("Wo", Wo, (h, d, w))):
+            if M.shape != shape:
+                raise ValidationError(f"{name} must have shape {shape} to match Q {Q.shape}, got {M.shape}.")
+        self.Q, self.K, self.V, self.Wo = Q, K, V, Wo
+        self.P = np.swapaxes(Q, -1, -2) @ K  # (h, d, d)
+        self.U = Wo @ V  # (h, d, d)
+        self.field = self.continuous_field(1.0, W=W, mask=mask)
+        self.manifold = self.field.manifold
+
+    def continuous_field(self, tau: float = 1.0, *, W=None, mask=None) -> AttentionField:
+        """The field with P = Q^T K and U = Wo V / tau whose projected Euler step of size tau is this layer."""
+        if W is None and hasattr(self, "field"):
+            W = self.field.W
+        mask = mask if mask is not None else self.field.mask
+        return AttentionField(self.P, self.U / tau, W=W, mask=mask, normalization="paper")
+
+    def __call__(self, y) -> np.ndarray:
+        """The next layer's tokens, shape (..., l, d).
+
+        ``y`` must be real finite tokens on the layer's manifold (|y^T W y - 1| <= 1e-8, the
+        output of a layer normalization); an empty batch gives an empty result.
+        """
+        y = check_points(y, "y", self.manifold)
+        if size(y) == 0:
+            return namespace(y).zeros_like(y)
+        return _LAYER.step(self.field, 0.0, y, 1.0).y
+
+
+_LAYER = LayerStep()

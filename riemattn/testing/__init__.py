@@ -1,0 +1,1 @@
+"""Public Hypothesis strategies and property checkers (extra ``testing``)."""
