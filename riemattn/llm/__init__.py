@@ -37,7 +37,7 @@ _LAZY = {
     "run_loop": "loop",
     "loop_model": "loop",
     "random_prompts": "loop",
-    "summarize": "loop",
+    "summarize": "plot",
     "LoopModel": "models",
     "build_model": "models",
     "load_model": "models",
@@ -45,7 +45,7 @@ _LAZY = {
     "clone_architecture": "models",
     "minilm_path": "models",
     "randomize_weights": "models",
-    "feed_forward_removed": "models",
+    "feed_forward_removed": "surgery",
     "weights_checksum": "models",
     "seed_for": "models",
 }

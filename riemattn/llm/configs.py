@@ -15,7 +15,8 @@ Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Sec
 
 from __future__ import annotations
 
-__all__ = ["GPT2_SIZES", "GPT_NEO_SIZES", "FAMILIES", "HUB_NAMES", "SIZE_ALIASES", "resolve_size"]
+__all__ = ["GPT2_SIZES", "GPT_NEO_SIZES", "FAMILIES", "HUB_NAMES", "SIZE_ALIASES", "resolve_size",
+           "VARIANTS", "parse_variant"]
 
 from ..errors import ValidationError
 
@@ -84,3 +85,16 @@ def resolve_size(family: str, size: str | None) -> str:
             f"{sorted(SIZE_ALIASES[family])}), got {size!r}."
         )
     return alias
+
+
+#: weights ("trained" | "random": drawn once | "redrawn": drawn anew before every pass), with
+#: "-noff": feed-forward sub-blocks removed with their normalization and skip connection.
+VARIANTS = ("trained", "trained-noff", "random", "random-noff", "redrawn", "redrawn-noff")
+
+
+def parse_variant(variant: str) -> tuple[str, bool]:
+    """``"redrawn-noff"`` -> ``("redrawn", True)``."""
+    if variant not in VARIANTS:
+        raise ValidationError(f"variant must be one of {VARIANTS}, got {variant!r}.")
+    weights, _, noff = variant.partition("-")
+    return weights, bool(noff)

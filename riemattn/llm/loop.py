@@ -42,7 +42,7 @@ import xarray as xr
 
 from .._backend import to_numpy  # the one way observations leave the device (tests count it)
 from ..errors import InputTypeError, ValidationError
-from .configs import FAMILIES, resolve_size
+from .configs import FAMILIES, VARIANTS, parse_variant, resolve_size  # noqa: F401 - VARIANTS public here
 from .models import (
     LoopModel,
     build_model,
@@ -58,18 +58,6 @@ from .models import (
 
 __all__ = ["VARIANTS", "random_prompts", "loop_model", "run_loop", "summarize", "misalignment_on_device",
            "DeviceObserver"]
-
-#: weights ("trained" | "random": drawn once | "redrawn": drawn anew before every pass), with
-#: "-noff": feed-forward sub-blocks removed with their normalization and skip connection.
-VARIANTS = ("trained", "trained-noff", "random", "random-noff", "redrawn", "redrawn-noff")
-
-
-def parse_variant(variant: str) -> tuple[str, bool]:
-    """``"redrawn-noff"`` -> ``("redrawn", True)``."""
-    if variant not in VARIANTS:
-        raise ValidationError(f"variant must be one of {VARIANTS}, got {variant!r}.")
-    weights, _, noff = variant.partition("-")
-    return weights, bool(noff)
 
 
 def random_prompts(n_prompts: int, n_tokens: int, vocab_size: int, seed: int) -> np.ndarray:
@@ -404,19 +392,4 @@ def _run_loop(model, size, variants, parsed, passes, prompts, tokens, seed, devi
     return ds
 
 
-def summarize(ds: xr.Dataset) -> dict:
-    """Per variant: prompt-averaged E after the first block, after the last layer, its minimum and
-    the mean time per pass."""
-    mean = ds["E"].mean("prompt")
-    out = {}
-    for v in ds["variant"].values:
-        m = mean.sel(variant=v)
-        out[str(v)] = {
-            "E_input": float(m.isel(layer=0)),
-            "E_first_layer": float(m.isel(layer=1)),
-            "E_last": float(m.isel(layer=-1)),
-            "E_min": float(m.min()),
-            "E_last_std": float(ds["E"].sel(variant=v).isel(layer=-1).std()),
-            "seconds_per_pass": float(ds["pass_seconds"].sel(variant=v).mean()),
-        }
-    return out
+from .plot import summarize  # noqa: E402,F401 - public here since 0.1; lives beside plot_loop

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
 
 from ..runs.plotting import styled
 
-__all__ = ["plot_loop", "plot_variants_on"]
+__all__ = ["plot_loop", "plot_variants_on", "summarize"]
 
 _WEIGHTS = ("trained", "random", "redrawn")
 _TITLES = {
@@ -86,3 +87,21 @@ def plot_loop(ds):
         fontsize=10,
     )
     return fig
+
+
+def summarize(ds: xr.Dataset) -> dict:
+    """Per variant: prompt-averaged E after the first block, after the last layer, its minimum and
+    the mean time per pass."""
+    mean = ds["E"].mean("prompt")
+    out = {}
+    for v in ds["variant"].values:
+        m = mean.sel(variant=v)
+        out[str(v)] = {
+            "E_input": float(m.isel(layer=0)),
+            "E_first_layer": float(m.isel(layer=1)),
+            "E_last": float(m.isel(layer=-1)),
+            "E_min": float(m.min()),
+            "E_last_std": float(ds["E"].sel(variant=v).isel(layer=-1).std()),
+            "seconds_per_pass": float(ds["pass_seconds"].sel(variant=v).mean()),
+        }
+    return out
