@@ -48,6 +48,7 @@ from .hessians import energy_hessian, spectrum
 __all__ = [
     "CriticalPoint",
     "certify",
+    "circle_cluster_spectrum",
     "clusters",
     "deduplicate",
     "invariants",
@@ -110,6 +111,28 @@ def structured_starts(n: int, d: int) -> np.ndarray:
             octa[:, :3] = np.concatenate([np.eye(3), -np.eye(3)])
             starts.append(octa[np.arange(n) % 6])
     return np.stack(starts)
+
+
+def circle_cluster_spectrum(n: int, k: int, beta) -> np.ndarray:
+    """Round-metric Hessian eigenvalues of E_beta at k equally spaced clusters of n/k tokens on S^1.
+
+    In angles the Hessian is L / n^2, L the Laplacian with weights
+    w(phi) = e^{beta cos phi} (beta sin^2 phi - cos phi); its cluster-circulant structure gives
+
+        (q/n^2) sum_{j=1}^{k-1} w(2 pi j/k) (1 - cos(2 pi j m/k)),  m = 1..k-1,
+        (q/n^2) sum_{j=0}^{k-1} w(2 pi j/k),  k (q - 1) times,        q = n / k,
+
+    plus 0 for the rotation (m = 0), which is left out. Sorted, shape (n - 1,).
+    k = n is the regular n-gon, k = 1 consensus. Derivation: docs/theory/critical_points.md.
+    """
+    n, k, beta = check_int(n, "n", 1), check_int(k, "k", 1), check_beta(beta)
+    if n % k:
+        raise ValidationError(f"k = {k} equal clusters need k to divide n = {n}.")
+    q, phi = n // k, 2 * np.pi * np.arange(k) / k
+    w = np.exp(beta * np.cos(phi)) * (beta * np.sin(phi) ** 2 - np.cos(phi))
+    m = np.arange(1, k)
+    lam = (q / n**2) * ((1 - np.cos(np.outer(m, np.arange(k)) * 2 * np.pi / k)) @ w)
+    return np.sort(np.concatenate([lam, np.full(k * (q - 1), q / n**2 * w.sum())]))
 
 
 # ---------------------------------------------------------------------------------------------
