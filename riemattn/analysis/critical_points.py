@@ -144,7 +144,7 @@ def _state(x, beta):
     return M, B, g
 
 
-def newton_search(x0, beta, *, max_iter: int = 100, gtol: float = 1e-13, max_step: float = 0.5,
+def newton_search(x0, beta, *, max_iter: int = 100, gtol: float = 1e-14, max_step: float = 0.5,
                   polish: int = 3):
     """Damped Riemannian Newton iterations for grad E_beta = 0 from a batch of starts.
 
@@ -335,7 +335,7 @@ def _ascend(x, beta, steps, tau: float = 0.5):
 
 
 def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool = True,
-           max_iter: int = 100, gtol: float = 1e-13, max_ascent: int = 400):
+           max_iter: int = 100, gtol: float = 1e-14, max_ascent: int = 400):
     """Critical points of E_beta on (S^(d-1))^n found from random and structured starts.
 
     Parameters
