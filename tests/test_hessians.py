@@ -15,7 +15,10 @@ import pytest
 from autograd import grad, hessian, jacobian
 
 from riemattn.analysis.hessians import (
-    energy_hessian, potential_hessian, spectrum, symmetry_algebra,
+    energy_hessian,
+    potential_hessian,
+    spectrum,
+    symmetry_algebra,
 )
 from riemattn.errors import InputTypeError, ValidationError
 

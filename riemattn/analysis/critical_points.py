@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_beta, check_int, check_positive, check_points
+from .._validation import check_beta, check_int, check_points, check_positive
 from ..errors import ValidationError
 from ..geometry.manifolds import Sphere
 from .gradients import energy

@@ -316,7 +316,7 @@ def spectrum(hessian: InteractionHessian, *, rtol: float = 1e-9, atol: float = 0
     if len(algebra):
         modes = np.einsum("kde,ne->knd", algebra, hessian.x)  # (A x_i)_i
         S = hessian._gram(B, modes).T  # coordinates of the modes, (k, m)
-        U, sv, Vt = np.linalg.svd(S, full_matrices=True)
+        _, sv, Vt = np.linalg.svd(S, full_matrices=True)
         r = int(np.sum(sv > 1e-8 * max(sv[0], 1e-300)))
     else:
         Vt, r = np.eye(m), 0
