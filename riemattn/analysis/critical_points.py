@@ -186,9 +186,9 @@ def newton_search(x0, beta, *, max_iter: int = 100, gtol: float = 1e-14, max_ste
     gn = np.linalg.norm(g, axis=-1)
     mu = np.full(len(x), 1e-4 * scale**2)
     extra = np.zeros(len(x), dtype=int)
-    for _ in range(max_iter + polish):
+    for it in range(max_iter + polish):
         done = gn <= gtol * scale
-        active = ((~done) | (extra < polish)) & (mu < 1e12 * scale**2)
+        active = (((~done) & (it < max_iter)) | (done & (extra < polish))) & (mu < 1e12 * scale**2)
         extra += done
         if not active.any():
             break
