@@ -83,8 +83,9 @@ def test_random_starts_find_the_closed_form_configurations(n, beta, n_random):
 
 
 def test_consensus_is_the_only_local_maximum_where_glpr_prove_it():
-    """d = 3 (GLPR Theorem 6.1, every beta) and the circle with beta >= n^2 (Theorem 5.1; n = 3
-    so that the saddles' positive eigenvalues, ~e^{-2 beta} relative to the largest, are resolved)."""
+    """d = 3 (GLPR Theorem 6.1, every beta) and the circle at beta = n^2, the order of Theorem 5.1's
+    threshold (n = 3, so that the saddles' positive eigenvalues, ~e^{-2 beta} relative to the largest,
+    are resolved)."""
     for n, d, beta in [(4, 3, 1.0), (5, 3, 6.0), (3, 2, 9.0)]:
         points, _ = search(n, d, beta, n_random=32, seed=2)
         assert points[0].is_consensus and points[0].index == 0

@@ -10,8 +10,9 @@ budget (starts per cell), never a proof: a finite search finds what it finds.
 
 Checked:
 
-* GLPR Theorems 6.1 (d >= 3, every beta) and 5.1 (d = 2, beta >= n^2): consensus is the only local
-  maximum -- in those cells no *certified* non-consensus point of index 0 may appear;
+* GLPR Theorem 6.1 (d >= 3, every beta): consensus is the only local maximum -- in the S^2 cells
+  no *certified* non-consensus point of index 0 may appear (the circle's Theorems 4.3 and 5.1 hold
+  for beta below / above thresholds known up to constants: the circle enters the observation);
 * on the circle, the k equally spaced clusters (k | n; k = n the regular n-gon) are among the
   points found and their spectra equal the closed forms of
   :func:`riemattn.analysis.critical_points.circle_cluster_spectrum` to 1e-8 (relative);
@@ -183,7 +184,9 @@ def claims(ds: xr.Dataset) -> dict:
     unresolved = noncons & (ds.n_zero.values > 0)
     certified_max = noncons & (ds.index.values == 0) & (ds.n_zero.values == 0)
     saddle = noncons & (ds.index.values > 0) & (ds.n_zero.values == 0)
-    proved = ((d >= 3) | ((d == 2) & (beta >= n.astype(float) ** 2))) & resolved_cell
+    # GLPR Theorem 6.1 (d >= 3, every beta) has no unspecified constant; Theorems 4.3 / 5.1 (circle,
+    # beta small / beta of order n^2 or more) do, so the circle cells enter the observation only
+    proved = (d >= 3) & resolved_cell
     budget = (f"{int(ds.n_starts.min())}-{int(ds.n_starts.max())} starts per cell, "
               f"{int(resolved_cell.sum())} cells with beta <= {RESOLVED_BETA:.3g} "
               f"({int((~resolved_cell).sum())} cells beyond double precision left out)")
@@ -196,13 +199,13 @@ def claims(ds: xr.Dataset) -> dict:
             bad == 0 and cons_found,
             {"cells": int(proved.sum()), "certified_noncons_maxima": bad,
              "unresolved_points": int(unresolved[proved].sum())},
-            "GLPR Thm 6.1 (d >= 3) and Thm 5.1 (d = 2, beta >= n^2): in those cells the highest point "
+            "GLPR Thm 6.1 (d >= 3, every beta): in the S^2 cells the highest point "
             "found is consensus with index 0 and no certified non-consensus local maximum "
             f"(index 0, no unresolved eigenvalue) is found; budget {budget}")
     else:
         out["consensus_only_local_max_where_proved"] = claim(
-            NOT_CHECKED, None, "GLPR Thm 6.1 / 5.1 regimes",
-            reason=f"no cell with d >= 3 or beta >= n^2 (and beta <= {RESOLVED_BETA:.3g})")
+            NOT_CHECKED, None, "GLPR Thm 6.1 (d >= 3)",
+            reason=f"no cell with d >= 3 and beta <= {RESOLVED_BETA:.3g}")
     worst, missing = _closed_form_check(ds)
     out["circle_closed_forms"] = claim(
         None, {"max_rel_deviation": worst, "missing": missing},
