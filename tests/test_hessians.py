@@ -180,3 +180,13 @@ def test_bad_input_raises_package_errors():
         energy_hessian("x", 1.0)
     with pytest.raises(ValidationError, match="P"):
         energy_hessian(x, 1.0, P=-np.eye(2))
+    with pytest.raises(ValidationError, match="W"):
+        energy_hessian(x, 1.0, W=np.eye(3))
+    with pytest.raises(ValidationError, match="d >= 2"):
+        energy_hessian(np.ones((3, 1)), 1.0)
+    with pytest.raises(ValidationError, match="one configuration"):
+        spectrum(energy_hessian(np.stack([x, x]), 1.0))
+    with pytest.raises(ValidationError, match="normalization"):
+        potential_hessian(x, np.eye(2), "nope")
+    with pytest.raises(ValidationError, match="P"):
+        symmetry_algebra(np.eye(2), np.eye(3))

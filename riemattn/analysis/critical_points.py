@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_beta, check_int, check_points, check_positive
+from .._validation import check_beta, check_int, check_points, check_positive, check_token_array
 from ..errors import ValidationError
 from ..geometry.manifolds import Sphere
 from .gradients import energy
@@ -219,7 +219,9 @@ def clusters(x, tol: float = 1e-5) -> np.ndarray:
 
     Labels are 0, 1, ... in order of first appearance.
     """
-    x = np.asarray(x, dtype=float)
+    x = np.asarray(check_token_array(x, "x"), dtype=float)
+    if x.ndim != 2:
+        raise ValidationError(f"clusters takes one configuration (n, d), got shape {x.shape}.")
     A = np.linalg.norm(x[:, None] - x[None], axis=-1) < tol
     R = A.copy()
     for _ in range(int(np.ceil(np.log2(max(len(x), 2)))) + 1):  # transitive closure
@@ -268,7 +270,7 @@ def invariants(x) -> np.ndarray:
 
     Sorted eigenvalues of G and of G o G, sorted row sums of G and of G o G o G, G = x x^T.
     """
-    x = np.asarray(x, dtype=float)
+    x = np.asarray(check_token_array(x, "x"), dtype=float)
     G = x @ np.swapaxes(x, -1, -2)
     return np.concatenate([
         np.linalg.eigvalsh(G), np.linalg.eigvalsh(G * G),

@@ -44,7 +44,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, check_beta, check_choice, check_points, check_spd
+from .._validation import (
+    check_beta,
+    check_choice,
+    check_points,
+    check_spd,
+    check_square_matrix,
+    check_token_array,
+)
 from ..errors import ValidationError
 from ..geometry.manifolds import Ellipsoid, Sphere
 
@@ -219,12 +226,11 @@ def energy_hessian(x, beta, model: str = "usa", *, W=None, P=None) -> Interactio
     """
     beta = check_beta(beta)
     check_choice(model, "model", ENERGY_MODELS)
-    if W is None and P is None:
-        d = np.shape(x)[-1] if np.ndim(x) else 0
-        if not isinstance(d, int) or d < 2:
-            x = as_float_array(x, "x")
-            raise ValidationError(f"x must have shape (..., n, d) with d >= 2, got shape {x.shape}.")
-    manifold = Sphere(np.shape(x)[-1] - 1) if W is None else Ellipsoid(check_spd(W, "W"))
+    x = np.asarray(check_token_array(x, "x"), dtype=float)
+    if x.shape[-1] < 2:
+        raise ValidationError(f"x must have shape (..., n, d) with d >= 2, got shape {x.shape}.")
+    d = x.shape[-1]
+    manifold = Sphere(d - 1) if W is None else Ellipsoid(check_spd(W, "W", d))
     x = _check_x(x, manifold)
     d, n = x.shape[-1], x.shape[-2]
     P = np.eye(d) if P is None else check_spd(P, "P", d)
@@ -266,7 +272,8 @@ def symmetry_algebra(W, P, tol: float = 1e-10) -> np.ndarray:
 
     For W = P (or W = I = P) this is o(W), of dimension d (d - 1) / 2.
     """
-    W, P = np.asarray(W, float), np.asarray(P, float)
+    W = check_square_matrix(W, "W")
+    P = check_square_matrix(P, "P", W.shape[0])
     d = W.shape[0]
     E = np.eye(d * d).reshape(d * d, d, d)
     L = np.concatenate([(np.swapaxes(E, 1, 2) @ M + M @ E).reshape(d * d, -1) for M in (W, P)], 1)

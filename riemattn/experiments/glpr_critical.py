@@ -177,7 +177,7 @@ def _closed_form_check(ds) -> tuple[float, list]:
 
 
 def claims(ds: xr.Dataset) -> dict:
-    n, d, beta = ds.n.values, ds.d.values, ds.beta.values
+    d, beta = ds.d.values, ds.beta.values
     resolved_cell = beta <= RESOLVED_BETA
     valid = np.isfinite(ds.index.values) & resolved_cell[:, None]
     noncons = valid & (ds.n_clusters.values > 1)
