@@ -3,7 +3,9 @@
 Diagnostics and Lyapunov functions (:mod:`riemattn.analysis.diagnostics`), hemispheres
 (:mod:`riemattn.analysis.hemispheres`), closed-form predictions of the papers
 (:mod:`riemattn.analysis.theory`), the gradient-flow structure (metric, potential, Riemannian
-gradients: :mod:`riemattn.analysis.gradient_flow`, :mod:`riemattn.analysis.gradients`).
+gradients: :mod:`riemattn.analysis.gradient_flow`, :mod:`riemattn.analysis.gradients`), Riemannian
+Hessians of the energies (:mod:`riemattn.analysis.hessians`) and the search for their critical points
+(:mod:`riemattn.analysis.critical_points`).
 
 May import: :mod:`riemattn.solvers`, :mod:`riemattn.dynamics`, :mod:`riemattn.geometry` and the
 shared infrastructure.

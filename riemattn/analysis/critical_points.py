@@ -1,0 +1,390 @@
+"""Critical points of GLPR's interaction energy E_beta on (S^(d-1))^n: search, certificate, census.
+
+GLPR's Problem 3 asks whether every critical point of E_beta(x) = 1/(2 beta n^2) sum_{i,j}
+exp(beta <x_i, x_j>) other than the global maxima (consensus) is a strict saddle: a point where the
+Hessian has a positive eigenvalue. This module asks the computer:
+
+* :func:`newton_search` solves grad E_beta = 0 by a damped Riemannian Newton method
+  (Levenberg-Marquardt on the residual grad E_beta, a trust-region-like damping with the step capped
+  at ``max_step`` per token and the retraction x_i -> x_i / |x_i|). It converges to saddles as
+  readily as to maxima. It is written here (a few lines of NumPy, batched over starts), not taken
+  from an optimization library.
+* the starts (:func:`structured_starts`): k clusters on a regular k-gon (k = 1..n, sizes as equal as
+  possible), regular simplices and the octahedron (d >= 3), and uniform random configurations.
+* :func:`certify` returns, per point, the gradient norm, the Hessian spectrum without the
+  rotation directions (:func:`riemattn.analysis.hessians.spectrum`), the index (number of *positive*
+  eigenvalues: directions in which E_beta increases, so a local maximum has index 0), the number of
+  clusters and their sizes.
+* :func:`deduplicate` merges points equal modulo O(d) and token permutations: two configurations
+  are identified when sorted spectral invariants of their Gram matrices agree
+  (sorted eigenvalues of G and of G o G, sorted row sums of G and of G o G o G; G_ij = <x_i, x_j>
+  determines x modulo O(d), and these invariants do not change under permutations; they are
+  necessary conditions, so two inequivalent points with identical invariants would be merged).
+* :func:`search` combines them for one (n, d, beta).
+
+The census over a grid of (n, d, beta), the figure and the claims are the reproduction
+``glpr-critical`` (:mod:`riemattn.experiments.glpr_critical`). A finite search finds what it
+finds: the census is an observation with its budget, never a proof. Theory and limits:
+docs/theory/critical_points.md.
+
+References
+----------
+GLPR (Geshkovski, Letrouit, Polyanskiy, Rigollet), eq. (3.5), (7.4), Problem 3, Theorems 4.3, 5.1
+and 6.1, Appendix A (strict saddles and the center-stable manifold theorem).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._validation import check_beta, check_int, check_points, check_positive, check_token_array
+from ..errors import ValidationError
+from ..geometry.manifolds import Sphere
+from .gradients import energy
+from .hessians import energy_hessian, spectrum
+
+__all__ = [
+    "CriticalPoint",
+    "certify",
+    "circle_cluster_spectrum",
+    "clusters",
+    "deduplicate",
+    "invariants",
+    "k_clusters",
+    "newton_search",
+    "regular_simplex",
+    "search",
+    "structured_starts",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# starts
+def k_clusters(n: int, d: int, k: int, sizes=None) -> np.ndarray:
+    """n tokens in k clusters at the vertices of a regular k-gon in the (e_1, e_2)-plane, shape (n, d).
+
+    Token i goes to cluster i mod k (sizes as equal as possible) unless ``sizes`` (k positive
+    integers summing to n) is given.
+    """
+    n, d, k = check_int(n, "n", 1), check_int(d, "d", 2), check_int(k, "k", 1)
+    if sizes is None:
+        labels = np.arange(n) % k
+    else:
+        sizes = [check_int(s, "sizes[i]", 1) for s in sizes]
+        if len(sizes) != k or sum(sizes) != n:
+            raise ValidationError(f"sizes must be {k} positive integers summing to n = {n}, got {sizes}.")
+        labels = np.repeat(np.arange(k), sizes)
+    th = 2 * np.pi * labels / k
+    x = np.zeros((n, d))
+    x[:, 0], x[:, 1] = np.cos(th), np.sin(th)
+    return x
+
+
+def regular_simplex(k: int, d: int) -> np.ndarray:
+    """k unit vectors in R^d with pairwise inner products -1/(k-1) (k <= d + 1), shape (k, d)."""
+    k, d = check_int(k, "k", 2), check_int(d, "d", 2)
+    if k > d + 1:
+        raise ValidationError(f"a regular simplex with k = {k} vertices needs d >= k - 1, got d = {d}.")
+    C = np.eye(k) - 1.0 / k  # centred basis vectors span a (k-1)-dimensional space
+    U, s, _ = np.linalg.svd(C)
+    V = U[:, : k - 1] * s[: k - 1]
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    x = np.zeros((k, d))
+    x[:, : k - 1] = V
+    return x
+
+
+def structured_starts(n: int, d: int) -> np.ndarray:
+    """Structured starting configurations, shape (m, n, d).
+
+    k clusters on a regular k-gon (k = 1..n), and for d >= 3 the tokens spread over the vertices
+    of regular simplices (k = 3..min(n, d+1)) and of the octahedron (d = 3, n >= 6), round robin.
+    """
+    starts = [k_clusters(n, d, k) for k in range(1, n + 1)]
+    if d >= 3:
+        for k in range(3, min(n, d + 1) + 1):
+            starts.append(regular_simplex(k, d)[np.arange(n) % k])
+        if n >= 6:
+            octa = np.zeros((6, d))
+            octa[:, :3] = np.concatenate([np.eye(3), -np.eye(3)])
+            starts.append(octa[np.arange(n) % 6])
+    return np.stack(starts)
+
+
+def circle_cluster_spectrum(n: int, k: int, beta) -> np.ndarray:
+    """Round-metric Hessian eigenvalues of E_beta at k equally spaced clusters of n/k tokens on S^1.
+
+    In angles the Hessian is L / n^2, L the Laplacian with weights
+    w(phi) = e^{beta cos phi} (beta sin^2 phi - cos phi); its cluster-circulant structure gives
+
+        (q/n^2) sum_{j=1}^{k-1} w(2 pi j/k) (1 - cos(2 pi j m/k)),  m = 1..k-1,
+        (q/n^2) sum_{j=0}^{k-1} w(2 pi j/k),  k (q - 1) times,        q = n / k,
+
+    plus 0 for the rotation (m = 0), which is left out. Sorted, shape (n - 1,).
+    k = n is the regular n-gon, k = 1 consensus. Derivation: docs/theory/critical_points.md.
+    """
+    n, k, beta = check_int(n, "n", 1), check_int(k, "k", 1), check_beta(beta)
+    if n % k:
+        raise ValidationError(f"k = {k} equal clusters need k to divide n = {n}.")
+    q, phi = n // k, 2 * np.pi * np.arange(k) / k
+    w = np.exp(beta * np.cos(phi)) * (beta * np.sin(phi) ** 2 - np.cos(phi))
+    m = np.arange(1, k)
+    lam = (q / n**2) * ((1 - np.cos(np.outer(m, np.arange(k)) * 2 * np.pi / k)) @ w)
+    return np.sort(np.concatenate([lam, np.full(k * (q - 1), q / n**2 * w.sum())]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Newton / Levenberg-Marquardt on grad E = 0
+def _state(x, beta):
+    H = energy_hessian(x, beta, "standard")
+    M, B = H.matrix()
+    g = np.einsum("...aij,...ij->...a", B, H.grad)
+    return M, B, g
+
+
+def newton_search(x0, beta, *, max_iter: int = 100, gtol: float = 1e-14, max_step: float = 0.5,
+                  polish: int = 3):
+    """Damped Riemannian Newton iterations for grad E_beta = 0 from a batch of starts.
+
+    Each step solves (M^2 + mu I) eta = -M g in an orthonormal tangent basis (M the round-metric
+    Hessian, g the gradient), i.e. Newton's step where |eigenvalue| >> sqrt(mu) and a short
+    gradient-like step elsewhere, caps the move of every token at ``max_step``, retracts
+    x_i <- x_i / |x_i|, and accepts the step iff |grad| decreases (then mu /= 10, else mu *= 10).
+
+    Parameters
+    ----------
+    x0 : array_like, shape (..., n, d), on the sphere
+    beta : float, >= 0
+    max_iter : int
+    gtol : float
+        Converged when |grad E_beta| <= gtol * e^beta / n (e^beta / n is the size of the Hessian at
+        consensus, the natural scale of E_beta's derivatives).
+    max_step : float
+        Largest Euclidean move of a token per step (trust radius).
+    polish : int
+        Extra iterations after convergence (steps accepted only if |grad| decreases), which bring
+        the points to the rounding floor so that duplicates agree closely.
+
+    Returns
+    -------
+    x : ndarray, shape (..., n, d)
+    grad_norm : ndarray, shape (...)
+        |grad E_beta| for the round metric at the returned points.
+    converged : ndarray of bool, shape (...)
+    """
+    beta = check_beta(beta)
+    x = np.asarray(check_points(x0, "x0", Sphere(np.shape(x0)[-1] - 1)), dtype=float)
+    check_positive(gtol, "gtol")
+    check_positive(max_step, "max_step")
+    max_iter = check_int(max_iter, "max_iter", 0)
+    lead, n = x.shape[:-2], x.shape[-2]
+    x = x.reshape((-1,) + x.shape[-2:])
+    scale = np.exp(beta) / n
+    M, B, g = _state(x, beta)
+    gn = np.linalg.norm(g, axis=-1)
+    mu = np.full(len(x), 1e-4 * scale**2)
+    extra = np.zeros(len(x), dtype=int)
+    for it in range(max_iter + polish):
+        done = gn <= gtol * scale
+        active = (((~done) & (it < max_iter)) | (done & (extra < polish))) & (mu < 1e12 * scale**2)
+        extra += done
+        if not active.any():
+            break
+        lam, U = np.linalg.eigh(M[active])
+        coef = lam / (lam**2 + mu[active, None])
+        eta_c = -np.einsum("...ab,...b->...a", U, coef * np.einsum("...ba,...b->...a", U, g[active]))
+        eta = np.einsum("...a,...aij->...ij", eta_c, B[active])
+        step = np.max(np.linalg.norm(eta, axis=-1), axis=-1)
+        eta *= np.minimum(1.0, max_step / np.maximum(step, 1e-300))[:, None, None]
+        y = x[active] + eta
+        y /= np.linalg.norm(y, axis=-1, keepdims=True)
+        M1, B1, g1 = _state(y, beta)
+        gn1 = np.linalg.norm(g1, axis=-1)
+        ok = gn1 < gn[active]
+        idx = np.flatnonzero(active)
+        acc = idx[ok]
+        x[acc], M[acc], B[acc], g[acc], gn[acc] = y[ok], M1[ok], B1[ok], g1[ok], gn1[ok]
+        mu[acc] = np.maximum(mu[acc] / 10, 1e-24 * scale**2)
+        mu[idx[~ok]] *= 10
+    conv = gn <= gtol * scale
+    return x.reshape(lead + x.shape[-2:]), gn.reshape(lead), conv.reshape(lead)
+
+
+# ---------------------------------------------------------------------------------------------
+# certificate and deduplication
+def clusters(x, tol: float = 1e-5) -> np.ndarray:
+    """Cluster label of every token (tokens closer than ``tol`` chain together), shape (n,).
+
+    Labels are 0, 1, ... in order of first appearance.
+    """
+    x = np.asarray(check_token_array(x, "x"), dtype=float)
+    if x.ndim != 2:
+        raise ValidationError(f"clusters takes one configuration (n, d), got shape {x.shape}.")
+    A = np.linalg.norm(x[:, None] - x[None], axis=-1) < tol
+    R = A.copy()
+    for _ in range(int(np.ceil(np.log2(max(len(x), 2)))) + 1):  # transitive closure
+        R = (R.astype(int) @ R.astype(int)) > 0
+    first = np.argmax(R, axis=1)
+    _, labels = np.unique(first, return_inverse=True)
+    return labels
+
+
+@dataclass
+class CriticalPoint:
+    """A certified critical point of E_beta (one representative of its class).
+
+    ``index`` counts the positive Hessian eigenvalues (the directions in which E_beta increases;
+    0 for a local maximum); ``n_zero`` the eigenvalues that are zero within the tolerance once the
+    ``n_symmetry`` rotation directions are removed (n_zero > 0: degenerate, or not resolved in double
+    precision); ``shape`` the cluster sizes, largest first (e.g. "3+3+2"); ``hits`` how many starts
+    converged to this class.
+    """
+
+    x: np.ndarray
+    beta: float
+    energy: float
+    grad_norm: float
+    eigenvalues: np.ndarray
+    n_symmetry: int
+    index: int
+    n_negative: int
+    n_zero: int
+    n_clusters: int
+    shape: str
+    hits: int = 1
+    invariants: np.ndarray = field(default=None, repr=False)
+
+    @property
+    def is_consensus(self) -> bool:
+        return self.n_clusters == 1
+
+    @property
+    def is_strict_saddle(self) -> bool:
+        return self.index > 0
+
+
+def invariants(x) -> np.ndarray:
+    """Permutation- and O(d)-invariant features of configurations, shape (..., 4 n).
+
+    Sorted eigenvalues of G and of G o G, sorted row sums of G and of G o G o G, G = x x^T.
+    """
+    x = np.asarray(check_token_array(x, "x"), dtype=float)
+    G = x @ np.swapaxes(x, -1, -2)
+    return np.concatenate([
+        np.linalg.eigvalsh(G), np.linalg.eigvalsh(G * G),
+        np.sort(G.sum(-1), axis=-1), np.sort((G**3).sum(-1), axis=-1),
+    ], axis=-1)
+
+
+def _canonical(x, labels):
+    """A representative for drawing: principal axes of x (circle: largest cluster at angle 0)."""
+    sizes = np.bincount(labels)
+    c = x[labels == np.argmax(sizes)][0]
+    d = x.shape[-1]
+    if d == 2:
+        R = np.array([[c[0], c[1]], [-c[1], c[0]]])
+        return x @ R.T
+    _, _, Vt = np.linalg.svd(x, full_matrices=True)
+    y = x @ Vt.T
+    return y * np.where(np.sum(y, axis=0) < 0, -1.0, 1.0)
+
+
+def certify(x, beta, *, rtol: float = 1e-11, cluster_tol: float = 1e-5) -> CriticalPoint:
+    """The certificate of one configuration x of shape (n, d) on the sphere (see :class:`CriticalPoint`).
+
+    ``rtol``: an eigenvalue is zero when |lambda| <= rtol * max |lambda| (the round metric).
+    """
+    beta = check_beta(beta)
+    H = energy_hessian(x, beta, "standard")
+    sp = spectrum(H, rtol=rtol)
+    labels = clusters(H.x, cluster_tol)
+    sizes = np.sort(np.bincount(labels))[::-1]
+    return CriticalPoint(
+        x=_canonical(H.x, labels), beta=beta, energy=float(energy(H.x, beta)),
+        grad_norm=float(np.linalg.norm(H.grad)), eigenvalues=sp.eigenvalues,
+        n_symmetry=sp.n_symmetry, index=sp.n_positive, n_negative=sp.n_negative, n_zero=sp.n_zero,
+        n_clusters=len(sizes), shape="+".join(map(str, sizes)), invariants=invariants(H.x),
+    )
+
+
+def deduplicate(points, tol: float = 1e-5) -> list:
+    """Merge :class:`CriticalPoint` s whose invariants agree to ``tol``; sorted by energy, descending.
+
+    The first point of each class (in the given order) is its representative; ``hits`` add up.
+    """
+    out: list[CriticalPoint] = []
+    for p in points:
+        for q in out:
+            if np.max(np.abs(p.invariants - q.invariants)) <= tol:
+                q.hits += p.hits
+                break
+        else:
+            out.append(p)
+    return sorted(out, key=lambda p: (-round(p.energy, 9), p.index, p.shape))
+
+
+def _ascend(x, beta, steps, tau: float = 0.5):
+    """Projected gradient ascent of E_beta, ``steps[b]`` steps of size tau n / (e^beta (1 + beta))."""
+    h = tau * x.shape[-2] / (np.exp(beta) * (1.0 + beta))
+    for s in range(int(np.max(steps, initial=0))):
+        live = steps > s
+        g = energy_hessian(x[live], beta, "standard").grad
+        y = x[live] + h * g
+        x[live] = y / np.linalg.norm(y, axis=-1, keepdims=True)
+    return x
+
+
+def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool = True,
+           max_iter: int = 100, gtol: float = 1e-14, max_ascent: int = 400):
+    """Critical points of E_beta on (S^(d-1))^n found from random and structured starts.
+
+    Parameters
+    ----------
+    n, d : int
+        Number of tokens and ambient dimension (tokens on S^(d-1)).
+    beta : float, >= 0
+    n_random : int
+        Random starts (seeded by ``seed``), in three thirds: uniform on (S^(d-1))^n; uniform then
+        moved by a random number (log-uniform in 1..``max_ascent``) of projected gradient-ascent
+        steps of E_beta (near the maxima and the metastable saddles the flow visits); random
+        clusterings (k uniform in 1..n random centres, tokens assigned at random, Gaussian noise of
+        log-uniform size in [1e-3, 0.3]).
+    structured : bool
+        Add :func:`structured_starts` (each also perturbed by 1e-3 so that symmetric starts can
+        leave their symmetry class).
+    max_iter, gtol
+        See :func:`newton_search`.
+
+    Returns
+    -------
+    points : list of CriticalPoint
+        Distinct converged points (modulo O(d) and permutations), energy descending.
+    stats : dict
+        ``n_starts``, ``n_converged``.
+    """
+    n, d = check_int(n, "n", 1), check_int(d, "d", 2)
+    beta = check_beta(beta)
+    n_random = check_int(n_random, "n_random", 0)
+    rng = np.random.default_rng(seed)
+    R = rng.standard_normal((n_random, n, d))
+    R /= np.linalg.norm(R, axis=-1, keepdims=True)
+    third = np.arange(n_random) % 3
+    steps = np.exp(rng.uniform(0.0, np.log(max(max_ascent, 1)), n_random)).astype(int)
+    R = _ascend(R, beta, np.where(third == 1, steps, 0))
+    C = rng.standard_normal((n_random, n, d))  # random clusterings
+    k = rng.integers(1, n + 1, n_random)
+    labels = (rng.random((n_random, n)) * k[:, None]).astype(int)
+    C = np.take_along_axis(C, labels[..., None], axis=1)
+    C /= np.linalg.norm(C, axis=-1, keepdims=True)
+    C += np.exp(rng.uniform(np.log(1e-3), np.log(0.3), (n_random, 1, 1))) * rng.standard_normal(C.shape)
+    starts = [np.where((third == 2)[:, None, None], C, R)]
+    if structured:
+        S = structured_starts(n, d)
+        starts += [S, S + 1e-3 * rng.standard_normal(S.shape)]
+    x0 = np.concatenate(starts)
+    x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
+    x, _, conv = newton_search(x0, beta, max_iter=max_iter, gtol=gtol)
+    pts = [certify(p, beta) for p in x[conv]]
+    return deduplicate(pts), {"n_starts": len(x0), "n_converged": int(conv.sum())}

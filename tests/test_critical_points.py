@@ -1,0 +1,133 @@
+"""Critical points of E_beta: closed forms on the circle, the search, the certificate, deduplication.
+
+Closed form (derived by hand in angles, independent of the extrinsic code): on the circle
+E_beta(theta) = 1/(2 beta n^2) sum_{i,j} exp(beta cos(theta_i - theta_j)) and the round-metric Hessian
+is H = L / n^2 with L the Laplacian with edge weights w(phi) = e^{beta cos phi}(beta sin^2 phi - cos phi),
+phi = theta_i - theta_j. For k equally spaced clusters of q tokens (n = k q; k = n: the regular n-gon)
+the cluster-circulant structure gives the eigenvalues
+
+    (q/n^2) sum_{j=1}^{k-1} w(2 pi j/k) (1 - cos(2 pi j m/k)),   m = 0..k-1   (m = 0: the rotation)
+    (q/n^2) sum_{j=0}^{k-1} w(2 pi j/k),                          multiplicity k (q - 1) (splitting a cluster).
+
+For USA (weights 1/n) multiply by n; for SA (weights Z/n^2, Z = q sum_j e^{beta cos(2 pi j/k)}) by n^2/Z.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from riemattn.analysis.critical_points import (
+    certify,
+    clusters,
+    deduplicate,
+    invariants,
+    k_clusters,
+    newton_search,
+    regular_simplex,
+    search,
+    structured_starts,
+)
+from riemattn.analysis.hessians import energy_hessian
+from riemattn.errors import ValidationError
+
+
+def w(phi, beta):
+    return np.exp(beta * np.cos(phi)) * (beta * np.sin(phi) ** 2 - np.cos(phi))
+
+
+def closed_form(n, k, beta, drop_rotation=False):
+    q = n // k
+    phis = 2 * np.pi * np.arange(k) / k
+    lam = [q / n**2 * sum(w(phis[j], beta) * (1 - np.cos(2 * np.pi * j * m / k)) for j in range(1, k))
+           for m in range(1 if drop_rotation else 0, k)]
+    lam += [q / n**2 * sum(w(p, beta) for p in phis)] * (k * (q - 1))
+    return np.sort(lam)
+
+
+CLUSTERS = [(4, 1), (4, 2), (4, 4), (6, 2), (6, 3), (6, 6), (5, 5), (8, 4)]
+
+
+@pytest.mark.parametrize("n,k", CLUSTERS)
+@pytest.mark.parametrize("beta", [0.4, 3.0])
+def test_equally_spaced_clusters_are_critical_with_closed_form_spectrum(n, k, beta):
+    x = k_clusters(n, 2, k)
+    ref = closed_form(n, k, beta)
+    H = energy_hessian(x, beta, "standard")
+    scale = np.max(np.abs(ref))
+    assert np.linalg.norm(H.grad) <= 1e-14 * scale
+    assert np.max(np.abs(np.linalg.eigvalsh(H.matrix()[0]) - ref)) <= 1e-8 * scale
+    # USA (c = 1/n) and SA (c = Z/n^2): the same bilinear form relative to the scaled metrics
+    usa = np.linalg.eigvalsh(energy_hessian(x, beta, "usa").matrix()[0])
+    assert np.max(np.abs(usa - n * ref)) <= 1e-8 * n * scale
+    Z = (n // k) * np.sum(np.exp(beta * np.cos(2 * np.pi * np.arange(k) / k)))
+    sa = np.linalg.eigvalsh(energy_hessian(x, beta, "sa").matrix()[0])
+    assert np.max(np.abs(sa - n**2 / Z * ref)) <= 1e-8 * n**2 / Z * scale
+
+
+@pytest.mark.parametrize("n,beta,n_random", [(4, 1.0, 48), (5, 2.0, 48), (6, 2.0, 300)])
+def test_random_starts_find_the_closed_form_configurations(n, beta, n_random):
+    """No structured start: random, ascended-random and random-clustering starts only."""
+    points, stats = search(n, 2, beta, n_random=n_random, seed=1, structured=False)
+    assert stats["n_converged"] >= 0.9 * stats["n_starts"]
+    found = np.array([p.invariants for p in points])
+    for k in [k for k in range(1, n + 1) if n % k == 0]:
+        x = k_clusters(n, 2, k)
+        hit = np.flatnonzero(np.max(np.abs(found - invariants(x)), axis=1) <= 1e-6)
+        assert hit.size == 1, (n, k)
+        p = points[hit[0]]
+        ref = closed_form(n, k, beta, drop_rotation=True)
+        assert p.n_symmetry == 1
+        assert np.max(np.abs(p.eigenvalues - ref)) <= 1e-8 * np.max(np.abs(ref))
+        assert p.index == int(np.sum(ref > 0)) and p.n_clusters == k
+
+
+def test_consensus_is_the_only_local_maximum_where_glpr_prove_it():
+    """d = 3 (GLPR Theorem 6.1, every beta) and the circle at beta = n^2, the order of Theorem 5.1's
+    threshold (n = 3, so that the saddles' positive eigenvalues, ~e^{-2 beta} relative to the largest,
+    are resolved)."""
+    for n, d, beta in [(4, 3, 1.0), (5, 3, 6.0), (3, 2, 9.0)]:
+        points, _ = search(n, d, beta, n_random=32, seed=2)
+        assert points[0].is_consensus and points[0].index == 0
+        for p in points[1:]:
+            assert p.n_zero == 0 and p.index > 0, (n, d, beta, p.shape)
+
+
+def test_newton_converges_quadratically_to_a_saddle():
+    n, beta = 4, 1.0
+    x = k_clusters(n, 2, 2)
+    rng = np.random.default_rng(0)
+    y = x + 1e-3 * rng.standard_normal(x.shape)
+    y /= np.linalg.norm(y, axis=-1, keepdims=True)
+    norms = [newton_search(y, beta, max_iter=it, gtol=1e-300)[1] for it in range(4)]
+    # quadratic convergence: |g_{k+1}| <= C |g_k|^2 (observed: 2e-4, 3e-7, 1e-12, 1e-20; C ~ 8)
+    assert norms[1] <= 20 * norms[0] ** 2 and norms[2] <= 20 * norms[1] ** 2 and norms[3] < 1e-18
+    z, _, ok = newton_search(y, beta)
+    assert ok and np.max(np.abs(invariants(z) - invariants(x))) < 1e-8
+
+
+def test_certificate_clusters_and_deduplication_modulo_symmetry():
+    rng = np.random.default_rng(3)
+    x = k_clusters(6, 3, 3)
+    Q, _ = np.linalg.qr(rng.standard_normal((3, 3)))
+    y = (x @ Q.T)[rng.permutation(6)]
+    p, q = certify(x, 2.0), certify(y, 2.0)
+    assert p.shape == "2+2+2" and p.n_clusters == 3 and p.n_symmetry == 3
+    assert np.isclose(p.energy, q.energy) and p.index == q.index
+    merged = deduplicate([p, q, certify(k_clusters(6, 3, 2), 2.0)])
+    assert len(merged) == 2 and merged[1].hits == 2
+    assert list(clusters(np.array([[1.0, 0], [1.0, 0], [0, 1.0]]))) == [0, 0, 1]
+    s = regular_simplex(4, 3)
+    assert np.allclose(s @ s.T, np.where(np.eye(4) > 0, 1.0, -1 / 3))
+    assert structured_starts(6, 3).shape[1:] == (6, 3)
+
+
+def test_bad_input():
+    with pytest.raises(ValidationError, match="sizes"):
+        k_clusters(4, 2, 2, sizes=[1, 2])
+    with pytest.raises(ValidationError, match="simplex"):
+        regular_simplex(5, 3)
+    with pytest.raises(ValidationError, match="x0"):
+        newton_search(np.ones((3, 2)), 1.0)
+    with pytest.raises(ValidationError, match="n"):
+        search(0, 2, 1.0)
