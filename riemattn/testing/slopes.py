@@ -200,8 +200,8 @@ def _random_point_and_direction(manifold, base_point, tangent_vector, seed):
     return y, u
 
 
-def _ts(ts):
-    ts = np.logspace(-3, -1, 9) if ts is None else np.asarray(ts, dtype=float)
+def _ts(ts, default):
+    ts = np.logspace(*default, 9) if ts is None else np.asarray(ts, dtype=float)
     if ts.ndim != 1 or ts.size < 2 or np.any(ts <= 0):
         raise ValidationError(f"ts must be at least two positive step lengths, got {ts!r}.")
     return ts
@@ -233,7 +233,7 @@ def check_retraction(manifold, *, base_point=None, tangent_vector=None, against=
         raise ValidationError(f"against must be 'line' or 'exp', got {against!r}.")
     y, u = _random_point_and_direction(manifold, base_point, tangent_vector, seed)
     u = u / manifold.norm(u)[..., None]
-    ts = _ts(ts)
+    ts = _ts(ts, (-3, -1))
     errors = []
     for t in ts:
         target = y + t * u if against == "line" else manifold.metric.exp(t * u, y)
@@ -259,6 +259,10 @@ def check_riemannian_gradient(manifold, cost, gradient, base_point, *, direction
     metric : callable, optional
         ``metric(y, X, Y)`` -> float, the metric in which ``gradient`` is the gradient; default
         sum_i X_i^T W Y_i (the product metric of the manifold).
+    ts : array_like, optional
+        Step lengths (default ``logspace(-5, -2, 9)``: small enough that a wrong gradient's
+        first-order error dominates, large enough that a right one's O(t^2) error is far above
+        the rounding of the cost).
 
     Returns
     -------
@@ -281,6 +285,6 @@ def check_riemannian_gradient(manifold, cost, gradient, base_point, *, direction
         raise AssertionError(f"gradient not tangent at token {k}: |y^T W g| = {res[k]:.3e}.")
     inner = (lambda a, b: float(np.sum(manifold.inner(a, b)))) if metric is None else (lambda a, b: float(metric(y, a, b)))
     f0, slope0 = float(cost(y)), inner(g, u)
-    ts = _ts(ts)
+    ts = _ts(ts, (-5, -2))
     errors = [abs(float(cost(manifold.retract(y + t * u))) - f0 - t * slope0) for t in ts]
     return _fit(ts, errors, 2.0, "first-order model of the cost with the claimed gradient")

@@ -298,7 +298,14 @@ class TimeVaryingHeads:
     @property
     def bound(self) -> np.ndarray:
         """Upper bounds of |M_eta(t)|_2 over all t, shape (h,)."""
-        return np.linalg.norm(self.B, axis=(-2, -1)) + np.sum(np.linalg.norm(self.A, axis=(-2, -1)), axis=0)
+        return _frobenius(self.B) + np.sum(_frobenius(self.A), axis=0)
+
+
+def _frobenius(M):
+    """Frobenius norms over the last two axes, scaled first so that tiny entries do not underflow."""
+    s = np.max(np.abs(M), axis=(-2, -1), initial=0.0)
+    safe = np.where(s > 0, s, 1.0)
+    return s * np.linalg.norm(M / safe[..., None, None], axis=(-2, -1))
 
 
 def _sym(M):
