@@ -267,7 +267,7 @@ def _first_failure(prop):
             failed.append(len(seen))
             raise
 
-    test = settings(max_examples=100, derandomize=True, database=None, deadline=None,
+    test = settings(max_examples=100, derandomize=True, database=None, deadline=None, report_multiple_bugs=False,
                     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
                     suppress_health_check=[HealthCheck.too_slow])(given(data=st.data())(body))
     with pytest.raises(AssertionError) as info:

@@ -80,13 +80,13 @@ class Fit:
         import matplotlib.pyplot as plt
 
         if ax is None:
-            _, ax = plt.subplots(figsize=(4.5, 3.5))
+            _, ax = plt.subplots(figsize=(4.5, 3.5), layout="constrained")
         ax.loglog(self.h, self.errors, "o", label="measured")
         ax.loglog(self.h, np.exp(self.intercept) * self.h ** self.slope, "-", label=f"slope {self.slope:.2f}")
         if self.expected is not None:
             ref = self.errors[-1] * (self.h / self.h[-1]) ** self.expected
             ax.loglog(self.h, ref, "k:", label=f"slope {self.expected:g} (theory)")
-        ax.set_xlabel("h")
+        ax.set_xlabel("h (step size or length)")
         ax.set_ylabel("error")
         ax.set_title(self.quantity, fontsize=9)
         ax.legend(fontsize=8)
@@ -239,7 +239,7 @@ def check_retraction(manifold, *, base_point=None, tangent_vector=None, against=
         target = y + t * u if against == "line" else manifold.metric.exp(t * u, y)
         errors.append(float(np.max(manifold.norm(manifold.retract(y + t * u) - target))))
     expected = 2.0 if against == "line" else 3.0
-    return _fit(ts, errors, expected, f"retraction of {manifold!r} against the {'tangent line' if against == 'line' else 'exponential'}")
+    return _fit(ts, errors, expected, f"retraction of {type(manifold).__name__} vs the {'tangent line' if against == 'line' else 'exponential'}")
 
 
 def check_riemannian_gradient(manifold, cost, gradient, base_point, *, direction=None, metric=None, ts=None, seed=0):
