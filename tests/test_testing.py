@@ -230,7 +230,7 @@ def test_check_riemannian_gradient_right_and_wrong():
     M = ra.Sphere(2)
     a = np.array([0.3, -1.0, 2.0])
     y = M.projection(np.random.default_rng(3).normal(size=(4, 3)))
-    cost = lambda y: float(np.sum(y @ a))  # noqa: E731
+    cost = lambda y: float(np.sum(y @ a))
     assert abs(rt.check_riemannian_gradient(M, cost, lambda y: M.tangent(y, a + 0 * y), y).slope - 2) <= 0.2
     wrong = rt.check_riemannian_gradient(M, cost, lambda y: 0.5 * M.tangent(y, a + 0 * y), y)
     assert abs(wrong.slope - 1) <= 0.2, wrong

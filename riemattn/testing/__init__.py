@@ -30,16 +30,46 @@ except ImportError as _exc:
 
 from . import checks, slopes, strategies
 from .checks import assert_forward_invariant, assert_on_manifold, assert_tangent
-from .slopes import Fit, check_order, check_retraction, check_riemannian_gradient, reference_solution
+from .slopes import (
+    Fit,
+    check_order,
+    check_retraction,
+    check_riemannian_gradient,
+    reference_solution,
+)
 from .strategies import (
-    attention_fields, betas, ellipsoids, head_matrices, hemisphere_points, manifolds, points, spd_matrices,
-    spheres, tangent_vectors,
+    attention_fields,
+    betas,
+    ellipsoids,
+    head_matrices,
+    hemisphere_points,
+    manifolds,
+    points,
+    spd_matrices,
+    spheres,
+    tangent_vectors,
 )
 
 __all__ = [
-    "checks", "slopes", "strategies",
-    "assert_forward_invariant", "assert_on_manifold", "assert_tangent",
-    "Fit", "check_order", "check_retraction", "check_riemannian_gradient", "reference_solution",
-    "attention_fields", "betas", "ellipsoids", "head_matrices", "hemisphere_points", "manifolds", "points",
-    "spd_matrices", "spheres", "tangent_vectors",
+    "Fit",
+    "assert_forward_invariant",
+    "assert_on_manifold",
+    "assert_tangent",
+    "attention_fields",
+    "betas",
+    "check_order",
+    "check_retraction",
+    "check_riemannian_gradient",
+    "checks",
+    "ellipsoids",
+    "head_matrices",
+    "hemisphere_points",
+    "manifolds",
+    "points",
+    "reference_solution",
+    "slopes",
+    "spd_matrices",
+    "spheres",
+    "strategies",
+    "tangent_vectors",
 ]

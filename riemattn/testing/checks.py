@@ -25,7 +25,7 @@ from ..errors import InputTypeError, ValidationError
 from ..solvers.integrate import integrate
 from ..solvers.steppers import get_stepper
 
-__all__ = ["assert_on_manifold", "assert_tangent", "assert_forward_invariant"]
+__all__ = ["assert_forward_invariant", "assert_on_manifold", "assert_tangent"]
 
 
 def _where(index, batch_ndim: int, times=None) -> str:
@@ -196,7 +196,7 @@ def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper=
         At the first time a margin is <= 0 (or decreases), naming the time, trajectory, token,
         the margin and the integration settings.
     """
-    manifold = _manifold_of(field)
+    _manifold_of(field)  # a riemattn field
     y0 = _tokens(y0, "y0")
     if isinstance(region, str):
         if region != "hemisphere":

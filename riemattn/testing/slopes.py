@@ -36,7 +36,7 @@ from ..solvers.steppers import get_stepper
 __all__ = ["Fit", "check_order", "check_retraction", "check_riemannian_gradient", "reference_solution"]
 
 #: SciPy's tightest DOP853 tolerances: the reference of :func:`check_order`.
-TIGHT = dict(method="DOP853", rtol=2.5e-14, atol=1e-14)
+TIGHT = {"method": "DOP853", "rtol": 2.5e-14, "atol": 1e-14}
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,6 @@ D. R. MacIver et al., "Hypothesis: a new approach to property-based testing", JO
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from numbers import Integral, Real
-
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -37,12 +34,28 @@ from hypothesis.strategies import SearchStrategy
 from ..dynamics.attention import MASKS, NORMALIZATIONS, AttentionField
 from ..errors import InputTypeError, ValidationError
 from ..geometry.manifolds import Ellipsoid, Euclidean, Sphere
+from ._draw import _floats, _matrix, _nonzero_rows, _positive, _shape, _size
+from ._heads import TimeVaryingHeads, _sym
 
 __all__ = [
-    "DIMS", "TOKENS", "HEADS", "MANIFOLD_KINDS", "TimeVaryingHeads",
-    "orthogonal_matrices", "spd_matrices", "spheres", "ellipsoids", "manifolds", "points",
-    "unit_vectors", "hemisphere_points", "tangent_vectors", "head_matrices",
-    "symmetric_with_top_eigenvector", "betas", "attention_fields",
+    "DIMS",
+    "HEADS",
+    "MANIFOLD_KINDS",
+    "TOKENS",
+    "TimeVaryingHeads",
+    "attention_fields",
+    "betas",
+    "ellipsoids",
+    "head_matrices",
+    "hemisphere_points",
+    "manifolds",
+    "orthogonal_matrices",
+    "points",
+    "spd_matrices",
+    "spheres",
+    "symmetric_with_top_eigenvector",
+    "tangent_vectors",
+    "unit_vectors",
 ]
 
 #: Default sizes: d in 2..5, l in 1..5, h in 1..3 (each shrinks toward its smallest value).
@@ -50,51 +63,6 @@ DIMS = st.integers(2, 5)
 TOKENS = st.integers(1, 5)
 HEADS = st.integers(1, 3)
 MANIFOLD_KINDS = ("sphere", "ellipsoid", "euclidean")
-
-
-def _floats(lo, hi):
-    return st.floats(lo, hi, allow_nan=False, allow_infinity=False, allow_subnormal=False)
-
-
-def _matrix(shape, lo=-1.0, hi=1.0):
-    return hnp.arrays(np.float64, shape, elements=_floats(lo, hi))
-
-
-def _size(draw, value, name, minimum):
-    """An int, or a draw from a strategy of int; at least ``minimum``."""
-    if isinstance(value, SearchStrategy):
-        value = draw(value)
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise InputTypeError(f"{name} must be an int or a Hypothesis strategy of int, got {value!r}.")
-    if value < minimum:
-        raise ValidationError(f"{name} must be >= {minimum}, got {value}.")
-    return int(value)
-
-
-def _shape(draw, value):
-    if isinstance(value, SearchStrategy):
-        value = draw(value)
-    try:
-        shape = tuple(int(s) for s in value)
-    except TypeError:
-        raise InputTypeError(f"batch_shape must be a tuple of int or a strategy of tuples, got {value!r}.") from None
-    if any(s < 0 for s in shape):
-        raise ValidationError(f"batch_shape must have nonnegative sides, got {shape}.")
-    return shape
-
-
-def _positive(value, name, minimum=0.0):
-    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) or value <= minimum:
-        raise ValidationError(f"{name} must be a finite number > {minimum}, got {value!r}.")
-    return float(value)
-
-
-def _nonzero_rows(x):
-    """Rows shorter than 0.1 get e_1 added: no zero token, and all-zero draws shrink to e_1."""
-    small = np.linalg.norm(x, axis=-1) < 0.1
-    x = x.copy()
-    x[small, 0] += 1.0
-    return x
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,47 +239,6 @@ def tangent_vectors(draw, manifold, base_point, *, scale=1.0):
 
 # ---------------------------------------------------------------------------------------------
 # attention
-@dataclass
-class TimeVaryingHeads:
-    """M_eta(t) = B_eta + sum_k A_{eta,k} sin(omega_k t + phi_k), shape (h, d, d): bounded and
-    uniformly continuous in t.
-
-    ``bound[eta]`` bounds the spectral norm of M_eta(t) for all t (the sum of the Frobenius norms
-    of B_eta and of the A_{eta,k}). Called with a float t it returns (h, d, d); with an array of
-    k times, (k, h, d, d) (so it also serves ``AttentionField(..., time_vectorized=True)``).
-    """
-
-    B: np.ndarray  # (h, d, d)
-    A: np.ndarray  # (K, h, d, d)
-    omega: np.ndarray  # (K,)
-    phi: np.ndarray  # (K,)
-
-    def __post_init__(self):
-        self._A2 = self.A.reshape(self.A.shape[0], self.B.size)
-
-    def __call__(self, t):
-        if self._A2.shape[0] == 0:
-            return self.B if np.ndim(t) == 0 else np.broadcast_to(self.B, np.shape(t) + self.B.shape)
-        s = np.sin(np.multiply.outer(t, self.omega) + self.phi)
-        return self.B + (s @ self._A2).reshape(np.shape(t) + self.B.shape)
-
-    @property
-    def bound(self) -> np.ndarray:
-        """Upper bounds of |M_eta(t)|_2 over all t, shape (h,)."""
-        return _frobenius(self.B) + np.sum(_frobenius(self.A), axis=0)
-
-
-def _frobenius(M):
-    """Frobenius norms over the last two axes, scaled first so that tiny entries do not underflow."""
-    s = np.max(np.abs(M), axis=(-2, -1), initial=0.0)
-    safe = np.where(s > 0, s, 1.0)
-    return s * np.linalg.norm(M / safe[..., None, None], axis=(-2, -1))
-
-
-def _sym(M):
-    return 0.5 * (M + np.swapaxes(M, -1, -2))
-
-
 @st.composite
 def head_matrices(draw, h, d, *, symmetric=False, time_varying=False, scale=1.0, max_terms=2, max_omega=6.0):
     """Head matrices P_eta (or U_eta): entries in [-scale, scale].
