@@ -103,8 +103,10 @@ def assert_on_manifold(manifold, y, *, atol=1e-10, times=None):
 def assert_tangent(field, y, *, t=0.0, atol=1e-12, rtol=1e-12):
     """Assert that ``field(t, y)`` is tangent to the field's manifold at every token.
 
-    Checks ``|<y_i, F_i>_W| = |y_i^T W F_i| <= atol_i + rtol |F_i|_W`` (T_y E_W = {u : y^T W u = 0},
-    ICML eq. 3), the shape of F and its finiteness.
+    Checks ``|<y_i, F_i>_W| = |y_i^T W F_i| <= atol_i + rtol s_i`` (T_y E_W = {u : y^T W u = 0},
+    ICML eq. 3), the shape of F and its finiteness. ``s_i = |F_i|_W``, or for a field with an
+    ``update`` method (:class:`~riemattn.dynamics.attention.AttentionField`) the larger of that and
+    the un-projected update's norm, whose rounding error the projection leaves behind.
 
     Parameters
     ----------
@@ -135,7 +137,10 @@ def assert_tangent(field, y, *, t=0.0, atol=1e-12, rtol=1e-12):
     if _is_flat(manifold):
         return
     residual = np.abs(manifold.inner(y, F))
-    tol = np.broadcast_to(np.asarray(atol, dtype=float), residual.shape) + rtol * manifold.norm(F)
+    size = manifold.norm(F)
+    if callable(getattr(field, "update", None)):  # an attention field: the rounding of its projection
+        size = np.maximum(size, manifold.norm(np.asarray(field.update(t, y), dtype=float)))
+    tol = np.broadcast_to(np.asarray(atol, dtype=float), residual.shape) + rtol * size
     excess = residual - tol
     worst = np.unravel_index(np.argmax(excess), excess.shape)
     if excess[worst] > 0:
