@@ -104,7 +104,7 @@ def spheres(draw, *, dims=DIMS):
 
 @st.composite
 def ellipsoids(draw, *, dims=DIMS, max_condition=10.0):
-    """``Ellipsoid(W)``, W drawn by :func:`spd_matrices` (condition number <= max_condition)."""
+    """``Ellipsoid(W)``, W drawn by :func:`~riemattn.testing.strategies.spd_matrices` (condition number <= max_condition)."""
     return Ellipsoid(draw(spd_matrices(_size(draw, dims, "dims", 2), max_condition=max_condition)))
 
 
