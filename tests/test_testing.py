@@ -300,3 +300,29 @@ def test_mutation_non_tangent_field_is_caught_and_shrunk():
     err, (l, d), first = _first_failure(prop)
     print(f"non-tangent: first failing example {first}, shrunk to l = {l}, d = {d}: {err}")
     assert "not tangent" in str(err) and first <= 100 and l <= 3 and d <= 3
+
+
+def test_bad_arguments_raise_the_package_errors():
+    from riemattn.errors import InputTypeError
+
+    S = ra.Sphere(2)
+    y = S.projection(np.random.default_rng(5).normal(size=(3, 3)))
+    field = ra.AttentionField(np.eye(3))
+    with pytest.raises(InputTypeError, match="field must be a riemattn Field"):
+        rt.assert_tangent(lambda t, y: y, y)
+    with pytest.raises(ValidationError, match="steps must be at least two positive integers"):
+        rt.check_order("rk4", field, y, steps=(8,))
+    with pytest.raises(ValidationError, match="stepper must be one of"):
+        rt.check_order("rk5", field, y)
+    with pytest.raises(ValidationError, match="against must be 'line' or 'exp'"):
+        rt.check_retraction(S, against="geodesic")
+    with pytest.raises(ValidationError, match="region must be 'hemisphere' or a callable"):
+        rt.assert_forward_invariant(field, y, region="cube")
+    with pytest.raises(ValidationError, match=r"d = 4 components"):
+        rt.assert_on_manifold(ra.Sphere(3), y)
+    with pytest.raises(InputTypeError, match="tokens must be an int or a Hypothesis strategy"):
+        find(rs.points(S, tokens=2.5), lambda _: True)
+    with pytest.raises(ValidationError, match="kinds must be a nonempty subset"):
+        find(rs.manifolds(kinds=("torus",)), lambda _: True)
+    with pytest.raises(ValidationError, match="max_condition must be >= 1"):
+        find(rs.spd_matrices(2, max_condition=0.5), lambda _: True)
