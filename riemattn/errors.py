@@ -7,7 +7,7 @@ the argument, what was expected and what was received. They subclass the built-i
 
 from __future__ import annotations
 
-__all__ = ["RiemattnError", "ValidationError", "InputTypeError", "IntegrationError"]
+__all__ = ["RiemattnError", "ValidationError", "InputTypeError", "IntegrationError", "MissingDependencyError"]
 
 
 class RiemattnError(Exception):
@@ -24,3 +24,9 @@ class InputTypeError(RiemattnError, TypeError):
 
 class IntegrationError(RiemattnError, RuntimeError):
     """An integration did not reach its final time (raised only when asked for)."""
+
+
+class MissingDependencyError(RiemattnError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    An ``ImportError``, so ``pytest.importorskip`` and ``except ImportError`` treat it as one."""

@@ -20,7 +20,7 @@ import riemattn as ra  # noqa: E402
 from riemattn.experiments._papers import hemisphere_P  # noqa: E402
 from riemattn.solvers.steppers import get_stepper  # noqa: E402
 
-from strategies import time_varying_P, tokens_in_hemisphere, W_or_identity  # noqa: E402
+from riemattn.testing import strategies as rs  # noqa: E402
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 TOL = 1e-12
@@ -227,10 +227,10 @@ def test_numpy_results_unchanged_by_importing_torch():
 @settings(max_examples=40)
 @given(d=st.integers(2, 4), l=st.integers(1, 5), h=st.integers(1, 2), data=st.data())
 def test_hemisphere_invariance_property_on_tensors(d, l, h, data):
-    W = data.draw(W_or_identity(d))
-    P = data.draw(time_varying_P(h, d))
-    v, y0 = data.draw(tokens_in_hemisphere(l, d, W))
-    field = ra.AttentionField(P, W=W)
+    M = data.draw(rs.manifolds(dims=d))
+    P = data.draw(rs.head_matrices(h, d, time_varying=True))
+    y0, v = data.draw(rs.hemisphere_points(M, tokens=l))
+    field = ra.AttentionField(P, W=None if isinstance(M, ra.Sphere) else M.W)
     a = ra.integrate(field, y0, (0, 0.2), "rk4", dt=0.02)
     b = ra.integrate(field, torch.as_tensor(y0), (0, 0.2), "rk4", dt=0.02)
     m = (b.y.numpy() @ v).min(axis=-1)

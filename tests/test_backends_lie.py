@@ -23,7 +23,7 @@ from riemattn.experiments._papers import hemisphere_P  # noqa: E402
 from riemattn.solvers.lie import LieStepper, LinearField  # noqa: E402
 from riemattn.geometry.lowrank import WOrthoBasis, expm_small_action, lowrank_expm_action, rank2_expm_action  # noqa: E402
 
-from strategies import dims, token_counts, tokens_on_ellipsoid  # noqa: E402
+from riemattn.testing import strategies as rs  # noqa: E402
 
 LIE = sorted(name for name, cls in ra.STEPPERS.items() if issubclass(cls, LieStepper))
 D = 4
@@ -253,10 +253,10 @@ def test_diagnostics_validation_on_tensors():
 
 
 @settings(max_examples=25, deadline=None)
-@given(l=token_counts, d=dims, data=st.data())
+@given(l=st.integers(2, 5), d=rs.DIMS, data=st.data())
 def test_misalignment_and_clusters_agree_on_tensors(l, d, data):
     """Hypothesis variant of test_properties' misalignment property: tensors give NumPy's values."""
-    y = data.draw(tokens_on_ellipsoid(l, d))
+    y = data.draw(rs.points(ra.Sphere(d - 1), tokens=l))
     yt = torch.as_tensor(y)
     np.testing.assert_allclose(dg.misalignment(yt).numpy(), dg.misalignment(y), rtol=0, atol=1e-12)
     tol = data.draw(st.floats(0.0, 2.0))
@@ -269,7 +269,7 @@ def test_lie_step_stays_on_ellipsoid_on_tensors(data, name, h):
     """Hypothesis variant of test_lie's manifold preservation, on tensors: one step of any size
     keeps every token on E_W, and equals the NumPy step."""
     M = MANIFOLDS["ellipsoid"]()
-    y = data.draw(tokens_on_ellipsoid(3, D, M.W))
+    y = data.draw(rs.points(M, tokens=3))
     f = GenericField(M, 3.0, seed=data.draw(st.integers(0, 100)))
     res = ra.STEPPERS[name]().step(f, 0.0, torch.as_tensor(y), h).y
     assert M.deviation(res) < 1e-12

@@ -21,17 +21,16 @@ from scipy.linalg import expm
 import riemattn as ra
 from riemattn import diagnostics as dg
 
-from strategies import (
-    W_or_identity,
-    dims,
-    head_counts,
-    symmetric_U,
-    time_varying_P,
-    token_counts,
-    tokens_in_hemisphere,
-    tokens_on_ellipsoid,
-    unit_vectors,
-)
+from riemattn.testing import assert_tangent
+from riemattn.testing import strategies as rs
+
+dims, head_counts = rs.DIMS, rs.HEADS  # d in 2..5, h in 1..3
+token_counts = st.integers(2, 5)  # at least two tokens: every property here is about interactions
+
+
+def _W(manifold):
+    """None for the sphere, W for an ellipsoid (the fields' W argument)."""
+    return None if isinstance(manifold, ra.Sphere) else manifold.W
 
 STEPPER_NAMES = sorted(ra.STEPPERS)  # the Lie-group steppers appear here automatically
 ROUND = 1e-12  # rounding-level slack for properties that hold exactly for the discrete methods
@@ -68,10 +67,10 @@ class HemisphereProblem:
 def hemisphere_problems(draw):
     """Full attention, U = I, h in {1, 2, 3}, bounded P_eta(t), W SPD or I, tokens in H+(v)."""
     d, l, h = draw(dims), draw(token_counts), draw(head_counts)
-    W = draw(W_or_identity(d))
-    P = draw(time_varying_P(h, d))
-    v, y0 = draw(tokens_in_hemisphere(l, d, W))
-    return HemisphereProblem(d, l, h, W, P, v, y0)
+    M = draw(rs.manifolds(dims=d))
+    P = draw(rs.head_matrices(h, d, time_varying=True))
+    y0, v = draw(rs.hemisphere_points(M, tokens=l))
+    return HemisphereProblem(d, l, h, _W(M), P, v, y0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,12 +151,13 @@ def test_transformer_layer_preserves_hemisphere_exactly(pb, log_tau, QK, layers)
 @st.composite
 def causal_problems(draw):
     d, l, h = draw(dims), draw(token_counts), draw(head_counts)
-    P = draw(time_varying_P(h, d, scale=0.5))
+    P = draw(rs.head_matrices(h, d, time_varying=True, scale=0.5))
+    S = ra.Sphere(d - 1)
     if draw(st.booleans()):  # all tokens in H+(y_1): the quantitative bound below applies to all
-        v, rest = draw(tokens_in_hemisphere(l, d))
+        rest, v = draw(rs.hemisphere_points(S, tokens=l))
         y0 = np.concatenate([v[None], rest[1:]])
     else:
-        y0 = draw(tokens_on_ellipsoid(l, d))
+        y0 = draw(rs.points(S, tokens=l))
     assume(y0[1] @ y0[0] > -1 + 1e-3)  # token 2 away from the antipode -y_1
     return d, l, h, P, y0
 
@@ -198,9 +198,9 @@ def test_causal_identity_first_token_fixed_and_others_approach_it(pr):
 @st.composite
 def symmetric_U_problems(draw):
     d, l = draw(dims), draw(token_counts)
-    P = draw(time_varying_P(1, d, scale=0.5))
-    U, v = draw(symmetric_U(d))
-    _, y0 = draw(tokens_in_hemisphere(l, d, v=v))
+    P = draw(rs.head_matrices(1, d, time_varying=True, scale=0.5))
+    U, v = draw(rs.symmetric_with_top_eigenvector(d))
+    y0, _ = draw(rs.hemisphere_points(ra.Sphere(d - 1), v=v, tokens=l))
     return d, l, P, U, v, y0
 
 
@@ -247,12 +247,13 @@ def test_causal_symmetric_U_tokens_approach_top_eigenvector(pr):
 def general_fields(draw, h=None):
     d, l = draw(dims), draw(token_counts)
     h = draw(head_counts) if h is None else h
-    W = draw(W_or_identity(d))
-    P = draw(time_varying_P(h, d))
-    U = None if draw(st.booleans()) else draw(time_varying_P(h, d))
+    M = draw(rs.manifolds(dims=d))
+    W = _W(M)
+    P = draw(rs.head_matrices(h, d, time_varying=True))
+    U = None if draw(st.booleans()) else draw(rs.head_matrices(h, d, time_varying=True))
     mask = draw(st.sampled_from(["full", "causal"]))
     norm = draw(st.sampled_from(["paper", "softmax", "mean"]))
-    y = draw(tokens_on_ellipsoid(l, d, W))
+    y = draw(rs.points(M, tokens=l))
     t = draw(st.floats(0.0, 10.0))
     field = ra.AttentionField(P, U, W=W, mask=mask, normalization=norm)
     return field, W, y, t
@@ -262,10 +263,10 @@ def general_fields(draw, h=None):
 def test_field_is_tangent(fw):
     """ICML eq. (3), (6): F_i = (I - y_i y_i^T W) f_i lies in T_{y_i} E_W = {u : y_i^T W u = 0}."""
     field, W, y, t = fw
-    F = field(t, y)
     Wm = np.eye(y.shape[-1]) if W is None else W
+    # rounding of the projection: relative to the size of the un-projected update
     scale = 1.0 + np.linalg.norm(field.update(t, y), axis=-1) * np.linalg.norm(Wm, 2)
-    assert np.all(np.abs(np.einsum("li,ij,lj->l", y, Wm, F)) <= 1e-13 * scale)
+    assert_tangent(field, y, t=t, atol=1e-13 * scale, rtol=0.0)
 
 
 # the projected RK methods and "layer" end every step with pi_W, so only the Lie-group steppers,
@@ -339,11 +340,11 @@ def test_full_attention_is_permutation_equivariant(fw, perm_seed):
 def test_misalignment_zero_exactly_at_consensus(l, d, data):
     """ICML eq. (9): E(y) = 0 when all tokens are positive multiples of y_1 (consensus), and
     E(y) > 0 otherwise (E = (1/l) sum_i (1 - cos angle(y_1, y_i)))."""
-    x = data.draw(unit_vectors(d))
+    x = data.draw(rs.unit_vectors(d))
     scales = np.array(data.draw(st.lists(st.floats(0.1, 10.0), min_size=l, max_size=l)))
     cons = scales[:, None] * x
     assert abs(dg.misalignment(cons)) <= 1e-15 * l
-    y = data.draw(tokens_on_ellipsoid(l, d))
+    y = data.draw(rs.points(ra.Sphere(d - 1), tokens=l))
     cosines = y @ y[0]
     assume(np.min(cosines) < 1 - 1e-6)  # not a consensus: some token is off the direction of y_1
     E = dg.misalignment(y)

@@ -37,8 +37,8 @@ def public_modules(package: str = PACKAGE) -> list[str]:
         try:
             importlib.import_module(name)
         except ImportError as exc:  # an optional extra missing: the build must say so, not hide it
-            raise RuntimeError(f"API reference: cannot import {name} ({exc}); install the 'docs' "
-                               f"and 'llm' extras") from exc
+            raise RuntimeError(f"API reference: cannot import {name} ({exc}); install the 'docs', "
+                               f"'llm' and 'testing' extras") from exc
         out.append(name)
     return out
 

@@ -1,0 +1,57 @@
+"""Shared helpers of the strategies: bounded floats and arrays, size and shape arguments."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from hypothesis.strategies import SearchStrategy
+
+from ..errors import InputTypeError, ValidationError
+
+
+def _floats(lo, hi):
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+
+
+def _matrix(shape, lo=-1.0, hi=1.0):
+    return hnp.arrays(np.float64, shape, elements=_floats(lo, hi))
+
+
+def _size(draw, value, name, minimum):
+    """An int, or a draw from a strategy of int; at least ``minimum``."""
+    if isinstance(value, SearchStrategy):
+        value = draw(value)
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise InputTypeError(f"{name} must be an int or a Hypothesis strategy of int, got {value!r}.")
+    if value < minimum:
+        raise ValidationError(f"{name} must be >= {minimum}, got {value}.")
+    return int(value)
+
+
+def _shape(draw, value):
+    if isinstance(value, SearchStrategy):
+        value = draw(value)
+    try:
+        shape = tuple(int(s) for s in value)
+    except TypeError:
+        raise InputTypeError(f"batch_shape must be a tuple of int or a strategy of tuples, got {value!r}.") from None
+    if any(s < 0 for s in shape):
+        raise ValidationError(f"batch_shape must have nonnegative sides, got {shape}.")
+    return shape
+
+
+def _positive(value, name, minimum=0.0):
+    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) or value <= minimum:
+        raise ValidationError(f"{name} must be a finite number > {minimum}, got {value!r}.")
+    return float(value)
+
+
+def _nonzero_rows(x):
+    """Rows shorter than 0.1 get e_1 added: no zero token, and all-zero draws shrink to e_1."""
+    small = np.linalg.norm(x, axis=-1) < 0.1
+    x = x.copy()
+    x[small, 0] += 1.0
+    return x
