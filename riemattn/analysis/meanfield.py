@@ -15,8 +15,11 @@ Discretisation: rho on N equispaced angles, its discrete Fourier coefficients ``
 (``rho(theta) = sum_k rho_k e^{i k theta}``). The kernels are convolutions with exact Fourier
 coefficients (modified Bessel functions): ``v_k = i pi (I_{k-1}(beta) - I_{k+1}(beta)) rho_k``
 (numerator) and ``Z_k = 2 pi I_k(beta) rho_k``; the product rho v and the quotient by Z are taken on
-the grid. Time stepping: Lawson's integrating-factor RK4 (the diffusion ``-sigma^2 k^2 / 2`` exactly,
-the transport explicitly), fourth order in time. The k = 0 mode of ``d/dtheta (rho v)`` is zero, so
+the grid. Time stepping: the exponential time differencing RK4 of Cox and Matthews (the diffusion
+``-sigma^2 k^2 / 2`` exactly, the transport explicitly; the phi-functions by Kassam and Trefethen's
+contour integrals), fourth order in time; its fixed points are exactly the stationary states of the
+spatial discretisation, so long-time integration and :func:`CircleDensity.stationary_state` agree
+to round-off. The k = 0 mode of ``d/dtheta (rho v)`` is zero, so
 the mass is conserved to round-off. The solution is analytic for analytic data, and the Fourier
 coefficients of the kernels decay like ``(beta/2)^k / k!``: the error decays exponentially in N
 (docs/noise.md shows it).
@@ -31,8 +34,10 @@ Kuramoto model).
 References
 ----------
 Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", section 3
-(the continuity equation), eq. (7.1), Problem 7. J. D. Lawson, "Generalized Runge-Kutta processes
-for stable systems with large Lipschitz constants", SIAM J. Numer. Anal. 4 (1967).
+(the continuity equation), eq. (7.1), Problem 7. S. M. Cox,
+P. C. Matthews, "Exponential time differencing for stiff systems", J. Comput. Phys. 176 (2002),
+eq. (26)-(29); A.-K. Kassam, L. N. Trefethen, "Fourth-order time-stepping for stiff PDEs", SIAM J.
+Sci. Comput. 26 (2005).
 """
 
 from __future__ import annotations
@@ -254,7 +259,7 @@ class CircleDensity:
         return rho
 
     def solve(self, rho0, t_span, dt: float = 0.01, saveat=None) -> DensityTrajectory:
-        """Integrate from ``rho0`` (values on :attr:`theta`, shape (..., N)) with Lawson RK4, fixed step <= dt.
+        """Integrate from ``rho0`` (values on :attr:`theta`, shape (..., N)) with ETDRK4, fixed step <= dt.
 
         Returns
         -------
@@ -275,22 +280,36 @@ class CircleDensity:
             n = max(1, math.ceil((target - t) / dt - 1e-9)) if target > t else 0
             h = (target - t) / n if n else 0.0
             if n:
-                E2, E = np.exp(self._diff * h / 2), np.exp(self._diff * h)
+                coef = self._etd_coefficients(h)
                 for _ in range(n):
-                    r = self._lawson_rk4(r, h, E2, E)
+                    r = self._etdrk4(r, h, coef)
                 if not np.all(np.isfinite(r)):
                     raise IntegrationError(f"the density became NaN or inf before t = {target} (dt too large?).")
             t = target
             out.append(np.fft.irfft(r, n=self.N, axis=-1))
         return DensityTrajectory(save, np.stack(out), self.theta)
 
-    def _lawson_rk4(self, r, h, E2, E):
+    def _etd_coefficients(self, h):
+        """E, E2, Q, f1, f2, f3 of ETDRK4 for the diagonal L = -sigma^2 k^2 / 2 (Kassam-Trefethen contour)."""
+        L = self._diff * h
+        r = np.exp(1j * math.pi * (np.arange(1, 33) - 0.5) / 32)
+        LR = L[:, None] + r[None, :]
+        Q = h * np.real(np.mean((np.exp(LR / 2) - 1) / LR, axis=1))
+        f1 = h * np.real(np.mean((-4 - LR + np.exp(LR) * (4 - 3 * LR + LR**2)) / LR**3, axis=1))
+        f2 = h * np.real(np.mean((2 + LR + np.exp(LR) * (LR - 2)) / LR**3, axis=1))
+        f3 = h * np.real(np.mean((-4 - 3 * LR - LR**2 + np.exp(LR) * (4 - LR)) / LR**3, axis=1))
+        return np.exp(L), np.exp(L / 2), Q, f1, f2, f3
+
+    def _etdrk4(self, v, h, coef):
+        E, E2, Q, f1, f2, f3 = coef
         f = self.transport
-        k1 = f(r)
-        k2 = f(E2 * (r + h / 2 * k1))
-        k3 = f(E2 * r + h / 2 * k2)
-        k4 = f(E * r + h * E2 * k3)
-        return E * r + h / 6 * (E * k1 + 2 * E2 * (k2 + k3) + k4)
+        Nv = f(v)
+        a = E2 * v + Q * Nv
+        Na = f(a)
+        b = E2 * v + Q * Na
+        Nb = f(b)
+        c = E2 * a + Q * (2 * Nb - Nv)
+        return E * v + f1 * Nv + 2 * f2 * (Na + Nb) + f3 * f(c)
 
     # --- stationary states ----------------------------------------------------------------------
     def potential(self, rho) -> np.ndarray:
