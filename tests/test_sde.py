@@ -95,14 +95,16 @@ def test_weak_order_of_the_chain(method, order, steps, n):
     assert abs(p - order) <= 0.25, (p, err)
 
 
+@pytest.mark.slow
 def test_weak_order_em_monte_carlo():
-    """Direct Monte Carlo weak order of projected Euler-Maruyama on S^2 (large errors: 2e5 paths suffice)."""
-    M, sigma, T = 200_000, 1.0, 1.0
+    """Direct Monte Carlo weak order of projected Euler-Maruyama on S^2 with 1e5 paths: within 0.25 of 1
+    (the exact chain's slope over these steps is 0.92; the fit's statistical error is ~0.08)."""
+    M, sigma, T = 100_000, 1.0, 1.0
     exact = float(brownian_mean_cosine(T, 3, sigma))
-    steps = (2, 4, 8)
+    steps = (16, 32, 64)
     err = np.array([mc("em", 3, sigma, T, T / N, M, seed=N)[0] - exact for N in steps])
     p = np.polyfit(np.log(T / np.array(steps)), np.log(np.abs(err)), 1)[0]
-    assert abs(p - 0.75) <= 0.25, (p, err)  # pre-asymptotic: the chain's exact slope here is 0.70
+    assert abs(p - 1) <= 0.25, (p, err)
 
 
 def _circle_reference(kappa, sigma, T, theta0, K=40):
@@ -121,11 +123,11 @@ def _circle_reference(kappa, sigma, T, theta0, K=40):
     return float(np.real(np.sum(u * np.exp(1j * ks * theta0))))
 
 
-@pytest.mark.parametrize("method, dt", [("em", 1 / 256), ("strang", 1 / 8)])
+@pytest.mark.parametrize("method, dt", [("em", 1 / 64), ("strang", 1 / 8)])
 def test_drift_on_the_circle(method, dt):
     """One token on S^1 with the drift P_y a (dtheta = -kappa sin theta dt + sigma dW): E <e1, Y_T>
-    against the Kolmogorov equation, within 3 standard errors over 4e4 paths."""
-    kappa, sigma, T, theta0, M = 1.5, 0.8, 1.0, 2.0, 40_000
+    against the Kolmogorov equation, within 3 standard errors over 2e4 paths."""
+    kappa, sigma, T, theta0, M = 1.5, 0.8, 1.0, 2.0, 20_000
     a = np.array([kappa, 0.0])
     field = ra.VectorField(lambda t, y: a - (y @ a)[..., None] * y, Sphere(1))
     y0 = np.broadcast_to(np.array([math.cos(theta0), math.sin(theta0)]), (M, 1, 2)).copy()
@@ -135,6 +137,7 @@ def test_drift_on_the_circle(method, dt):
     assert abs(c.mean() - ref) < 3 * c.std() / math.sqrt(M), (c.mean(), ref)
 
 
+@pytest.mark.slow
 def test_strang_weak_order_with_drift_on_the_circle():
     """With a drift the splitting error remains; on the circle the noise step is exact, so the error is
     deterministic enough to measure with 2e5 common-seed paths: order 2 within 0.25."""
@@ -164,6 +167,23 @@ def test_tokens_stay_on_the_manifold_every_step(method, W):
     dev = sol.observables["value"]
     assert dev.shape == (101, 3) and sol.success
     assert dev.max() <= 1e-12
+
+
+@pytest.mark.parametrize("method, dt", [("em", 2.0**-7), ("strang", 0.25)])
+def test_ellipsoid_brownian_motion_is_the_sphere_s_mapped(method, dt):
+    """On E_W with the metric X^T W Y, W^{1/2} Y is Brownian motion on the sphere: E <u0, W^{1/2} Y_t> =
+    exp(-(d-1) sigma^2 t / 2) within 3 standard errors over 1e4 paths."""
+    W = np.diag([1.0, 4.0, 9.0])
+    M, sigma, T = 10_000, 0.5, 1.0
+    y0 = np.zeros((M, 1, 3))
+    y0[..., 0] = 1.0  # W^{-1/2} e1 = e1 here, and u0 = e1
+    sol = integrate_sde(Ellipsoid(W), y0, (0.0, T), sigma=sigma, dt=dt, method=method, seed=9, saveat=[0.0, T])
+    u = sol.y[-1][:, 0] @ np.sqrt(W)
+    assert np.abs(np.sum(u * u, axis=-1) - 1).max() < 1e-12
+    c = u[:, 0]
+    assert abs(c.mean() - brownian_mean_cosine(T, 3, sigma)) < 3 * c.std() / math.sqrt(M)
+    # the other axes: by symmetry of the heat kernel, E u_2 = E u_3 = 0
+    assert np.all(np.abs(u[:, 1:].mean(0)) < 3 * u[:, 1:].std(0) / math.sqrt(M))
 
 
 @pytest.mark.parametrize("method", sorted(SDE_METHODS))
