@@ -120,7 +120,8 @@ class SDEStepper(Stepper):
                 import torch
 
                 g = torch.Generator(device=device_of(y))
-                g.manual_seed(int(self.seed) if self.seed is not None else int(torch.seed()))
+                seed = self.seed if self.seed is not None else np.random.SeedSequence().entropy % 2**63
+                g.manual_seed(int(seed))  # (None: fresh entropy, without touching torch's global generator)
                 self._rng = g
             else:
                 self._rng = np.random.default_rng(self.seed)
@@ -200,7 +201,7 @@ class StrangGeodesic(SDEStepper):
         s2h = per_trajectory(self.sigma, y) ** 2 * (per_trajectory(h, y) if np.ndim(h) else h)
         r0 = manifold.norm(v)[..., None]
         shrink = -(m - 1) * s2h / 12.0
-        r = r0 * (xp.exp(shrink) if np.ndim(shrink) else math.exp(shrink))
+        r = r0 * (math.exp(shrink) if isinstance(shrink, (int, float)) else xp.exp(shrink))
         safe = xp.where(r0 > 0, r0, xp.ones_like(r0))
         return manifold.retract(xp.cos(r) * y + (xp.sin(r) / safe) * v)
 
