@@ -31,6 +31,7 @@ from .runs.sweep import SweepResult, sweep
 from .solvers import dormand_prince, lie, tableaux
 from .solvers.integrate import Trajectory, integrate
 from .solvers.layer import TransformerLayer
+from .solvers.sde import integrate_sde
 from .solvers.steppers import STEPPERS, Stepper
 from .solvers.tableaux import ButcherTableau
 
@@ -129,6 +130,7 @@ __all__ = [
     "theory",
     "use_device",
     "integrate",
+    "integrate_sde",
     "sweep",
     "sa",
     "usa",

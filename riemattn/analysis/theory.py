@@ -7,6 +7,8 @@ r"""Closed-form and scalar-ODE predictions of the theory.
 * :func:`consensus_points` / :func:`predicted_consensus` -- the attractive consensus points
   (v, ..., v) of ICML Theorem 4.5 (causal attention, symmetric U): v is the unit eigenvector of
   the simple, positive top eigenvalue of U.
+* :func:`critical_noise` / :func:`uniform_growth_rate` -- the noise below which the uniform density
+  on the circle loses stability, for SA and USA (from :mod:`riemattn.analysis.meanfield`).
 
 Derivation of the equiangular ODE (checked against GLPR eqs. 6.9-6.10)
 --------------------------------------------------------------------------
@@ -44,6 +46,7 @@ from .._validation import (
     as_float_array, check_beta, check_choice, check_finite, check_int, check_real, check_square_matrix, check_tokens,
 )
 from ..errors import ValidationError
+from .meanfield import critical_noise, uniform_growth_rate
 
 __all__ = [
     "equiangular_rate",
@@ -52,6 +55,8 @@ __all__ = [
     "phase_boundary",
     "consensus_points",
     "predicted_consensus",
+    "critical_noise",
+    "uniform_growth_rate",
 ]
 
 MODELS = ("sa", "usa")

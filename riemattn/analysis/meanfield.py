@@ -1,0 +1,379 @@
+r"""The mean-field limit on the circle: a spectral solver of the continuity equation for SA and USA.
+
+n tokens ``theta_i`` on the circle, each with its own Brownian motion of generator
+``(sigma^2/2) d^2/dtheta^2`` (:func:`riemattn.solvers.sde.integrate_sde` on ``Sphere(1)``), move by
+GLPR eq. (7.1). As n grows their empirical measure follows a density rho(t, theta) (on [0, 2 pi),
+``int rho = 1``) solving
+
+.. math:: \partial_t \rho + \partial_\theta (\rho\, v[\rho]) = \frac{\sigma^2}{2} \partial_\theta^2 \rho,
+
+.. math:: v[\rho](\theta) = \frac{1}{Z[\rho](\theta)} \int e^{\beta \cos(\theta' - \theta)} \sin(\theta' - \theta)\, \rho(\theta')\, d\theta'
+
+with ``Z = 1`` for USA and ``Z = int e^{beta cos(theta' - theta)} rho(theta') dtheta'`` for SA.
+
+Discretisation: rho on N equispaced angles, its discrete Fourier coefficients ``rho_k``
+(``rho(theta) = sum_k rho_k e^{i k theta}``). The kernels are convolutions with exact Fourier
+coefficients (modified Bessel functions): ``v_k = i pi (I_{k-1}(beta) - I_{k+1}(beta)) rho_k``
+(numerator) and ``Z_k = 2 pi I_k(beta) rho_k``; the product rho v and the quotient by Z are taken on
+the grid. Time stepping: the exponential time differencing RK4 of Cox and Matthews (the diffusion
+``-sigma^2 k^2 / 2`` exactly, the transport explicitly; the phi-functions by Kassam and Trefethen's
+contour integrals), fourth order in time; its fixed points are exactly the stationary states of the
+spatial discretisation, so long-time integration and :func:`CircleDensity.stationary_state` agree
+to round-off. The k = 0 mode of ``d/dtheta (rho v)`` is zero, so
+the mass is conserved to round-off. The solution is analytic for analytic data, and the Fourier
+coefficients of the kernels decay like ``(beta/2)^k / k!``: the error decays exponentially in N
+(docs/noise.md shows it).
+
+Stationary states: the velocity is a gradient, ``v = d/dtheta Phi`` with ``Phi = (1/beta) int
+e^{beta cos(theta - theta')} rho(theta') dtheta'`` (USA) or ``Phi = (1/beta) log Z`` (SA), so a
+stationary state has zero flux, ``rho v = (sigma^2/2) rho'``, i.e. ``rho = exp(2 Phi[rho] /
+sigma^2) / norm``; :func:`stationary_state` solves this self-consistency by Newton's method on the
+grid values (at beta = 0 both models have ``Phi = int cos(theta - theta') rho(theta') dtheta'``, the
+Kuramoto model).
+
+References
+----------
+Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", section 3
+(the continuity equation), eq. (7.1), Problem 7. S. M. Cox,
+P. C. Matthews, "Exponential time differencing for stiff systems", J. Comput. Phys. 176 (2002),
+eq. (26)-(29); A.-K. Kassam, L. N. Trefethen, "Fourth-order time-stepping for stiff PDEs", SIAM J.
+Sci. Comput. 26 (2005).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize, special
+
+from .._validation import as_float_array, check_beta, check_choice, check_finite, check_int, check_nonnegative, \
+    check_positive
+from ..errors import IntegrationError, ValidationError
+
+__all__ = ["CircleDensity", "DensityTrajectory", "uniform", "order_parameter", "fourier_moments", "critical_noise",
+           "uniform_growth_rate"]
+
+
+def uniform(N: int) -> np.ndarray:
+    """The uniform density 1 / (2 pi) on N grid angles, shape (N,)."""
+    return np.full(check_int(N, "N", 4), 1.0 / (2.0 * math.pi))
+
+
+def grid(N: int) -> np.ndarray:
+    """The grid angles 2 pi j / N, j = 0..N-1."""
+    return 2.0 * math.pi * np.arange(check_int(N, "N", 4)) / N
+
+
+def fourier_moments(rho, kmax: int = 1) -> np.ndarray:
+    """``int e^{i k theta} rho(theta) dtheta`` for k = 1..kmax (complex, shape (..., kmax)).
+
+    For particles these are ``mean_i e^{i k theta_i}``; k = 1 is the complex order parameter.
+    """
+    rho = np.asarray(rho, dtype=float)
+    N = rho.shape[-1]
+    c = np.fft.fft(rho, axis=-1) * (2.0 * math.pi / N)  # c_k = int e^{-i k theta} rho
+    return np.conj(c[..., 1:kmax + 1])
+
+
+def order_parameter(rho) -> np.ndarray:
+    """|int e^{i theta} rho(theta) dtheta|, shape (...): 0 for the uniform density, 1 for a Dirac mass."""
+    return np.abs(fourier_moments(rho, 1)[..., 0])
+
+
+def _bessel_ratio(k, beta, model):
+    """(I_{k-1}(beta) - I_{k+1}(beta)) / Z_0 with Z_0 = I_0(beta) (SA) or 1 (USA); arrays broadcast."""
+    if model == "sa":
+        return (special.ive(k - 1, beta) - special.ive(k + 1, beta)) / special.ive(0, beta)
+    return special.iv(k - 1, beta) - special.iv(k + 1, beta)
+
+
+def _betas(beta):
+    b = check_finite(as_float_array(beta, "beta"), "beta")
+    if np.any(b < 0):
+        raise ValidationError(f"beta must be >= 0, got a minimum of {b.min()!r}.")
+    return b
+
+
+def uniform_growth_rate(k, beta, sigma, model: str = "sa"):
+    r"""Growth rate of the Fourier mode k of a perturbation of the uniform density on the circle.
+
+    Linearising the continuity equation about rho = 1/(2 pi) (module docstring), a perturbation
+    ``e^{i k theta}`` grows like ``e^{lambda_k t}`` with
+
+    .. math:: \lambda_k = \frac{k}{2} \frac{I_{k-1}(\beta) - I_{k+1}(\beta)}{Z_0} - \frac{\sigma^2 k^2}{2}
+                         = k^2 \Bigl(\frac{I_k(\beta)}{\beta Z_0} - \frac{\sigma^2}{2}\Bigr),
+
+    ``Z_0 = I_0(beta)`` for SA (the partition function of the uniform density), ``Z_0 = 1`` for USA;
+    ``I_k`` the modified Bessel functions. Noise convention: generator ``(sigma^2/2) d^2/dtheta^2``
+    per token.
+
+    Parameters
+    ----------
+    k : int or array_like of int, >= 1
+    beta, sigma : float or array_like (broadcast), >= 0
+    model : {"sa", "usa"}
+
+    Returns
+    -------
+    ndarray or float
+
+    References
+    ----------
+    GLPR, eq. (7.1) and Problem 7; derivation in docs/theory/noise.md.
+    """
+    model = check_choice(model, "model", ("sa", "usa"))
+    k = np.asarray(k)
+    if k.dtype.kind not in "iu" or np.any(k < 1):
+        raise ValidationError(f"k must be integers >= 1, got {k!r}.")
+    b = _betas(beta)
+    s = check_finite(as_float_array(sigma, "sigma"), "sigma")
+    out = 0.5 * k * _bessel_ratio(k, b, model) - 0.5 * s**2 * k**2
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def critical_noise(beta, model: str = "sa"):
+    r"""The noise sigma_c(beta) below which the uniform density on the circle is linearly unstable.
+
+    The mode k = 1 is the first to grow as sigma decreases (``I_k(beta)`` decreases in k), so
+
+    .. math:: \sigma_c(\beta)^2 = \frac{I_0(\beta) - I_2(\beta)}{Z_0} = \frac{2 I_1(\beta)}{\beta Z_0},
+              \qquad Z_0 = I_0(\beta) \ (\text{SA}), \quad Z_0 = 1 \ (\text{USA}),
+
+    with the noise convention of :func:`uniform_growth_rate` (each angle ``dtheta = v dt + sigma dW``).
+    beta = 0 gives the Kuramoto value sigma_c = 1 (coupling K = 1 = sigma_c^2) for both models;
+    SA: ``sigma_c^2 ~ 2 / beta`` as beta -> infinity; USA: ``sigma_c^2 ~ sqrt(2 / pi) e^beta beta^{-3/2}``.
+
+    Parameters
+    ----------
+    beta : float or array_like, >= 0
+    model : {"sa", "usa"}
+
+    Returns
+    -------
+    float or ndarray
+
+    References
+    ----------
+    GLPR, eq. (7.1) and Problem 7; derivation in docs/theory/noise.md.
+    """
+    model = check_choice(model, "model", ("sa", "usa"))
+    out = np.sqrt(_bessel_ratio(1, _betas(beta), model))
+    return float(out) if np.ndim(out) == 0 else out
+
+
+class DensityTrajectory:
+    """Result of :meth:`CircleDensity.solve`: ``t`` (m,), ``rho`` (m, N) on the grid ``theta`` (N,)."""
+
+    def __init__(self, t, rho, theta):
+        self.t, self.rho, self.theta = t, rho, theta
+
+    def __repr__(self) -> str:
+        return f"DensityTrajectory(m={len(self.t)}, N={self.theta.size})"
+
+
+class CircleDensity:
+    """The continuity equation of (SA) or (USA) on the circle, with noise, on N Fourier modes.
+
+    Parameters
+    ----------
+    beta : float, >= 0
+        Inverse temperature (GLPR's beta); 0 is the Kuramoto model.
+    model : {"sa", "usa"}
+    sigma : float, >= 0
+        Noise strength: each token's angle has the generator ``(sigma^2/2) d^2/dtheta^2``.
+    N : int, >= 8, even
+        Grid points (Fourier modes -N/2 .. N/2 - 1; the Nyquist mode is kept at zero).
+
+    Notes
+    -----
+    Densities are arrays (..., N) of values on :attr:`theta`; leading axes are independent.
+    USA's kernel grows like e^beta (beta <= 700); SA uses exponentially scaled Bessel functions.
+
+    References
+    ----------
+    GLPR, section 3 and eq. (7.1); the module docstring gives the discretisation.
+    """
+
+    def __init__(self, beta: float = 1.0, model: str = "sa", sigma: float = 0.0, N: int = 128):
+        self.beta = check_beta(beta)
+        self.model = check_choice(model, "model", ("sa", "usa"))
+        self.sigma = check_nonnegative(sigma, "sigma")
+        self.N = check_int(N, "N", 8)
+        if self.N % 2:
+            raise ValidationError(f"N must be even (a real FFT grid with a Nyquist mode), got {N}.")
+        if self.model == "usa" and self.beta > 700:
+            raise ValidationError(f"USA's kernel overflows at beta = {self.beta} > 700; use model='sa'.")
+        self.theta = grid(self.N)
+        k = np.fft.rfftfreq(self.N, 1.0 / self.N)  # 0..N/2
+        self.k = k
+        scale = 1.0 if self.model == "sa" else math.exp(self.beta)  # SA: ratios, e^-beta scaling is fine
+        ive = special.ive
+        # numerator N(theta) = int e^{beta cos(theta'-theta)} sin(theta'-theta) rho: N_k = i pi (I_{k-1}-I_{k+1}) rho_k
+        self._num = 1j * math.pi * scale * (ive(k - 1, self.beta) - ive(k + 1, self.beta))
+        self._den = 2.0 * math.pi * scale * ive(k, self.beta)  # Z_k = 2 pi I_k rho_k
+        self._num[-1] = 0.0
+        self._ik = 1j * k
+        self._ik[-1] = 0.0
+        self._diff = -0.5 * self.sigma**2 * k**2
+
+    # --- the right-hand side ------------------------------------------------------------------
+    def velocity(self, rho) -> np.ndarray:
+        """v[rho] on the grid, shape (..., N)."""
+        r = np.fft.rfft(np.asarray(rho, dtype=float), axis=-1)
+        return self._velocity_hat(r)
+
+    def _velocity_hat(self, r):
+        num = np.fft.irfft(self._num * r, n=self.N, axis=-1)
+        if self.model == "usa":
+            return num
+        return num / np.fft.irfft(self._den * r, n=self.N, axis=-1)
+
+    def transport(self, r):
+        """Fourier coefficients (rfft) of ``-d/dtheta (rho v[rho])`` from those of rho."""
+        rho = np.fft.irfft(r, n=self.N, axis=-1)
+        return -self._ik * np.fft.rfft(rho * self._velocity_hat(r), axis=-1)
+
+    def rhs(self, rho) -> np.ndarray:
+        """``d rho / dt`` on the grid, shape (..., N)."""
+        r = np.fft.rfft(np.asarray(rho, dtype=float), axis=-1)
+        return np.fft.irfft(self.transport(r) + self._diff * r, n=self.N, axis=-1)
+
+    def growth_rates(self, kmax: int = 4) -> np.ndarray:
+        """Eigenvalues lambda_k, k = 1..kmax, of the linearisation about the uniform density, computed
+        from this discretisation (finite differences of :meth:`rhs` along cos(k theta))."""
+        eps = 1e-7
+        u = uniform(self.N)
+        out = []
+        for kk in range(1, check_int(kmax, "kmax", 1) + 1):
+            p = np.cos(kk * self.theta)
+            drho = (self.rhs(u + eps * p) - self.rhs(u - eps * p)) / (2 * eps)
+            out.append(float(drho @ p / (p @ p)))
+        return np.array(out)
+
+    # --- time stepping --------------------------------------------------------------------------
+    def _check_rho(self, rho, name="rho0"):
+        rho = check_finite(as_float_array(rho, name), name)
+        if rho.ndim < 1 or rho.shape[-1] != self.N:
+            raise ValidationError(f"{name} must have shape (..., {self.N}) (values on the grid), got {rho.shape}.")
+        return rho
+
+    def solve(self, rho0, t_span, dt: float = 0.01, saveat=None) -> DensityTrajectory:
+        """Integrate from ``rho0`` (values on :attr:`theta`, shape (..., N)) with ETDRK4, fixed step <= dt.
+
+        Returns
+        -------
+        DensityTrajectory
+            ``t`` (m,) = ``saveat`` (default t0 and t1), ``rho`` (m, ..., N).
+        """
+        rho0 = self._check_rho(rho0)
+        t0, t1 = (float(v) for v in t_span)
+        if not (math.isfinite(t0) and math.isfinite(t1) and t1 >= t0):
+            raise ValidationError(f"t_span must be finite with t0 <= t1, got {t_span!r}.")
+        dt = check_positive(dt, "dt")
+        save = np.array([t0, t1]) if saveat is None else np.asarray(saveat, dtype=float)
+        if save.ndim != 1 or np.any(np.diff(save) < 0) or save[0] < t0 or save[-1] > t1:
+            raise ValidationError(f"saveat must be increasing times within [{t0}, {t1}], got {saveat!r}.")
+        r = np.fft.rfft(rho0, axis=-1)
+        out, t = [], t0
+        for target in save:
+            n = max(1, math.ceil((target - t) / dt - 1e-9)) if target > t else 0
+            h = (target - t) / n if n else 0.0
+            if n:
+                coef = self._etd_coefficients(h)
+                for _ in range(n):
+                    r = self._etdrk4(r, h, coef)
+                if not np.all(np.isfinite(r)):
+                    raise IntegrationError(f"the density became NaN or inf before t = {target} (dt too large?).")
+            t = target
+            out.append(np.fft.irfft(r, n=self.N, axis=-1))
+        return DensityTrajectory(save, np.stack(out), self.theta)
+
+    def _etd_coefficients(self, h):
+        """E, E2, Q, f1, f2, f3 of ETDRK4 for the diagonal L = -sigma^2 k^2 / 2 (Kassam-Trefethen contour)."""
+        L = self._diff * h
+        r = np.exp(1j * math.pi * (np.arange(1, 33) - 0.5) / 32)
+        LR = L[:, None] + r[None, :]
+        Q = h * np.real(np.mean((np.exp(LR / 2) - 1) / LR, axis=1))
+        f1 = h * np.real(np.mean((-4 - LR + np.exp(LR) * (4 - 3 * LR + LR**2)) / LR**3, axis=1))
+        f2 = h * np.real(np.mean((2 + LR + np.exp(LR) * (LR - 2)) / LR**3, axis=1))
+        f3 = h * np.real(np.mean((-4 - 3 * LR - LR**2 + np.exp(LR) * (4 - LR)) / LR**3, axis=1))
+        return np.exp(L), np.exp(L / 2), Q, f1, f2, f3
+
+    def _etdrk4(self, v, h, coef):
+        E, E2, Q, f1, f2, f3 = coef
+        f = self.transport
+        Nv = f(v)
+        a = E2 * v + Q * Nv
+        Na = f(a)
+        b = E2 * v + Q * Na
+        Nb = f(b)
+        c = E2 * a + Q * (2 * Nb - Nv)
+        return E * v + f1 * Nv + 2 * f2 * (Na + Nb) + f3 * f(c)
+
+    # --- stationary states ----------------------------------------------------------------------
+    def potential(self, rho) -> np.ndarray:
+        """Phi[rho] with v = dPhi/dtheta (up to a constant), shape (..., N)."""
+        r = np.fft.rfft(np.asarray(rho, dtype=float), axis=-1)
+        if self.beta == 0.0:
+            return np.fft.irfft(math.pi * (self.k == 1) * r, n=self.N, axis=-1)  # int cos(theta - theta') rho
+        Z = np.fft.irfft(self._den * r, n=self.N, axis=-1)
+        if self.model == "sa":
+            return np.log(Z) / self.beta
+        return Z / self.beta
+
+    def stationary_state(self, guess=None, *, tol: float = 1e-12, picard: int = 200) -> np.ndarray:
+        """A stationary density: ``rho = exp(2 Phi[rho] / sigma^2) / norm``, solved directly.
+
+        The rotations make every stationary state one of a circle of them; the solution is sought
+        among densities symmetric about theta = 0 (``rho(-theta) = rho(theta)``, which fixes the
+        phase), by ``picard`` damped fixed-point iterations from ``guess`` followed by Newton's
+        method (SciPy's ``hybr``) on the log-density.
+
+        Parameters
+        ----------
+        guess : array_like, shape (N,), optional
+            Start (default: the von Mises bump ``exp(kappa cos theta)``, ``kappa = 2 / sigma^2``);
+            the uniform density is always a solution, the guess selects the branch (symmetrised).
+        tol : float
+            Tolerance on the max residual ``|log rho - (2 Phi / sigma^2 - log norm)|``.
+        picard : int
+            Fixed-point iterations before Newton.
+
+        Returns
+        -------
+        ndarray, shape (N,)
+            The density on :attr:`theta`; its maximum is at theta = 0 unless it is uniform.
+        """
+        if self.sigma == 0.0:
+            raise ValidationError("stationary_state needs sigma > 0 (without noise the stationary states are "
+                                  "Dirac masses).")
+        dth = 2.0 * math.pi / self.N
+        if guess is None:
+            guess = np.exp(2.0 / self.sigma**2 * np.cos(self.theta))
+        guess = self._check_rho(guess, "guess")
+        if guess.ndim != 1 or np.any(guess <= 0):
+            raise ValidationError("guess must be one positive density of shape (N,).")
+        half = self.N // 2 + 1
+        mirror = np.concatenate([np.arange(half), np.arange(self.N // 2 - 1, 0, -1)])
+
+        def full(u):  # log-density on the grid from its values at theta in [0, pi]
+            return u[mirror]
+
+        def F(u):  # the fixed-point map on the half grid
+            phi = 2.0 * self.potential(np.exp(full(u))) / self.sigma**2
+            phi = phi - phi.max()
+            return (phi - np.log(np.exp(phi).sum() * dth))[:half]
+
+        g = np.log(guess / (guess.sum() * dth))
+        u = ((g + g[mirror]) / 2)[:half]
+        for _ in range(check_int(picard, "picard", 0)):
+            u = 0.5 * u + 0.5 * F(u)
+        sol = optimize.root(lambda u: u - F(u), u, method="hybr", tol=tol * 1e-3)
+        res = float(np.max(np.abs(sol.x - F(sol.x))))
+        if not res <= tol:
+            raise IntegrationError(f"stationary_state did not converge (residual {res:.3g}: {sol.message}).")
+        return np.exp(full(sol.x))
+
+    def __repr__(self) -> str:
+        return f"CircleDensity(beta={self.beta}, model={self.model!r}, sigma={self.sigma}, N={self.N})"
