@@ -33,8 +33,10 @@ from ._recorder import Recorder, _Kind, _where
 
 #: status codes of a trajectory
 REACHED, RUNNING, MAX_STEPS, UNDERFLOW, NON_FINITE = 0, 1, -1, -2, -3
+TERMINAL = 2  # = riemattn.solvers.events.TERMINAL
 MESSAGES = {
     REACHED: "reached t1",
+    TERMINAL: "stopped by a terminal event",
     RUNNING: "not finished",
     MAX_STEPS: "reached max_steps",
     UNDERFLOW: "step size underflow (the problem may be stiff or singular)",
@@ -81,8 +83,11 @@ class Stats:
         return {k: to_numpy(getattr(self, k)) for k in ("nfev", "n_steps", "n_rejected", "status", "t_fail")}
 
 
-def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats, max_steps, bar):
-    """Shared step size: each interval between save times (and t1) split into equal steps <= dt."""
+def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats, max_steps, bar, events=None):
+    """Shared step size: each interval between save times (and t1) split into equal steps <= dt.
+
+    ``events`` (a :class:`riemattn.solvers.events.Tracker`): checked on every step; trajectories
+    stopped by a terminal event are frozen (masked) at the event's state."""
     t = t0
     targets = [] if saveat is None else [s for s in saveat.tolist() if s > t0]
     if not targets or targets[-1] < t1:
@@ -91,6 +96,12 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
     xp = namespace(y)
     alive = xp.ones(tuple(y.shape[:-2]), dtype=xp.bool, device=device_of(y))
     steps = 0
+    stopped = False  # a terminal event stopped some trajectory (host)
+    if events is not None:
+        kind, batch, tail = _Kind(y), tuple(y.shape[:-2]), tuple(y.shape[-2:])
+        B = math.prod(batch)
+        rows = kind.arange(B)
+        events.start(t0, y.reshape((B,) + tail))
     for target in targets:
         n = max(1, math.ceil((target - t) / dt - 1e-9))
         start, h = t, (target - t) / n
@@ -109,19 +120,51 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
                 stats.status[...] = xp.where(bad, NON_FINITE, stats.status)
                 stats.t_fail[...] = xp.where(bad, t, stats.t_fail)
                 alive = alive & ~bad
-            y = _where(alive, res.y, y)
             t_new = target if k == n else start + k * h
+            y_new = res.y
+            if events is not None:
+                stop = _check_fixed(field, stepper, events, kind, rows, t, h, t_new, y, res, alive, stats)
+                if stop is not None:
+                    hit, y_stop = stop
+                    y_new = _where(hit, y_stop, y_new)
+                    y = _where(hit, y_new, y)
+                    stats.status[...] = xp.where(hit, TERMINAL, stats.status)
+                    alive = alive & ~hit
+                    stopped = True
+            y = _where(alive, y_new, y)
             if bar is not None:
                 bar.update(t_new - t)
             t = t_new
             if saveat is None:
-                rec.record_all(t, y)
-            if (xp is np or steps % _SYNC_EVERY == 0) and not bool(alive.any()):
+                rec.record_all(t, y, alive if stopped else None)
+            if (xp is np or steps % _SYNC_EVERY == 0 or stopped) and not bool(alive.any()):
                 return y
         if t in save_times:
-            rec.record_all(t, y)
+            rec.record_all(t, y, alive if stopped else None)
     stats.status[...] = xp.where(alive, REACHED, stats.status)
     return y
+
+
+def _check_fixed(field, stepper, events, kind, rows, t, h, t_new, y, res, alive, stats):
+    """The events of a fixed step of the whole batch (flattened for the tracker)."""
+    batch, tail = tuple(y.shape[:-2]), tuple(y.shape[-2:])
+    B = rows.shape[0]
+    box = []
+
+    def interp(theta):  # built on first use (steppers without a dense output re-step)
+        if not box:
+            box.append(stepper.interpolant(field, t, y, h, res))
+        return box[0](theta.reshape(batch)).reshape((B,) + tail)
+
+    accept = (alive & _finite(res.y)).reshape(-1)
+    stop = events.check(rows, kind.full((B,), t), kind.full((B,), h), kind.full((B,), t_new),
+                        res.y.reshape((B,) + tail), accept, interp)
+    if box:
+        stats.calls += box[0].nfev
+        stats.nfev += box[0].nfev * alive
+    if stop is None:
+        return None
+    return stop[0].reshape(batch), stop[2].reshape(batch + tail)
 
 
 def initial_step(field, stepper, t0, y0, f0, rtol, atol, t1):
@@ -154,7 +197,8 @@ PI_BETA, SAFETY, FACMIN, FACMAX = 0.04, 0.9, 0.2, 10.0
 COMPACT_BELOW = 0.8
 
 
-def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats: Stats, max_steps, bar):
+def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats: Stats, max_steps, bar,
+                 events=None):
     """Per-trajectory adaptive steps (PI control) from t0 to t1; returns the final tokens.
 
     The state is kept flat over the batch: ``w`` holds the (flattened-batch) indices of the rows
@@ -163,7 +207,9 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
     them are still running); other fields see the whole batch in its shape, and finished
     trajectories are frozen (masked). Every per-trajectory decision is an array operation; the
     only host decisions per step are the number of unfinished rows and, on steps that pass a
-    save time, the saving (see the module docstring).
+    save time, the saving (see the module docstring). ``events`` (a
+    :class:`riemattn.solvers.events.Tracker`) are checked on the accepted steps before saving; a
+    trajectory stopped by a terminal event finishes there (status ``TERMINAL``).
     """
     kind = _Kind(y)
     xp = kind.xp
@@ -183,6 +229,8 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
     y_out = copy(y.reshape((B,) + tail))
     w = kind.arange(B)
     y_w = copy(y_out)
+    if events is not None:
+        events.start(t0, y_w)
     k1 = None
     if stepper.fsal or h is None:
         k1 = field_w(t0, shaped(y_w))
@@ -254,12 +302,25 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
         err = xp.where(finite, err, math.inf)
         accept = active & (err <= 1.0)
         t_new = xp.where(last, t1, t_w + h_try)
+        box = []
+
+        def interp(th):  # the step's dense output, built on first use
+            if not box:
+                box.append(stepper.interpolant(field_w, shaped(t_w), shaped(y_w), shaped(h_try), res))
+            return box[0](shaped(th)).reshape(y_w.shape)
+
+        hit = None
+        if events is not None:
+            stop = events.check(w, t_w, h_try, t_new, y_new, accept, interp)
+            if stop is not None:
+                hit, t_stop, y_stop = stop
+                t_new = xp.where(hit, t_stop, t_new)
+                y_new = _where(hit, y_stop, y_new)
         if rec.saveat is not None and bool(rec.pending(w, t_new, accept).any()):  # host decision
-            interp = stepper.interpolant(field_w, shaped(t_w), shaped(y_w), shaped(h_try), res)
-            rec.record_dense(w, t_w, h_try, y_new, t_new, accept,
-                             lambda th: interp(shaped(th)).reshape(y_w.shape), whole)
-            stats.calls += interp.nfev
-            nfev[w] += interp.nfev * active
+            rec.record_dense(w, t_w, h_try, y_new, t_new, accept, interp, whole)
+        if box:
+            stats.calls += box[0].nfev
+            nfev[w] += box[0].nfev * active
         # step-size update, per trajectory
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             grow = SAFETY * xp.where(err > 0, err, 1.0) ** (-alpha) * err_prev ** PI_BETA
@@ -282,6 +343,9 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
             rec.record_all(float(t_w[0]), shaped(y_w))
         finished = accept & last
         status[w] = xp.where(finished, REACHED, status[w])
+        if hit is not None:
+            status[w] = xp.where(hit, TERMINAL, status[w])
+            finished = finished | hit
         done = done | finished
         tiny = active & ~accept & (h_w < 1e-14 * xp.clip(xp.abs(t_w), 1.0, None))
         if _any(tiny):

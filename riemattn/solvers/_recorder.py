@@ -103,13 +103,27 @@ class Recorder:
         nb = len(self.batch)
         self._put(rows, {k: v.reshape((self.B,) + tuple(v.shape[nb:]))[rows] for k, v in values.items()})
 
-    def record_all(self, t, y):
-        """Save (t, y) for every trajectory at its next save time (fixed steps, or t0)."""
+    def record_all(self, t, y, alive=None):
+        """Save (t, y) for every trajectory at its next save time (fixed steps, or t0).
+
+        ``alive`` (a mask of the batch shape): only those trajectories are saved (the others
+        were stopped by a terminal event; their values stay NaN, or are NaN on the every-step grid).
+        """
         if self.saveat is None:
             self.times.append(t)
-            self.rows.append(self._values(t, y))
+            values = self._values(t, y)
+            if alive is not None:
+                xp, nb = self.kind.xp, len(self.batch)
+                for k, v in values.items():
+                    if xp.isdtype(v.dtype, "real floating"):
+                        m = xp.reshape(alive, tuple(alive.shape) + (1,) * (v.ndim - nb))
+                        values[k] = xp.where(m, v, xp.asarray(math.nan, dtype=v.dtype, device=self.kind.device))
+            self.rows.append(values)
             return
-        self._put_whole(self.kind.arange(self.B), self._values(t, y))
+        rows = self.kind.arange(self.B)
+        if alive is not None:
+            rows = rows[alive.reshape(-1)]
+        self._put_whole(rows, self._values(t, y))
 
     def pending(self, rows, t_new, accepted):
         """Which of the trajectories ``rows`` have a save time in their accepted step (..., t_new]."""
