@@ -283,6 +283,9 @@ class Tracker:
         fa, fb = s * ga, s * gb  # fa < 0 <= fb on the rows of mask
         last = kind.full((n,), 0, dtype=xp.int64)  # -1: a moved last, +1: b moved last
         habs = xp.abs(h)
+        with np.errstate(divide="ignore"):
+            half = 0.5 * self.tol / xp.where(habs > 0, habs, 1.0)  # half the tolerance, in theta
+        w_ref = b - a
         for it in range(MAX_ITER):
             open_ = mask & ((b - a) * habs > self.tol) & (fb != 0)
             if not bool(open_.any()):
@@ -290,8 +293,14 @@ class Tracker:
             with np.errstate(divide="ignore", invalid="ignore"):
                 c = b - fb * (b - a) / (fb - fa)
             mid = 0.5 * (a + b)
-            bad = ~xp.isfinite(c) | (c <= a) | (c >= b)
-            c = xp.where(bad, mid, c) if it % 3 != 2 else mid
+            c = xp.where(~xp.isfinite(c) | (c <= a) | (c >= b), mid, c)
+            # closing step: an estimate within tol/2 of an end is moved tol/2 inside, so that the
+            # next bracket is likely tol/2 wide (Brent's minimal step)
+            c = xp.where(c - a < half, xp.minimum(a + half, mid), c)
+            c = xp.where(b - c < half, xp.maximum(b - half, mid), c)
+            if it % 3 == 2:  # safeguard: bisect where three iterations did not halve the bracket
+                c = xp.where(b - a > 0.5 * w_ref, mid, c)
+                w_ref = b - a
             c = xp.where(open_, c, b)
             gc = self._g(e, k, t_old + c * h, interp(c))
             fc = s * gc
@@ -318,13 +327,13 @@ class Tracker:
         stop_theta = {}
         for i in range(len(loc)):  # crossings are few: a host loop in time order per row
             r = loc[i]
-            if r in stop_theta:
+            if r in stop_theta and th[i] > stop_theta[r]:  # after the stop: dropped (same time: kept)
                 keep[i] = False
                 continue
             g = rows_h[r]
             self.count[ev[i], g] += 1
             term = self.events[ev[i]].terminal
-            if term and self.count[ev[i], g] == term:
+            if term and self.count[ev[i], g] == term and r not in stop_theta:
                 stop_theta[r] = th[i]
                 is_stop[i] = True
         loc, th, ev, is_stop = loc[keep], th[keep], ev[keep], is_stop[keep]
