@@ -46,18 +46,19 @@ from .._backend import is_torch, namespace, to_numpy
 from .._validation import as_float_array, check_finite, check_nonnegative, check_real
 from ..errors import InputTypeError, ValidationError
 from ..solvers.events import Event
-from .gradients import energy
 from .diagnostics import hemisphere_lyapunov
+from .gradients import energy
 
 __all__ = [
-    "consensus",
     "cluster_merge",
-    "merge_heights",
-    "leave_hemisphere",
-    "leave_common_hemisphere",
-    "level",
+    "cluster_merges",
+    "consensus",
     "energy_level",
+    "leave_common_hemisphere",
+    "leave_hemisphere",
+    "level",
     "lyapunov_level",
+    "merge_heights",
 ]
 
 
@@ -192,6 +193,41 @@ def cluster_merge(tol: float, clusters: int, *, terminal=False, name=None) -> Ev
         return merge_heights(y)[..., c - 1] - tol
 
     return Event(g, direction=-1, terminal=terminal, name=name or f"merge_to_{c}")
+
+
+def cluster_merges(tol: float, counts, *, terminal_at=None) -> list:
+    """Events :func:`cluster_merge` for several cluster counts, sharing one merge-height computation.
+
+    Returns ``[cluster_merge(tol, c) for c in counts]`` whose ``g`` compute :func:`merge_heights`
+    once per state (the step ends are shared by all events; cached by the identity of ``y``).
+    ``terminal_at``: the count (one of ``counts``) whose event stops the trajectory (e.g. 1).
+
+    References
+    ----------
+    Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
+    section 6.3, Problem 1 (the merge staircase).
+    """
+    tol = check_real(tol, "tol")
+    if not tol > 0:
+        raise ValidationError(f"tol must be > 0, got {tol}.")
+    counts = [int(c) for c in counts]
+    if not counts or any(c < 1 for c in counts) or len(set(counts)) != len(counts):
+        raise ValidationError(f"counts must be distinct integers >= 1, got {counts}.")
+    cache = [None, None]  # (y, heights): the last state seen (kept alive so that `is` is safe)
+
+    def heights(y):
+        if cache[0] is not y:
+            cache[0], cache[1] = y, merge_heights(y)
+        return cache[1]
+
+    def make(c):
+        def g(t, y):
+            if c >= y.shape[-2]:
+                raise ValidationError(f"cluster_merge(clusters={c}) needs more than {c} tokens, got l = {y.shape[-2]}.")
+            return heights(y)[..., c - 1] - tol
+        return Event(g, direction=-1, terminal=bool(terminal_at == c), name=f"merge_to_{c}")
+
+    return [make(c) for c in counts]
 
 
 def leave_hemisphere(v, *, terminal=False, name=None) -> Event:

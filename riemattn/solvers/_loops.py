@@ -145,17 +145,25 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
     return y
 
 
+def _lazy_interpolant(stepper, field, t, y, h, res, shaped, shape):
+    """The step's dense output ``interp(theta)`` (flat theta -> flat tokens of ``shape``), built
+    on first use (steppers without a native dense output re-step; building dop853's costs 3
+    evaluations); ``box`` holds the Interpolant once built (its ``nfev``)."""
+    box = []
+
+    def interp(theta):
+        if not box:
+            box.append(stepper.interpolant(field, t, y, h, res))
+        return box[0](shaped(theta)).reshape(shape)
+
+    return interp, box
+
+
 def _check_fixed(field, stepper, events, kind, rows, t, h, t_new, y, res, alive, stats):
     """The events of a fixed step of the whole batch (flattened for the tracker)."""
     batch, tail = tuple(y.shape[:-2]), tuple(y.shape[-2:])
     B = rows.shape[0]
-    box = []
-
-    def interp(theta):  # built on first use (steppers without a dense output re-step)
-        if not box:
-            box.append(stepper.interpolant(field, t, y, h, res))
-        return box[0](theta.reshape(batch)).reshape((B,) + tail)
-
+    interp, box = _lazy_interpolant(stepper, field, t, y, h, res, lambda th: th.reshape(batch), (B,) + tail)
     accept = (alive & _finite(res.y)).reshape(-1)
     stop = events.check(rows, kind.full((B,), t), kind.full((B,), h), kind.full((B,), t_new),
                         res.y.reshape((B,) + tail), accept, interp)
@@ -302,13 +310,8 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
         err = xp.where(finite, err, math.inf)
         accept = active & (err <= 1.0)
         t_new = xp.where(last, t1, t_w + h_try)
-        box = []
-
-        def interp(th):  # the step's dense output, built on first use
-            if not box:
-                box.append(stepper.interpolant(field_w, shaped(t_w), shaped(y_w), shaped(h_try), res))
-            return box[0](shaped(th)).reshape(y_w.shape)
-
+        interp, box = _lazy_interpolant(stepper, field_w, shaped(t_w), shaped(y_w), shaped(h_try), res,
+                                        shaped, y_w.shape)
         hit = None
         if events is not None:
             stop = events.check(w, t_w, h_try, t_new, y_new, accept, interp)

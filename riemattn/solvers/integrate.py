@@ -12,7 +12,8 @@ from .._backend import convert, default_device, device_of, is_torch, namespace, 
 from .._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
                           token_atol)
 from ..errors import InputTypeError, IntegrationError, ValidationError
-from .events import Events, Tracker, as_events
+from ._event_tracker import Tracker
+from .events import Events, _on_host, as_events
 from .steppers import get_stepper
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
@@ -176,17 +177,6 @@ def _empty_result(y0, t, save_fn, name) -> Trajectory:
                       nfev=0, n_steps=0, n_rejected=0, success=True,
                       message="The batch is empty: no trajectory to integrate.", per_trajectory=pt,
                       stepper=name)
-
-
-def _on_host(event):
-    """An event whose g sees NumPy arrays (for ``riemattn.use_device``: NumPy in, computed on device)."""
-    g = event.g
-
-    def host_g(t, y):
-        return g(to_numpy(t) if is_torch(t) else t, to_numpy(y))
-
-    host_g.__name__ = getattr(g, "__name__", "g")
-    return type(event)(host_g, event.direction, event.terminal, event.name, event.samples)
 
 
 def _message(status, t_fail, t_stop=None) -> str:
