@@ -330,3 +330,41 @@ def test_leave_hemisphere_fires_for_a_tilted_direction():
         aev.consensus(0.0)
     with pytest.raises(ValidationError, match="clusters"):
         aev.cluster_merge(0.1, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trajectory.interpolate (dense output of the whole solve)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("stepper", ["rk4", "dop853", "rkmk45"])
+def test_interpolate_matches_exact_flow_and_stops_with_terminal_events(stepper, backend):
+    field = LinearField(A_ROT, Sphere(2))
+    y0 = np.stack([Y0_ROT, Y0_ROT[::-1]])
+    kw = STEPPERS[stepper]
+    stop = Event(lambda t, y: y[..., 0, 0] - 0.5, terminal=True)  # first token's x falls to 1/2
+    sol = ra.integrate(field, _as(backend, y0), (0.0, 4.0), stepper, dense_output=True, events=stop,
+                       event_tol=TOL, **kw)
+    ts = np.linspace(0.0, 4.0, 9)
+    u = np.asarray(sol.interpolate(ts))
+    assert u.shape == (9, 2, 2, 3)
+    exact = np.stack([np.einsum("ij,blj->bli", expm(t * A_ROT), y0) for t in ts])
+    t_stop = sol.events.t_stop
+    for b in range(2):
+        before = ts <= t_stop[b]
+        assert np.max(np.abs(u[before, b] - exact[before, b])) < 1e-8
+        assert np.all(np.isnan(u[~before, b]))
+    assert np.asarray(sol.interpolate(0.5)).shape == (2, 2, 3)
+
+
+def test_interpolate_errors():
+    field = LinearField(A_ROT, Sphere(2))
+    sol = ra.integrate(field, Y0_ROT, (0.0, 1.0), "rk4", dt=0.1)
+    with pytest.raises(ValidationError, match="dense_output=True"):
+        sol.interpolate(0.5)
+    sol = ra.integrate(field, Y0_ROT, (0.0, 1.0), "rk4", dt=0.1, dense_output=True)
+    with pytest.raises(ValidationError, match="solved interval"):
+        sol.interpolate(1.5)
+    att = ra.AttentionField(np.eye(3)[None])
+    sol = ra.integrate(att, Y0_ROT, (0.0, 1.0), "layer", dt=0.5, dense_output=True)
+    with pytest.raises(ValidationError, match="no dense output"):
+        sol.interpolate(0.5)

@@ -44,6 +44,26 @@ MESSAGES = {
 }
 
 
+def message(status, t_fail, t_stop=None) -> str:
+    if (status == REACHED).all():
+        return "The solver reached t1." if status.size <= 1 else f"All {status.size} trajectories reached t1."
+    parts = []
+    stopped = status == TERMINAL
+    if stopped.any():
+        reached = int((status == REACHED).sum())
+        parts.append(f"{int(stopped.sum())} of {status.size} trajectories: {MESSAGES[TERMINAL]} "
+                     f"(first at t = {float(np.nanmin(t_stop[stopped])):.6g})")
+        if reached:
+            parts.append(f"{reached} reached t1")
+    for code in (MAX_STEPS, UNDERFLOW, NON_FINITE, RUNNING):
+        bad = status == code
+        if bad.any():
+            where = float(np.nanmin(t_fail[bad])) if np.isfinite(t_fail[bad]).any() else float("nan")
+            parts.append(f"{int(bad.sum())} of {status.size} trajectories: {MESSAGES[code]} "
+                         f"(first at t = {where:.6g})")
+    return "; ".join(parts) + "."
+
+
 #: With tensors, the fixed-step loop asks the device whether any trajectory is still alive (a
 #: synchronisation) only every this many steps.
 _SYNC_EVERY = 64
@@ -83,7 +103,8 @@ class Stats:
         return {k: to_numpy(getattr(self, k)) for k in ("nfev", "n_steps", "n_rejected", "status", "t_fail")}
 
 
-def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats, max_steps, bar, events=None):
+def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats, max_steps, bar, events=None,
+              dense=None):
     """Shared step size: each interval between save times (and t1) split into equal steps <= dt.
 
     ``events`` (a :class:`riemattn.solvers.events.Tracker`): checked on every step; trajectories
@@ -97,10 +118,10 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
     alive = xp.ones(tuple(y.shape[:-2]), dtype=xp.bool, device=device_of(y))
     steps = 0
     stopped = False  # a terminal event stopped some trajectory (host)
+    kind, batch, tail = _Kind(y), tuple(y.shape[:-2]), tuple(y.shape[-2:])
+    B = math.prod(batch)
+    rows = kind.arange(B)
     if events is not None:
-        kind, batch, tail = _Kind(y), tuple(y.shape[:-2]), tuple(y.shape[-2:])
-        B = math.prod(batch)
-        rows = kind.arange(B)
         events.start(t0, y.reshape((B,) + tail))
     for target in targets:
         n = max(1, math.ceil((target - t) / dt - 1e-9))
@@ -121,16 +142,21 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
                 stats.t_fail[...] = xp.where(bad, t, stats.t_fail)
                 alive = alive & ~bad
             t_new = target if k == n else start + k * h
-            y_new = res.y
+            y_new, h_eff = res.y, t_new - t
             if events is not None:
                 stop = _check_fixed(field, stepper, events, kind, rows, t, h, t_new, y, res, alive, stats)
                 if stop is not None:
-                    hit, y_stop = stop
+                    hit, t_stop, y_stop = stop
                     y_new = _where(hit, y_stop, y_new)
+                    h_eff = xp.where(hit, t_stop - t, h_eff)
+                    if dense is not None:
+                        dense.add(rows, t, h_eff.reshape(-1), y.reshape((B,) + tail), hit.reshape(-1))
                     y = _where(hit, y_new, y)
                     stats.status[...] = xp.where(hit, TERMINAL, stats.status)
                     alive = alive & ~hit
                     stopped = True
+            if dense is not None:
+                dense.add(rows, t, h_eff, y.reshape((B,) + tail), alive.reshape(-1))
             y = _where(alive, y_new, y)
             if bar is not None:
                 bar.update(t_new - t)
@@ -172,7 +198,7 @@ def _check_fixed(field, stepper, events, kind, rows, t, h, t_new, y, res, alive,
         stats.nfev += box[0].nfev * alive
     if stop is None:
         return None
-    return stop[0].reshape(batch), stop[2].reshape(batch + tail)
+    return stop[0].reshape(batch), stop[1].reshape(batch), stop[2].reshape(batch + tail)
 
 
 def initial_step(field, stepper, t0, y0, f0, rtol, atol, t1):
@@ -206,7 +232,7 @@ COMPACT_BELOW = 0.8
 
 
 def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats: Stats, max_steps, bar,
-                 events=None):
+                 events=None, dense=None):
     """Per-trajectory adaptive steps (PI control) from t0 to t1; returns the final tokens.
 
     The state is kept flat over the batch: ``w`` holds the (flattened-batch) indices of the rows
@@ -319,6 +345,8 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
                 hit, t_stop, y_stop = stop
                 t_new = xp.where(hit, t_stop, t_new)
                 y_new = _where(hit, y_stop, y_new)
+        if dense is not None:  # the accepted steps (truncated at terminal events), for Trajectory.interpolate
+            dense.add(w, t_w, t_new - t_w, y_w, accept)
         if rec.saveat is not None and bool(rec.pending(w, t_new, accept).any()):  # host decision
             rec.record_dense(w, t_w, h_try, y_new, t_new, accept, interp, whole)
         if box:

@@ -14,7 +14,8 @@ import math
 import numpy as np
 
 from .._backend import device_of, is_torch, namespace, to_numpy
-from .._validation import call_user
+from .._validation import as_float_array, call_user
+from ..errors import ValidationError
 
 
 def _where(mask, a, b):
@@ -167,3 +168,16 @@ class Recorder:
         n = len(self.saveat_host)
         data = {k: v.reshape((n,) + tuple(self.batch) + tuple(v.shape[2:])) for k, v in self.store.items()}
         return self.saveat_host.copy(), data
+
+
+def check_saveat(saveat, t0, t1):
+    if saveat is None:
+        return None
+    s = np.atleast_1d(as_float_array(saveat, "saveat"))
+    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)):
+        raise ValidationError(f"saveat must be a non-empty 1-D array of finite times, got shape {s.shape}.")
+    if np.any(np.diff(s) <= 0):
+        raise ValidationError("saveat must be strictly increasing.")
+    if s[0] < t0 - 1e-12 * max(1, abs(t0)) or s[-1] > t1 + 1e-12 * max(1, abs(t1)):
+        raise ValidationError(f"saveat must lie in [t0, t1] = [{t0}, {t1}], got [{s[0]}, {s[-1]}].")
+    return np.clip(s, t0, t1)

@@ -12,6 +12,8 @@ from .._backend import convert, default_device, device_of, is_torch, namespace, 
 from .._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
                           token_atol)
 from ..errors import InputTypeError, IntegrationError, ValidationError
+from ._dense import StepLog
+from ._recorder import check_saveat
 from ._event_tracker import Tracker
 from .events import Events, _on_host, as_events
 from .steppers import get_stepper
@@ -90,6 +92,19 @@ class Trajectory:
     observables: dict = dc_field(default_factory=dict)
     attrs: dict = dc_field(default_factory=dict)
     events: Events | None = None
+    dense: object = dc_field(default=None, repr=False)
+
+    def interpolate(self, t):
+        """The solution at any time(s) ``t`` of the solved interval (``integrate(..., dense_output=True)``).
+
+        ``t`` a float gives shape ``(..., l, d)``, a 1-D array of k times ``(k, ..., l, d)``; NaN
+        for a trajectory that stopped (terminal event, failure) before ``t``. The value is a step
+        of the solve's stepper from the start of the accepted step containing ``t`` (full order).
+        """
+        if self.dense is None or isinstance(self.dense, str):
+            why = self.dense or "the solve kept no dense output: pass dense_output=True to integrate"
+            raise ValidationError(f"Trajectory.interpolate: {why}.")
+        return self.dense(t)
 
     def to_xarray(self):
         """An :class:`xarray.Dataset`: ``y`` with dims (time, [batch_0, ...], token, component), or
@@ -141,19 +156,6 @@ class Trajectory:
         )
 
 
-def _check_saveat(saveat, t0, t1):
-    if saveat is None:
-        return None
-    s = np.atleast_1d(as_float_array(saveat, "saveat"))
-    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)):
-        raise ValidationError(f"saveat must be a non-empty 1-D array of finite times, got shape {s.shape}.")
-    if np.any(np.diff(s) <= 0):
-        raise ValidationError("saveat must be strictly increasing.")
-    if s[0] < t0 - 1e-12 * max(1, abs(t0)) or s[-1] > t1 + 1e-12 * max(1, abs(t1)):
-        raise ValidationError(f"saveat must lie in [t0, t1] = [{t0}, {t1}], got [{s[0]}, {s[-1]}].")
-    return np.clip(s, t0, t1)
-
-
 def _empty_result(y0, t, save_fn, name) -> Trajectory:
     """The Trajectory of an empty batch (a leading axis of length 0): nothing to integrate.
 
@@ -179,26 +181,6 @@ def _empty_result(y0, t, save_fn, name) -> Trajectory:
                       stepper=name)
 
 
-def _message(status, t_fail, t_stop=None) -> str:
-    if (status == _loops.REACHED).all():
-        return "The solver reached t1." if status.size <= 1 else f"All {status.size} trajectories reached t1."
-    parts = []
-    stopped = status == _loops.TERMINAL
-    if stopped.any():
-        reached = int((status == _loops.REACHED).sum())
-        parts.append(f"{int(stopped.sum())} of {status.size} trajectories: {_loops.MESSAGES[_loops.TERMINAL]} "
-                     f"(first at t = {float(np.nanmin(t_stop[stopped])):.6g})")
-        if reached:
-            parts.append(f"{reached} reached t1")
-    for code in (_loops.MAX_STEPS, _loops.UNDERFLOW, _loops.NON_FINITE, _loops.RUNNING):
-        bad = status == code
-        if bad.any():
-            where = float(np.nanmin(t_fail[bad])) if np.isfinite(t_fail[bad]).any() else float("nan")
-            parts.append(f"{int(bad.sum())} of {status.size} trajectories: {_loops.MESSAGES[code]} "
-                         f"(first at t = {where:.6g})")
-    return "; ".join(parts) + "."
-
-
 def integrate(
     field,
     y0,
@@ -217,6 +199,7 @@ def integrate(
     first_step=None,
     events=None,
     event_tol=None,
+    dense_output=False,
 ):
     """Integrate ``dy/dt = field(t, y)`` on the field's manifold from ``t0`` to ``t1``.
 
@@ -269,6 +252,9 @@ def integrate(
         a terminal event stops its trajectory (status 2). Semantics: docs/events.md.
     event_tol : float, optional
         Location tolerance in t of the crossings (default ``1e-10 * max(1, |t0|, |t1|)``).
+    dense_output : bool
+        Record every accepted step so that ``Trajectory.interpolate(t)`` gives the solution at any
+        time of the solved interval (a fresh step from the step's start; one token array per step).
 
     Returns
     -------
@@ -288,7 +274,7 @@ def integrate(
         events = [_on_host(e) for e in as_events(events)] or None
         sol = integrate(field, y0, t_span, stepper, dt, rtol, atol, saveat, save_fn, progress,
                         max_steps=max_steps, raise_on_failure=raise_on_failure, project=project,
-                        first_step=first_step, events=events, event_tol=event_tol)
+                        first_step=first_step, events=events, event_tol=event_tol, dense_output=dense_output)
         return sol.to_numpy()
     step = get_stepper(stepper)
     manifold = getattr(field, "manifold", None)
@@ -337,7 +323,7 @@ def integrate(
     max_steps = check_int(max_steps, "max_steps", 1)
     if save_fn is not None and not callable(save_fn):
         raise InputTypeError(f"save_fn must be callable as save_fn(t, y), got {type(save_fn).__name__}.")
-    save = _check_saveat(saveat, t0, t1)
+    save = check_saveat(saveat, t0, t1)
     events = as_events(events)
     if event_tol is None:
         event_tol = 1e-10 * max(1.0, abs(t0), abs(t1))
@@ -352,6 +338,7 @@ def integrate(
     rec = _loops.Recorder(save, batch, save_fn, like=y0)
     stats = _loops.Stats(batch, like=y0)
     tracker = Tracker(events, batch, y0, event_tol) if events else None
+    log = StepLog(batch, y0) if dense_output and step.name != "layer" else None
     if save is None or save[0] == t0:
         rec.record_all(t0, y0)
     bar = None
@@ -362,9 +349,9 @@ def integrate(
     try:
         if step.adaptive:
             _loops.run_adaptive(field, step, y0, t0, t1, rtol, atol, first_step, rec, stats,
-                                max_steps, bar, tracker)
+                                max_steps, bar, tracker, log)
         else:
-            _loops.run_fixed(field, step, y0, t0, t1, dt, save, rec, stats, max_steps, bar, tracker)
+            _loops.run_fixed(field, step, y0, t0, t1, dt, save, rec, stats, max_steps, bar, tracker, log)
     finally:
         if bar is not None:
             bar.close()
@@ -382,11 +369,15 @@ def integrate(
         n_steps=int(host["n_steps"].max(initial=0)),
         n_rejected=int(host["n_rejected"].max(initial=0)),
         success=bool(ok.all()),
-        message=_message(status, host["t_fail"], None if ev is None else ev.t_stop),
+        message=_loops.message(status, host["t_fail"], None if ev is None else ev.t_stop),
         per_trajectory=pt,
         stepper=step.name,
         events=ev,
     )
+    if log is not None:
+        sol.dense = log.finish(field, step, (t0, t1))
+    elif dense_output:
+        sol.dense = "the 'layer' stepper (discrete transformer layers) has no dense output"
     if raise_on_failure and not sol.success:
         raise IntegrationError(sol.message)
     return sol
