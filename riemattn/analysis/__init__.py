@@ -3,7 +3,9 @@
 Diagnostics and Lyapunov functions (:mod:`riemattn.analysis.diagnostics`), hemispheres
 (:mod:`riemattn.analysis.hemispheres`), closed-form predictions of the papers
 (:mod:`riemattn.analysis.theory`), the gradient-flow structure (metric, potential, Riemannian
-gradients: :mod:`riemattn.analysis.gradient_flow`, :mod:`riemattn.analysis.gradients`).
+gradients: :mod:`riemattn.analysis.gradient_flow`, :mod:`riemattn.analysis.gradients`), and
+ready-made events of the theory for ``integrate(..., events=...)`` (:mod:`riemattn.analysis.events`:
+consensus, cluster merges, hemispheres, energy and Lyapunov levels).
 
 May import: :mod:`riemattn.solvers`, :mod:`riemattn.dynamics`, :mod:`riemattn.geometry` and the
 shared infrastructure.

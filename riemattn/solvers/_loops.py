@@ -14,6 +14,10 @@ Saving: ``saveat`` times are reached exactly by fixed steps; adaptive steps are 
 them, the values come from the stepper's interpolant (its dense output), retracted onto the
 manifold. ``save_fn(t, y)`` stores observables instead of tokens.
 
+Events (:mod:`riemattn.solvers.events`, tracked by :mod:`riemattn.solvers._event_tracker`) are
+checked on accepted steps before saving; a terminal one truncates the trajectory's step at the
+event (its time and state), so saving and dense output (:mod:`riemattn.solvers._dense`) stop there.
+
 Array backends: both loops run on NumPy arrays or PyTorch tensors (``riemattn._backend``, docs/performance.md);
 with tensors every per-trajectory quantity (times, step sizes, counters, status) lives on the
 tokens' device and the step-size decisions are array operations. The host is consulted
