@@ -368,3 +368,10 @@ def test_interpolate_errors():
     sol = ra.integrate(att, Y0_ROT, (0.0, 1.0), "layer", dt=0.5, dense_output=True)
     with pytest.raises(ValidationError, match="no dense output"):
         sol.interpolate(0.5)
+
+
+def test_to_numpy_converts_event_states_and_dense_output():
+    field = LinearField(A_ROT, Sphere(2))
+    sol = ra.integrate(field, torch.tensor(Y0_ROT), (0.0, 6.0), "dop853", rtol=1e-10, atol=1e-12,
+                       events=_rot_event(), dense_output=True).to_numpy()
+    assert isinstance(sol.events.y, np.ndarray) and isinstance(sol.interpolate(1.0), np.ndarray)

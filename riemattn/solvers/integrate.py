@@ -141,12 +141,21 @@ class Trajectory:
         return xr.Dataset(data, coords=coords, attrs=attrs)
 
     def to_numpy(self) -> "Trajectory":
-        """This result with ``y`` and the observables as NumPy arrays (copied from a device)."""
+        """This result with ``y``, the observables and the events' tokens as NumPy arrays (copied
+        from a device); ``interpolate`` then returns NumPy arrays too."""
         import dataclasses
 
+        events, dense = self.events, self.dense
+        if events is not None and events.y is not None:
+            events = dataclasses.replace(events, y=to_numpy(events.y))
+        if callable(dense):
+            inner = dense
+
+            def dense(t):
+                return to_numpy(inner(t))
         return dataclasses.replace(
             self, y=None if self.y is None else to_numpy(self.y),
-            observables={k: to_numpy(v) for k, v in self.observables.items()})
+            observables={k: to_numpy(v) for k, v in self.observables.items()}, events=events, dense=dense)
 
     def __repr__(self) -> str:
         shape = None if self.y is None else tuple(self.y.shape)
