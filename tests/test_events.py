@@ -375,3 +375,19 @@ def test_to_numpy_converts_event_states_and_dense_output():
     sol = ra.integrate(field, torch.tensor(Y0_ROT), (0.0, 6.0), "dop853", rtol=1e-10, atol=1e-12,
                        events=_rot_event(), dense_output=True).to_numpy()
     assert isinstance(sol.events.y, np.ndarray) and isinstance(sol.interpolate(1.0), np.ndarray)
+
+
+def test_fixed_steps_2d_batch_each_trajectory_stops_at_its_own_time():
+    """A (2, 3) batch of tokens at angles a on the rotating circle: x = cos(t + a) falls to 0.3 at
+    t = arccos(0.3) - a; saves after the stop are NaN, the dense output too."""
+    A = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    a = np.linspace(0.0, 1.0, 6).reshape(2, 3)
+    y0 = np.stack([np.cos(a), np.sin(a), 0 * a], -1)[..., None, :]
+    sol = ra.integrate(LinearField(A, Sphere(2)), y0, (0.0, 3.0), "rk4", dt=0.01, saveat=[0, 1, 2, 3],
+                       dense_output=True, events=Event(lambda t, y: y[..., 0, 0] - 0.3, terminal=True),
+                       event_tol=TOL)
+    exact = np.arccos(0.3) - a
+    assert np.allclose(sol.events.t_stop, exact, atol=10 * TOL)
+    assert np.array_equal(np.isnan(sol.y[..., 0, 0]), np.array([0, 1, 2, 3])[:, None, None] > exact)
+    u = sol.interpolate([0.5, 1.2])
+    assert np.array_equal(np.isnan(u[..., 0, 0]), np.array([0.5, 1.2])[:, None, None] > exact)

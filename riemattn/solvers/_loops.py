@@ -160,7 +160,8 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
                     alive = alive & ~hit
                     stopped = True
             if dense is not None:
-                dense.add(rows, t, h_eff, y.reshape((B,) + tail), alive.reshape(-1))
+                dense.add(rows, t, h_eff if np.ndim(h_eff) == 0 else h_eff.reshape(-1),
+                          y.reshape((B,) + tail), alive.reshape(-1))
             y = _where(alive, y_new, y)
             if bar is not None:
                 bar.update(t_new - t)
