@@ -54,7 +54,8 @@ import numpy as np
 from .._backend import is_torch, to_numpy
 from ..errors import InputTypeError, ValidationError
 
-__all__ = ["TERMINAL", "Event", "Events", "as_events"]
+__all__ = ["Event", "Events", "as_events"]  # TERMINAL (= 2), the status code, is not listed: an int
+# shares its identity with other constants (the API pages key names by object)
 
 #: status code of a trajectory stopped by a terminal event
 TERMINAL = 2
