@@ -48,7 +48,7 @@ def main(argv=None):
     field = ra.AttentionField(hemisphere_P, time_vectorized=True)
     y0 = initial(args.batch)
     events = [consensus(1e-14), cluster_merge(1e-9, 1)]
-    kw = dict(rtol=args.tol, atol=args.tol, saveat=[args.t1])
+    kw = {"rtol": args.tol, "atol": args.tol, "saveat": [args.t1]}
     print(f"riemattn {ra.__version__}; hemisphere ensemble B = {args.batch}, T = {args.t1}, dop853, "
           f"tol {args.tol:g}; {os.cpu_count()} CPUs, load average {os.getloadavg()}")
     best = {"plain": np.inf, "events": np.inf}

@@ -22,8 +22,8 @@ from riemattn.geometry.manifolds import Sphere
 from riemattn.solvers.events import TERMINAL, Event
 
 TOL = 1e-8  # event_tol of the accuracy tests
-STEPPERS = {"rk4": dict(dt=0.01), "cf4": dict(dt=0.02), "dopri5": dict(rtol=1e-11, atol=1e-13),
-            "dop853": dict(rtol=1e-11, atol=1e-13), "rkmk45": dict(rtol=1e-11, atol=1e-13)}
+STEPPERS = {"rk4": {"dt": 0.01}, "cf4": {"dt": 0.02}, "dopri5": {"rtol": 1e-11, "atol": 1e-13},
+            "dop853": {"rtol": 1e-11, "atol": 1e-13}, "rkmk45": {"rtol": 1e-11, "atol": 1e-13}}
 BACKENDS = ["numpy", "torch"]
 
 # a rotation about a generic axis: y(t) = expm(t A) y0 exactly
@@ -108,11 +108,11 @@ def consensus_batch():
     y0 = rng.standard_normal((B, n, d))
     y0 /= np.linalg.norm(y0, axis=-1, keepdims=True)
     field = ra.AttentionField(np.eye(d)[None], beta=betas)
-    kw = dict(rtol=1e-8, atol=1e-10, event_tol=1e-9)
+    kw = {"rtol": 1e-8, "atol": 1e-10, "event_tol": 1e-9}
     event = aev.consensus(1e-3)
     with_ev = ra.integrate(field, y0, (0.0, 60.0), "dopri5", events=event, **kw)
     without = ra.integrate(field, y0, (0.0, 60.0), "dopri5", **kw)
-    return dict(betas=betas, y0=y0, event=event, kw=kw, with_ev=with_ev, without=without, d=d)
+    return {"betas": betas, "y0": y0, "event": event, "kw": kw, "with_ev": with_ev, "without": without, "d": d}
 
 
 def test_batch_terminal_consensus_each_stops_at_its_own_time(consensus_batch):
@@ -193,7 +193,7 @@ def test_terminal_kth_crossing_truncates_saves_and_drops_later_crossings(stepper
     field = LinearField(A_ROT, Sphere(2))
     exact = _rotation_crossings(6.0)
     y0 = np.stack([Y0_ROT, Y0_ROT])
-    kw = dict(dt=0.1) if stepper == "cf4" else STEPPERS[stepper]  # cf4: exact on a linear field
+    kw = {"dt": 0.1} if stepper == "cf4" else STEPPERS[stepper]  # cf4: exact on a linear field
     ev = [_rot_event(terminal=2, samples=3, name="a"), _rot_event(samples=3, name="b")]
     save = np.linspace(0.0, 6.0, 13)
     sol = ra.integrate(field, y0, (0.0, 6.0), stepper, saveat=save, events=ev, event_tol=TOL, **kw)
