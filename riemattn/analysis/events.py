@@ -140,7 +140,7 @@ def merge_heights(y):
     m = Y.shape[0]
     G = Y @ xp.permute_dims(Y, (0, 2, 1))
     sq = xp.sum(Y * Y, axis=-1)
-    D = xp.sqrt(xp.clip(sq[:, :, None] + sq[:, None, :] - 2.0 * G, 0.0, None))
+    D = xp.clip(sq[:, :, None] + sq[:, None, :] - 2.0 * G, 0.0, None)  # squared: same tree, sqrt at the end
     rows = xp.arange(m, device=getattr(y, "device", None)) if is_torch(y) else np.arange(m)
     inf = float("inf")
     best = xp.asarray(D[:, 0, :], copy=True)
@@ -155,7 +155,7 @@ def merge_heights(y):
         best = xp.minimum(best, D[rows, j, :])
     if not out:
         return xp.zeros(batch + (0,), dtype=y.dtype)
-    H = xp.stack(out, axis=-1)
+    H = xp.sqrt(xp.stack(out, axis=-1))
     H = -xp.sort(-H, axis=-1)
     return xp.reshape(H, batch + (l - 1,))
 
