@@ -5,7 +5,10 @@ Diagnostics and Lyapunov functions (:mod:`riemattn.analysis.diagnostics`), hemis
 (:mod:`riemattn.analysis.theory`), the gradient-flow structure (metric, potential, Riemannian
 gradients: :mod:`riemattn.analysis.gradient_flow`, :mod:`riemattn.analysis.gradients`), Riemannian
 Hessians of the energies (:mod:`riemattn.analysis.hessians`) and the search for their critical points
-(:mod:`riemattn.analysis.critical_points`).
+(:mod:`riemattn.analysis.critical_points`), the continuity equation on the circle
+(:mod:`riemattn.analysis.meanfield`), and ready-made events of the theory for
+``integrate(..., events=...)`` (:mod:`riemattn.analysis.events`: consensus, cluster merges,
+hemispheres, energy and Lyapunov levels).
 
 May import: :mod:`riemattn.solvers`, :mod:`riemattn.dynamics`, :mod:`riemattn.geometry` and the
 shared infrastructure.

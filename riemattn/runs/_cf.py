@@ -25,7 +25,13 @@ COMMON = {
     "nfev_per_trajectory": ("evaluations of the vector field, per trajectory", "1"),
     "n_steps_per_trajectory": ("accepted steps, per trajectory", "1"),
     "n_rejected_per_trajectory": ("rejected steps (adaptive steppers), per trajectory", "1"),
-    "status_per_trajectory": ("integration status per trajectory (0: reached t1)", "1"),
+    "status_per_trajectory": ("integration status per trajectory (0: reached t1, 2: stopped by a terminal event)", "1"),
+    "event": ("names of the events of integrate(events=...)", "1"),
+    "event_count": ("number of event crossings per trajectory", "1"),
+    "event_t": ("times of the event crossings, in order (NaN-padded beyond event_count)", "1"),
+    "event_which": ("index into `event` of each crossing (-1 beyond event_count)", "1"),
+    "event_t_stop": ("time at which a terminal event stopped the trajectory (NaN: none)", "1"),
+    "event_y": ("token positions at the event crossings (NaN-padded)", "1"),
 }
 
 

@@ -14,6 +14,10 @@ Saving: ``saveat`` times are reached exactly by fixed steps; adaptive steps are 
 them, the values come from the stepper's interpolant (its dense output), retracted onto the
 manifold. ``save_fn(t, y)`` stores observables instead of tokens.
 
+Events (:mod:`riemattn.solvers.events`, tracked by :mod:`riemattn.solvers._event_tracker`) are
+checked on accepted steps before saving; a terminal one truncates the trajectory's step at the
+event (its time and state), so saving and dense output (:mod:`riemattn.solvers._dense`) stop there.
+
 Array backends: both loops run on NumPy arrays or PyTorch tensors (``riemattn._backend``, docs/performance.md);
 with tensors every per-trajectory quantity (times, step sizes, counters, status) lives on the
 tokens' device and the step-size decisions are array operations. The host is consulted
@@ -29,17 +33,39 @@ import math
 import numpy as np
 
 from .._backend import copy, device_of, is_torch, namespace, to_numpy
-from .._validation import call_user
+from ._recorder import Recorder, _Kind, _where
 
 #: status codes of a trajectory
 REACHED, RUNNING, MAX_STEPS, UNDERFLOW, NON_FINITE = 0, 1, -1, -2, -3
+TERMINAL = 2  # = riemattn.solvers.events.TERMINAL
 MESSAGES = {
     REACHED: "reached t1",
+    TERMINAL: "stopped by a terminal event",
     RUNNING: "not finished",
     MAX_STEPS: "reached max_steps",
     UNDERFLOW: "step size underflow (the problem may be stiff or singular)",
     NON_FINITE: "the field or the state became NaN or inf",
 }
+
+
+def message(status, t_fail, t_stop=None) -> str:
+    if (status == REACHED).all():
+        return "The solver reached t1." if status.size <= 1 else f"All {status.size} trajectories reached t1."
+    parts = []
+    stopped = status == TERMINAL
+    if stopped.any():
+        reached = int((status == REACHED).sum())
+        parts.append(f"{int(stopped.sum())} of {status.size} trajectories: {MESSAGES[TERMINAL]} "
+                     f"(first at t = {float(np.nanmin(t_stop[stopped])):.6g})")
+        if reached:
+            parts.append(f"{reached} reached t1")
+    for code in (MAX_STEPS, UNDERFLOW, NON_FINITE, RUNNING):
+        bad = status == code
+        if bad.any():
+            where = float(np.nanmin(t_fail[bad])) if np.isfinite(t_fail[bad]).any() else float("nan")
+            parts.append(f"{int(bad.sum())} of {status.size} trajectories: {MESSAGES[code]} "
+                         f"(first at t = {where:.6g})")
+    return "; ".join(parts) + "."
 
 
 #: With tensors, the fixed-step loop asks the device whether any trajectory is still alive (a
@@ -52,11 +78,6 @@ def _rms(x):
     return xp.sqrt(xp.mean(xp.square(x), axis=(-2, -1)))
 
 
-def _where(mask, a, b):
-    """Per-trajectory select between two token arrays (mask of the batch shape)."""
-    return namespace(a).where(mask[..., None, None], a, b)
-
-
 def _finite(y):
     xp = namespace(y)
     return xp.all(xp.isfinite(y), axis=(-2, -1))
@@ -66,139 +87,6 @@ def _any(mask) -> bool:
     """``mask.any()`` for NumPy; True for tensors (the caller then applies its masked update
     unconditionally instead of synchronising with the device to decide)."""
     return bool(mask.any()) if type(mask) is np.ndarray else True
-
-
-class _Kind:
-    """How to make arrays like the tokens: namespace, device and float dtype."""
-
-    def __init__(self, y):
-        self.xp, self.device, self.dtype = namespace(y), device_of(y), y.dtype
-        self.numpy = self.xp is np
-
-    def full(self, shape, value, dtype=None):
-        xp = self.xp
-        return xp.full(shape, value, dtype=dtype or xp.float64, device=self.device)
-
-    def arange(self, n):
-        return self.xp.arange(n, device=self.device)
-
-    def asarray(self, value, dtype=None):
-        """Host values (NumPy, floats) as an array on the device (float64 unless ``dtype``)."""
-        xp = self.xp
-        return xp.asarray(value, dtype=dtype or xp.float64, device=self.device)
-
-
-class Recorder:
-    """Saved values: every save time of every trajectory, tokens or ``save_fn`` observables.
-
-    Trajectories are addressed by their index in the flattened batch (``rows``); ``save_fn`` is
-    always called on the whole batch, in its original shape.
-    """
-
-    def __init__(self, saveat, batch, save_fn, like=None):
-        self.batch, self.save_fn = batch, save_fn
-        self.kind = _Kind(np.zeros(0) if like is None else like)
-        self.saveat_host = saveat  # NumPy (or None)
-        self.saveat = None if saveat is None else self.kind.asarray(saveat)
-        self.B = math.prod(batch)
-        # index of each trajectory's next save time
-        self.next = self.kind.full((self.B,), 0, dtype=self.kind.xp.int64)
-        self.store = None  # dict name -> (n_save, B, ...) array
-        self.times, self.rows = [], []  # for saveat=None (every step of the shared grid)
-
-    def _array(self, v):
-        """A saved value as an array of the tokens' kind (NumPy results of save_fn are moved)."""
-        if self.kind.numpy:
-            return to_numpy(v)
-        if is_torch(v):
-            return v
-        arr = np.asarray(v)
-        return self.kind.xp.asarray(arr, dtype=self.kind.dtype if arr.dtype.kind == "f" else None,
-                                    device=self.kind.device)
-
-    def _values(self, t, y) -> dict:
-        if self.save_fn is None:
-            return {"y": y}
-        out = call_user(self.save_fn, "save_fn(t, y)", t, t, y)
-        if isinstance(out, dict):
-            return {k: self._array(v) for k, v in out.items()}
-        return {"value": self._array(out)}
-
-    def _put(self, rows, values):
-        """Store ``values`` (name -> array of shape (len(rows), ...)) of the trajectories ``rows``
-        (indices into the flattened batch) at their next save slots."""
-        if self.store is None:
-            self.store = {}
-            for k, v in values.items():
-                shape = (len(self.saveat_host), self.B) + tuple(v.shape[1:])
-                if self.kind.numpy:
-                    self.store[k] = np.full(shape, np.nan, dtype=np.result_type(v.dtype, np.float64))
-                else:
-                    floating = v.dtype.is_floating_point
-                    self.store[k] = self.kind.full(shape, math.nan, dtype=v.dtype if floating else None)
-        slots = self.next[rows]
-        for k, v in values.items():
-            store = self.store[k]
-            if not self.kind.numpy and v.dtype != store.dtype:  # e.g. bool observables, float64 store
-                v = v.to(store.dtype)
-            store[slots, rows] = v
-        self.next[rows] += 1
-
-    def _put_whole(self, rows, values):
-        """:meth:`_put` for values of the whole batch (leading axes: the batch shape)."""
-        nb = len(self.batch)
-        self._put(rows, {k: v.reshape((self.B,) + tuple(v.shape[nb:]))[rows] for k, v in values.items()})
-
-    def record_all(self, t, y):
-        """Save (t, y) for every trajectory at its next save time (fixed steps, or t0)."""
-        if self.saveat is None:
-            self.times.append(t)
-            self.rows.append(self._values(t, y))
-            return
-        self._put_whole(self.kind.arange(self.B), self._values(t, y))
-
-    def pending(self, rows, t_new, accepted):
-        """Which of the trajectories ``rows`` have a save time in their accepted step (..., t_new]."""
-        n = len(self.saveat_host)
-        nxt = self.next[rows]
-        return accepted & (nxt < n) & (self.saveat[self.kind.xp.clip(nxt, 0, n - 1)] <= t_new)
-
-    def record_dense(self, rows, t_old, h, y_new, t_new, accepted, interp, whole):
-        """Save every save time passed by the accepted steps of the trajectories ``rows``.
-
-        ``t_old``, ``h``, ``t_new``, ``accepted`` are flat over ``rows``, ``y_new`` has shape
-        (len(rows), l, d); ``interp(theta)`` gives the tokens at ``t_old + theta h``;
-        ``whole(ys)`` puts tokens of ``rows`` into a copy of the whole batch (original shape).
-        """
-        xp = self.kind.xp
-        n = len(self.saveat_host)
-        pend = self.pending(rows, t_new, accepted)
-        while bool(pend.any()):  # a host decision (a synchronisation for tensors), on saving steps
-            s = self.saveat[xp.clip(self.next[rows], 0, n - 1)]
-            at_end = s >= t_new
-            between = pend & ~at_end
-            ys = y_new
-            if bool(between.any()):
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    theta = xp.where(between, (s - t_old) / xp.where(h > 0, h, 1.0), 1.0)
-                ys = _where(at_end, y_new, interp(xp.clip(theta, 0.0, 1.0)))
-            if self.save_fn is None:
-                self._put(rows[pend], {"y": ys[pend]})
-            else:
-                # rows not saved now: any valid time
-                times = self.kind.full((self.B,), float(self.saveat_host[-1]))
-                times[rows] = s
-                self._put_whole(rows[pend], self._values(times.reshape(self.batch), whole(ys)))
-            pend = self.pending(rows, t_new, pend)
-
-    def result(self):
-        """(t, data): times (m,) and a dict of arrays of shape (m,) + batch + ...."""
-        if self.saveat is None:
-            data = {k: self.kind.xp.stack([r[k] for r in self.rows]) for k in self.rows[0]}
-            return np.asarray(self.times, dtype=float), data
-        n = len(self.saveat_host)
-        data = {k: v.reshape((n,) + tuple(self.batch) + tuple(v.shape[2:])) for k, v in self.store.items()}
-        return self.saveat_host.copy(), data
 
 
 class Stats:
@@ -219,8 +107,12 @@ class Stats:
         return {k: to_numpy(getattr(self, k)) for k in ("nfev", "n_steps", "n_rejected", "status", "t_fail")}
 
 
-def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats, max_steps, bar):
-    """Shared step size: each interval between save times (and t1) split into equal steps <= dt."""
+def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats, max_steps, bar, events=None,
+              dense=None):
+    """Shared step size: each interval between save times (and t1) split into equal steps <= dt.
+
+    ``events`` (a :class:`riemattn.solvers.events.Tracker`): checked on every step; trajectories
+    stopped by a terminal event are frozen (masked) at the event's state."""
     t = t0
     targets = [] if saveat is None else [s for s in saveat.tolist() if s > t0]
     if not targets or targets[-1] < t1:
@@ -229,6 +121,12 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
     xp = namespace(y)
     alive = xp.ones(tuple(y.shape[:-2]), dtype=xp.bool, device=device_of(y))
     steps = 0
+    stopped = False  # a terminal event stopped some trajectory (host)
+    kind, batch, tail = _Kind(y), tuple(y.shape[:-2]), tuple(y.shape[-2:])
+    B = math.prod(batch)
+    rows = kind.arange(B)
+    if events is not None:
+        events.start(t0, y.reshape((B,) + tail))
     for target in targets:
         n = max(1, math.ceil((target - t) / dt - 1e-9))
         start, h = t, (target - t) / n
@@ -247,19 +145,65 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
                 stats.status[...] = xp.where(bad, NON_FINITE, stats.status)
                 stats.t_fail[...] = xp.where(bad, t, stats.t_fail)
                 alive = alive & ~bad
-            y = _where(alive, res.y, y)
             t_new = target if k == n else start + k * h
+            y_new, h_eff = res.y, t_new - t
+            if events is not None:
+                stop = _check_fixed(field, stepper, events, kind, rows, t, h, t_new, y, res, alive, stats)
+                if stop is not None:
+                    hit, t_stop, y_stop = stop
+                    y_new = _where(hit, y_stop, y_new)
+                    h_eff = xp.where(hit, t_stop - t, h_eff)
+                    if dense is not None:
+                        dense.add(rows, t, h_eff.reshape(-1), y.reshape((B,) + tail), hit.reshape(-1))
+                    y = _where(hit, y_new, y)
+                    stats.status[...] = xp.where(hit, TERMINAL, stats.status)
+                    alive = alive & ~hit
+                    stopped = True
+            if dense is not None:
+                dense.add(rows, t, h_eff if np.ndim(h_eff) == 0 else h_eff.reshape(-1),
+                          y.reshape((B,) + tail), alive.reshape(-1))
+            y = _where(alive, y_new, y)
             if bar is not None:
                 bar.update(t_new - t)
             t = t_new
             if saveat is None:
-                rec.record_all(t, y)
-            if (xp is np or steps % _SYNC_EVERY == 0) and not bool(alive.any()):
+                rec.record_all(t, y, alive if stopped else None)
+            if (xp is np or steps % _SYNC_EVERY == 0 or stopped) and not bool(alive.any()):
                 return y
         if t in save_times:
-            rec.record_all(t, y)
+            rec.record_all(t, y, alive if stopped else None)
     stats.status[...] = xp.where(alive, REACHED, stats.status)
     return y
+
+
+def _lazy_interpolant(stepper, field, t, y, h, res, shaped, shape):
+    """The step's dense output ``interp(theta)`` (flat theta -> flat tokens of ``shape``), built
+    on first use (steppers without a native dense output re-step; building dop853's costs 3
+    evaluations); ``box`` holds the Interpolant once built (its ``nfev``)."""
+    box = []
+
+    def interp(theta):
+        if not box:
+            box.append(stepper.interpolant(field, t, y, h, res))
+        return box[0](shaped(theta)).reshape(shape)
+
+    return interp, box
+
+
+def _check_fixed(field, stepper, events, kind, rows, t, h, t_new, y, res, alive, stats):
+    """The events of a fixed step of the whole batch (flattened for the tracker)."""
+    batch, tail = tuple(y.shape[:-2]), tuple(y.shape[-2:])
+    B = rows.shape[0]
+    interp, box = _lazy_interpolant(stepper, field, t, y, h, res, lambda th: th.reshape(batch), (B,) + tail)
+    accept = (alive & _finite(res.y)).reshape(-1)
+    stop = events.check(rows, kind.full((B,), t), kind.full((B,), h), kind.full((B,), t_new),
+                        res.y.reshape((B,) + tail), accept, interp)
+    if box:
+        stats.calls += box[0].nfev
+        stats.nfev += box[0].nfev * alive
+    if stop is None:
+        return None
+    return stop[0].reshape(batch), stop[1].reshape(batch), stop[2].reshape(batch + tail)
 
 
 def initial_step(field, stepper, t0, y0, f0, rtol, atol, t1):
@@ -292,7 +236,8 @@ PI_BETA, SAFETY, FACMIN, FACMAX = 0.04, 0.9, 0.2, 10.0
 COMPACT_BELOW = 0.8
 
 
-def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats: Stats, max_steps, bar):
+def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats: Stats, max_steps, bar,
+                 events=None, dense=None):
     """Per-trajectory adaptive steps (PI control) from t0 to t1; returns the final tokens.
 
     The state is kept flat over the batch: ``w`` holds the (flattened-batch) indices of the rows
@@ -301,7 +246,9 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
     them are still running); other fields see the whole batch in its shape, and finished
     trajectories are frozen (masked). Every per-trajectory decision is an array operation; the
     only host decisions per step are the number of unfinished rows and, on steps that pass a
-    save time, the saving (see the module docstring).
+    save time, the saving (see the module docstring). ``events`` (a
+    :class:`riemattn.solvers.events.Tracker`) are checked on the accepted steps before saving; a
+    trajectory stopped by a terminal event finishes there (status ``TERMINAL``).
     """
     kind = _Kind(y)
     xp = kind.xp
@@ -321,6 +268,8 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
     y_out = copy(y.reshape((B,) + tail))
     w = kind.arange(B)
     y_w = copy(y_out)
+    if events is not None:
+        events.start(t0, y_w)
     k1 = None
     if stepper.fsal or h is None:
         k1 = field_w(t0, shaped(y_w))
@@ -392,12 +341,22 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
         err = xp.where(finite, err, math.inf)
         accept = active & (err <= 1.0)
         t_new = xp.where(last, t1, t_w + h_try)
+        interp, box = _lazy_interpolant(stepper, field_w, shaped(t_w), shaped(y_w), shaped(h_try), res,
+                                        shaped, y_w.shape)
+        hit = None
+        if events is not None:
+            stop = events.check(w, t_w, h_try, t_new, y_new, accept, interp)
+            if stop is not None:
+                hit, t_stop, y_stop = stop
+                t_new = xp.where(hit, t_stop, t_new)
+                y_new = _where(hit, y_stop, y_new)
+        if dense is not None:  # the accepted steps (truncated at terminal events), for Trajectory.interpolate
+            dense.add(w, t_w, t_new - t_w, y_w, accept)
         if rec.saveat is not None and bool(rec.pending(w, t_new, accept).any()):  # host decision
-            interp = stepper.interpolant(field_w, shaped(t_w), shaped(y_w), shaped(h_try), res)
-            rec.record_dense(w, t_w, h_try, y_new, t_new, accept,
-                             lambda th: interp(shaped(th)).reshape(y_w.shape), whole)
-            stats.calls += interp.nfev
-            nfev[w] += interp.nfev * active
+            rec.record_dense(w, t_w, h_try, y_new, t_new, accept, interp, whole)
+        if box:
+            stats.calls += box[0].nfev
+            nfev[w] += box[0].nfev * active
         # step-size update, per trajectory
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             grow = SAFETY * xp.where(err > 0, err, 1.0) ** (-alpha) * err_prev ** PI_BETA
@@ -420,6 +379,9 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
             rec.record_all(float(t_w[0]), shaped(y_w))
         finished = accept & last
         status[w] = xp.where(finished, REACHED, status[w])
+        if hit is not None:
+            status[w] = xp.where(hit, TERMINAL, status[w])
+            finished = finished | hit
         done = done | finished
         tiny = active & ~accept & (h_w < 1e-14 * xp.clip(xp.abs(t_w), 1.0, None))
         if _any(tiny):

@@ -12,6 +12,10 @@ from .._backend import convert, default_device, device_of, is_torch, namespace, 
 from .._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
                           token_atol)
 from ..errors import InputTypeError, IntegrationError, ValidationError
+from ._dense import StepLog
+from ._recorder import check_saveat
+from ._event_tracker import Tracker
+from .events import Events, _on_host, as_events
 from .steppers import get_stepper
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
@@ -30,9 +34,10 @@ class PerTrajectory:
     nfev, n_steps, n_rejected : ndarray of int
         Field evaluations used while the trajectory was unfinished, accepted and rejected steps.
     status : ndarray of int
-        0 reached t1; -1 reached max_steps; -2 step size underflow; -3 NaN or inf.
+        0 reached t1; 2 stopped by a terminal event; -1 reached max_steps; -2 step size
+        underflow; -3 NaN or inf.
     success : ndarray of bool
-        ``status == 0``.
+        ``status`` is 0 or 2.
     t_fail : ndarray of float
         Time at which a failed trajectory stopped (NaN where it succeeded).
     """
@@ -63,13 +68,16 @@ class Trajectory:
         Accepted and rejected steps: the largest over the trajectories (for fixed steps, the
         shared count).
     success : bool
-        Whether every trajectory reached t1 with finite values.
+        Whether every trajectory reached t1, or a terminal event, with finite values.
     message : str
         What happened (the failures, per kind, with how many trajectories and where).
     per_trajectory : PerTrajectory
         The same counters and the status of each trajectory.
     stepper : str
         Name of the stepper used.
+    events : Events or None
+        With ``integrate(..., events=...)``: the crossings per trajectory (padded arrays with
+        counts, :class:`riemattn.solvers.events.Events`); None without events.
     """
 
     t: np.ndarray
@@ -83,6 +91,20 @@ class Trajectory:
     stepper: str = ""
     observables: dict = dc_field(default_factory=dict)
     attrs: dict = dc_field(default_factory=dict)
+    events: Events | None = None
+    dense: object = dc_field(default=None, repr=False)
+
+    def interpolate(self, t):
+        """The solution at any time(s) ``t`` of the solved interval (``integrate(..., dense_output=True)``).
+
+        ``t`` a float gives shape ``(..., l, d)``, a 1-D array of k times ``(k, ..., l, d)``; NaN
+        for a trajectory that stopped (terminal event, failure) before ``t``. The value is a step
+        of the solve's stepper from the start of the accepted step containing ``t`` (full order).
+        """
+        if self.dense is None or isinstance(self.dense, str):
+            why = self.dense or "the solve kept no dense output: pass dense_output=True to integrate"
+            raise ValidationError(f"Trajectory.interpolate: {why}.")
+        return self.dense(t)
 
     def to_xarray(self):
         """An :class:`xarray.Dataset`: ``y`` with dims (time, [batch_0, ...], token, component), or
@@ -103,15 +125,37 @@ class Trajectory:
         attrs = dict(nfev=int(self.nfev), n_steps=int(self.n_steps), n_rejected=int(self.n_rejected),
                      success=int(self.success), message=self.message, stepper=self.stepper)
         attrs.update(self.attrs)
-        return xr.Dataset(data, coords={"time": self.t}, attrs=attrs)
+        coords = {"time": self.t}
+        ev = self.events
+        if ev is not None:  # crossings: padded along "crossing", event names as a coordinate
+            data["event_count"] = (bdims, ev.count)
+            data["event_t"] = (bdims + ("crossing",), ev.t)
+            data["event_which"] = (bdims + ("crossing",), ev.which)
+            data["event_t_stop"] = (bdims, ev.t_stop)
+            if ev.y is not None:
+                data["event_y"] = (bdims + ("crossing", "token", "component"), to_numpy(ev.y))
+            for name, v in ev.observables.items():
+                extra = tuple(f"event_{name}_dim_{k}" for k in range(v.ndim - 1 - nbatch))
+                data[f"event_{name}"] = (bdims + ("crossing",) + extra, v)
+            coords["event"] = list(ev.names)
+        return xr.Dataset(data, coords=coords, attrs=attrs)
 
     def to_numpy(self) -> "Trajectory":
-        """This result with ``y`` and the observables as NumPy arrays (copied from a device)."""
+        """This result with ``y``, the observables and the events' tokens as NumPy arrays (copied
+        from a device); ``interpolate`` then returns NumPy arrays too."""
         import dataclasses
 
+        events, dense = self.events, self.dense
+        if events is not None and events.y is not None:
+            events = dataclasses.replace(events, y=to_numpy(events.y))
+        if callable(dense):
+            inner = dense
+
+            def dense(t):
+                return to_numpy(inner(t))
         return dataclasses.replace(
             self, y=None if self.y is None else to_numpy(self.y),
-            observables={k: to_numpy(v) for k, v in self.observables.items()})
+            observables={k: to_numpy(v) for k, v in self.observables.items()}, events=events, dense=dense)
 
     def __repr__(self) -> str:
         shape = None if self.y is None else tuple(self.y.shape)
@@ -119,19 +163,6 @@ class Trajectory:
             f"Trajectory(t: {self.t.shape}, y: {shape}, nfev={self.nfev}, n_steps={self.n_steps}, "
             f"success={self.success}, message={self.message!r})"
         )
-
-
-def _check_saveat(saveat, t0, t1):
-    if saveat is None:
-        return None
-    s = np.atleast_1d(as_float_array(saveat, "saveat"))
-    if s.ndim != 1 or s.size == 0 or not np.all(np.isfinite(s)):
-        raise ValidationError(f"saveat must be a non-empty 1-D array of finite times, got shape {s.shape}.")
-    if np.any(np.diff(s) <= 0):
-        raise ValidationError("saveat must be strictly increasing.")
-    if s[0] < t0 - 1e-12 * max(1, abs(t0)) or s[-1] > t1 + 1e-12 * max(1, abs(t1)):
-        raise ValidationError(f"saveat must lie in [t0, t1] = [{t0}, {t1}], got [{s[0]}, {s[-1]}].")
-    return np.clip(s, t0, t1)
 
 
 def _empty_result(y0, t, save_fn, name) -> Trajectory:
@@ -159,19 +190,6 @@ def _empty_result(y0, t, save_fn, name) -> Trajectory:
                       stepper=name)
 
 
-def _message(status, t_fail) -> str:
-    if (status == _loops.REACHED).all():
-        return "The solver reached t1." if status.size <= 1 else f"All {status.size} trajectories reached t1."
-    parts = []
-    for code in (_loops.MAX_STEPS, _loops.UNDERFLOW, _loops.NON_FINITE, _loops.RUNNING):
-        bad = status == code
-        if bad.any():
-            where = float(np.nanmin(t_fail[bad])) if np.isfinite(t_fail[bad]).any() else float("nan")
-            parts.append(f"{int(bad.sum())} of {status.size} trajectories: {_loops.MESSAGES[code]} "
-                         f"(first at t = {where:.6g})")
-    return "; ".join(parts) + "."
-
-
 def integrate(
     field,
     y0,
@@ -188,6 +206,9 @@ def integrate(
     raise_on_failure=False,
     project=False,
     first_step=None,
+    events=None,
+    event_tol=None,
+    dense_output=False,
 ):
     """Integrate ``dy/dt = field(t, y)`` on the field's manifold from ``t0`` to ``t1``.
 
@@ -233,6 +254,16 @@ def integrate(
         Normalize ``y0`` onto the manifold (pi_W) instead of checking that it lies on it.
     first_step : float, optional
         Initial step of adaptive steppers (default: chosen per trajectory, Hairer's algorithm).
+    events : Event, callable or list, optional
+        Zero crossings of ``g(t, y)`` to detect, per trajectory, on accepted steps, located on the
+        stepper's dense output (:class:`riemattn.solvers.events.Event`; a plain callable may carry
+        SciPy's ``terminal`` and ``direction`` attributes). Results in ``Trajectory.events``;
+        a terminal event stops its trajectory (status 2). Semantics: docs/events.md.
+    event_tol : float, optional
+        Location tolerance in t of the crossings (default ``1e-10 * max(1, |t0|, |t1|)``).
+    dense_output : bool
+        Record every accepted step so that ``Trajectory.interpolate(t)`` gives the solution at any
+        time of the solved interval (a fresh step from the step's start; one token array per step).
 
     Returns
     -------
@@ -249,9 +280,10 @@ def integrate(
         if save_fn is not None and callable(save_fn):
             def save_fn(t, y):  # the caller's save_fn sees NumPy arrays, as without the device
                 return host_fn(to_numpy(t) if is_torch(t) else t, to_numpy(y))
+        events = [_on_host(e) for e in as_events(events)] or None
         sol = integrate(field, y0, t_span, stepper, dt, rtol, atol, saveat, save_fn, progress,
                         max_steps=max_steps, raise_on_failure=raise_on_failure, project=project,
-                        first_step=first_step)
+                        first_step=first_step, events=events, event_tol=event_tol, dense_output=dense_output)
         return sol.to_numpy()
     step = get_stepper(stepper)
     manifold = getattr(field, "manifold", None)
@@ -300,7 +332,11 @@ def integrate(
     max_steps = check_int(max_steps, "max_steps", 1)
     if save_fn is not None and not callable(save_fn):
         raise InputTypeError(f"save_fn must be callable as save_fn(t, y), got {type(save_fn).__name__}.")
-    save = _check_saveat(saveat, t0, t1)
+    save = check_saveat(saveat, t0, t1)
+    events = as_events(events)
+    if event_tol is None:
+        event_tol = 1e-10 * max(1.0, abs(t0), abs(t1))
+    event_tol = check_positive(event_tol, "event_tol")
     batch = y0.shape[:-2]
     if save is None and step.adaptive and batch:
         save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
@@ -310,6 +346,8 @@ def integrate(
     batch = tuple(batch)
     rec = _loops.Recorder(save, batch, save_fn, like=y0)
     stats = _loops.Stats(batch, like=y0)
+    tracker = Tracker(events, batch, y0, event_tol) if events else None
+    log = StepLog(batch, y0) if dense_output and step.name != "layer" else None
     if save is None or save[0] == t0:
         rec.record_all(t0, y0)
     bar = None
@@ -320,16 +358,18 @@ def integrate(
     try:
         if step.adaptive:
             _loops.run_adaptive(field, step, y0, t0, t1, rtol, atol, first_step, rec, stats,
-                                  max_steps, bar)
+                                max_steps, bar, tracker, log)
         else:
-            _loops.run_fixed(field, step, y0, t0, t1, dt, save, rec, stats, max_steps, bar)
+            _loops.run_fixed(field, step, y0, t0, t1, dt, save, rec, stats, max_steps, bar, tracker, log)
     finally:
         if bar is not None:
             bar.close()
     t, data = rec.result()
     host = stats.host()  # per-trajectory counters on the host (one copy from a device)
     status = host["status"]
-    pt = PerTrajectory(host["nfev"], host["n_steps"], host["n_rejected"], status, status == 0, host["t_fail"])
+    ok = (status == _loops.REACHED) | (status == _loops.TERMINAL)
+    pt = PerTrajectory(host["nfev"], host["n_steps"], host["n_rejected"], status, ok, host["t_fail"])
+    ev = None if tracker is None else tracker.result(save_fn, y0.shape[-2:])
     sol = Trajectory(
         t=t,
         y=data.pop("y") if save_fn is None else None,
@@ -337,11 +377,16 @@ def integrate(
         nfev=int(stats.calls),
         n_steps=int(host["n_steps"].max(initial=0)),
         n_rejected=int(host["n_rejected"].max(initial=0)),
-        success=bool((status == 0).all()),
-        message=_message(status, host["t_fail"]),
+        success=bool(ok.all()),
+        message=_loops.message(status, host["t_fail"], None if ev is None else ev.t_stop),
         per_trajectory=pt,
         stepper=step.name,
+        events=ev,
     )
+    if log is not None:
+        sol.dense = log.finish(field, step, (t0, t1))
+    elif dense_output:
+        sol.dense = "the 'layer' stepper (discrete transformer layers) has no dense output"
     if raise_on_failure and not sol.success:
         raise IntegrationError(sol.message)
     return sol
