@@ -208,8 +208,10 @@ class EllipsoidMetric(RiemannianMetric):
 
         In the ambient coordinates: geomstats' geodesic equation with these symbols is
         x'' = -(x'^T W x') x, whose solutions from (x, v) tangent are the geodesics of E_W.
+        Not checked to lie on the manifold, on purpose: ODE solvers of the geodesic equation
+        (geomstats' ``geodesic`` included) evaluate it at stage points near it.
         """
-        x = self._pt(base_point)
+        x = self._vec(base_point, "base_point")
         W = self._W(x)
         return x[..., :, None, None] * W
 
