@@ -38,6 +38,13 @@ def same_kind(*arrays):
     return tuple(a if is_torch(a) else convert(a, like) for a in arrays)
 
 
+def check_chart_dim(space, dim: int, method: str):
+    """Raise NotImplementedError unless ``space.dim == dim`` (the sphere's charts: the angle of the
+    circle, the spherical coordinates of the 2-sphere), as geomstats does for its other charts."""
+    if space.dim != dim:
+        raise NotImplementedError(f"{method} is only defined in dimension {dim}, got a manifold of dimension {space.dim}.")
+
+
 class FastMixin:
     """Primitives shared by Sphere and Ellipsoid (W-inner product, W-norm, projections)."""
 

@@ -21,7 +21,7 @@ from geomstats.geometry.hypersphere import Hypersphere
 from .._backend import constant
 from .._validation import check_int, check_spd
 from ..errors import ValidationError
-from ._fast import ATOL, FastMixin
+from ._fast import ATOL, FastMixin, check_chart_dim
 from .metrics import EllipsoidMetric
 
 __all__ = ["Ellipsoid", "ELLIPSOID_METRICS"]
@@ -178,27 +178,33 @@ class Ellipsoid(FastMixin, LevelSet):
 
     def angle_to_extrinsic(self, point_angle):
         """Circle (d = 2) only: W^{-1/2} (cos t, sin t), shape (..., 2)."""
+        check_chart_dim(self, 1, "angle_to_extrinsic")
         return self._from_sphere(Hypersphere(self.dim).angle_to_extrinsic(point_angle))
 
     def extrinsic_to_angle(self, point_extrinsic):
         """Circle (d = 2) only: the angle of W^{1/2} x, shape (...)."""
+        check_chart_dim(self, 1, "extrinsic_to_angle")
         return Hypersphere(self.dim).extrinsic_to_angle(self._to_sphere(point_extrinsic))
 
     def spherical_to_extrinsic(self, point_spherical):
         """d = 3 only: W^{-1/2} of the sphere's point with spherical coordinates (theta, phi)."""
+        check_chart_dim(self, 2, "spherical_to_extrinsic")
         return self._from_sphere(self._sphere().spherical_to_extrinsic(point_spherical))
 
     def extrinsic_to_spherical(self, point_extrinsic):
         """d = 3 only: the spherical coordinates of W^{1/2} x, shape (..., 2)."""
+        check_chart_dim(self, 2, "extrinsic_to_spherical")
         return self._sphere().extrinsic_to_spherical(self._to_sphere(point_extrinsic))
 
     def tangent_spherical_to_extrinsic(self, tangent_vec_spherical, base_point_spherical):
         """d = 3 only: W^{-1/2} of the sphere's tangent vector, shape (..., 3)."""
+        check_chart_dim(self, 2, "tangent_spherical_to_extrinsic")
         return self._from_sphere(
             self._sphere().tangent_spherical_to_extrinsic(tangent_vec_spherical, base_point_spherical))
 
     def tangent_extrinsic_to_spherical(self, tangent_vec, base_point=None, base_point_spherical=None):
         """d = 3 only: the spherical components of W^{1/2} v at W^{1/2} x, shape (..., 2)."""
+        check_chart_dim(self, 2, "tangent_extrinsic_to_spherical")
         bp = None if base_point is None else self._to_sphere(base_point)
         return self._sphere().tangent_extrinsic_to_spherical(
             self._to_sphere(tangent_vec), base_point=bp, base_point_spherical=base_point_spherical)

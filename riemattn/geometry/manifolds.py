@@ -29,7 +29,7 @@ from geomstats.geometry.hypersphere import Hypersphere
 from .._backend import dot_last, namespace
 from .._validation import check_int, check_points
 from ..errors import ValidationError
-from ._fast import ATOL, FastMixin, same_kind
+from ._fast import ATOL, FastMixin, check_chart_dim, same_kind
 from .ellipsoid import Ellipsoid
 from .metrics import EllipsoidMetric, SphereMetric
 
@@ -83,6 +83,31 @@ class Sphere(FastMixin, Hypersphere):
     def random_uniform(self, n_samples=1):
         """Uniform points on the sphere, shape (n_samples, dim + 1) (geomstats' global RNG; squeezed for 1)."""
         return super().random_uniform(check_int(n_samples, "n_samples", 1))
+
+    # geomstats' charts of the circle and the 2-sphere, refused in other dimensions
+    def angle_to_extrinsic(self, point_angle):
+        check_chart_dim(self, 1, "angle_to_extrinsic")
+        return super().angle_to_extrinsic(point_angle)
+
+    def extrinsic_to_angle(self, point_extrinsic):
+        check_chart_dim(self, 1, "extrinsic_to_angle")
+        return super().extrinsic_to_angle(point_extrinsic)
+
+    def spherical_to_extrinsic(self, point_spherical):
+        check_chart_dim(self, 2, "spherical_to_extrinsic")
+        return super().spherical_to_extrinsic(point_spherical)
+
+    def extrinsic_to_spherical(self, point_extrinsic):
+        check_chart_dim(self, 2, "extrinsic_to_spherical")
+        return super().extrinsic_to_spherical(point_extrinsic)
+
+    def tangent_spherical_to_extrinsic(self, tangent_vec_spherical, base_point_spherical):
+        check_chart_dim(self, 2, "tangent_spherical_to_extrinsic")
+        return super().tangent_spherical_to_extrinsic(tangent_vec_spherical, base_point_spherical)
+
+    def tangent_extrinsic_to_spherical(self, tangent_vec, base_point=None, base_point_spherical=None):
+        check_chart_dim(self, 2, "tangent_extrinsic_to_spherical")
+        return super().tangent_extrinsic_to_spherical(tangent_vec, base_point, base_point_spherical)
 
     def __repr__(self) -> str:
         return f"Sphere({self.dim})"
