@@ -149,6 +149,27 @@ class Ellipsoid(FastMixin, LevelSet):
         """Same as :meth:`random_uniform` (``bound`` unused, kept for geomstats' signature)."""
         return self.random_uniform(n_samples)
 
+    def random_tangent_vec(self, base_point=None, n_samples=1):
+        """Random tangent vectors: W^{-1/2} g projected onto T_x E_W, g standard Gaussian in R^d.
+
+        The push-forward of the sphere's random tangent vectors (geomstats' Manifold
+        .random_tangent_vec) by the isometry, so their W-norms are distributed as on the sphere.
+        Shapes as geomstats: ``(n_samples, d)`` or ``base_point.shape`` (``n_samples`` must then be
+        1 or the number of base points). Uses geomstats' global RNG.
+        """
+        import geomstats.backend as gs
+
+        n_samples = check_int(n_samples, "n_samples", 1)
+        if base_point is not None:
+            base_point = self.check_point(base_point, "base_point")
+            if n_samples > 1 and base_point.ndim > 1 and n_samples != len(base_point):
+                raise ValidationError(
+                    f"n_samples must be 1 or the number of base points ({len(base_point)}), got {n_samples}."
+                )
+        batch = () if n_samples == 1 else (n_samples,)
+        g = gs.random.normal(size=batch + self.shape) @ self._inv_sqrt_W
+        return self.to_tangent(g, base_point)
+
     def random_von_mises_fisher(self, mu=None, kappa=10, n_samples=1, max_iter=100):
         """von Mises--Fisher samples: density prop. to exp(kappa <mu, x>_W) for the W-metric's volume.
 
