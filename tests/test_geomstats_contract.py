@@ -9,12 +9,12 @@ the way geomstats' data classes do: ``n_points`` tests get random batches of 1 a
 ``n_reps`` tests vectorization with repeated inputs, every test with an explicit ``expected`` gets
 its automatic vectorization test (``<name>_vec``: the batched call must repeat the single call).
 
-Spaces: Sphere(1), Sphere(2), Sphere(4); Ellipsoid(W) for d = 3 and 5 with W of condition
-numbers 1 (a multiple of I), 10 and 100.
+Spaces: Sphere(1), Sphere(2), Sphere(4); Ellipsoid(W) for d = 3 with W of condition numbers 1
+(a multiple of I), 10 and 100, and for d = 5 with condition number 100.
 
 Test cases collected (geomstats 2.8): TestSphereHypersphereContract 96 (32 per sphere),
-TestEllipsoidLevelSetContract 115 (23 per W), TestWMetricRiemannianMetricContract 651 (93 per
-space: 2 spheres, 5 ellipsoids); 862 in all. Random data come from geomstats' global RNG, seeded
+TestEllipsoidLevelSetContract 92 (23 per W), TestWMetricRiemannianMetricContract 558 (93 per
+space: 2 spheres, 4 ellipsoids); 746 in all. Random data come from geomstats' global RNG, seeded
 per test; failed random tests are not retried (geomstats retries them 3 times by default).
 
 Excluded, with the reason (EXCLUDED below):
@@ -123,7 +123,7 @@ def random_spd(d, cond, seed):
     return (Q * np.geomspace(1.0, cond, d)) @ Q.T
 
 
-ELLIPSOIDS = [(3, 1.0), (3, 10.0), (3, 100.0), (5, 10.0), (5, 100.0)]
+ELLIPSOIDS = [(3, 1.0), (3, 10.0), (3, 100.0), (5, 100.0)]
 
 
 def _ellipsoid(d, cond):

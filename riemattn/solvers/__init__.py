@@ -9,3 +9,5 @@ the discrete transformer layer, which *is* the ``"layer"`` stepper
 
 May import: :mod:`riemattn.dynamics`, :mod:`riemattn.geometry` and the shared infrastructure.
 """
+
+from . import geodesics  # noqa: E402,F401  (registers Ellipsoid(W, metric="euclidean"))
