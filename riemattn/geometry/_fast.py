@@ -45,7 +45,7 @@ def check_chart_dim(space, dim: int, method: str):
         raise NotImplementedError(f"{method} is only defined in dimension {dim}, got a manifold of dimension {space.dim}.")
 
 
-class FastMixin:
+class _FastMixin:
     """Primitives shared by Sphere and Ellipsoid (W-inner product, W-norm, projections)."""
 
     W: np.ndarray

@@ -21,7 +21,7 @@ from geomstats.geometry.hypersphere import Hypersphere
 from .._backend import constant
 from .._validation import check_int, check_spd
 from ..errors import ValidationError
-from ._fast import ATOL, FastMixin, check_chart_dim
+from ._fast import ATOL, _FastMixin, check_chart_dim
 from .metrics import EllipsoidMetric
 
 __all__ = ["Ellipsoid", "ELLIPSOID_METRICS"]
@@ -32,7 +32,7 @@ __all__ = ["Ellipsoid", "ELLIPSOID_METRICS"]
 ELLIPSOID_METRICS = {"W": EllipsoidMetric}
 
 
-class Ellipsoid(FastMixin, LevelSet):
+class Ellipsoid(_FastMixin, LevelSet):
     """The ellipsoid E_W = {x in R^d : x^T W x = 1} for a symmetric positive definite W.
 
     A geomstats :class:`~geomstats.geometry.base.LevelSet` of the submersion x^T W x - 1.

@@ -29,14 +29,14 @@ from geomstats.geometry.hypersphere import Hypersphere
 from .._backend import dot_last, namespace
 from .._validation import check_int, check_points
 from ..errors import ValidationError
-from ._fast import ATOL, FastMixin, check_chart_dim, same_kind
+from ._fast import ATOL, _FastMixin, check_chart_dim, same_kind
 from .ellipsoid import Ellipsoid
 from .metrics import EllipsoidMetric, SphereMetric
 
 __all__ = ["Sphere", "Ellipsoid", "Euclidean", "EllipsoidMetric", "SphereMetric", "project", "ATOL"]
 
 
-class Sphere(FastMixin, Hypersphere):
+class Sphere(_FastMixin, Hypersphere):
     """The unit sphere S^dim in R^(dim+1): geomstats' Hypersphere plus fast primitives.
 
     Parameters

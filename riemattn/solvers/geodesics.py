@@ -82,7 +82,8 @@ class InducedEllipsoidMetric(RiemannianMetric):
         #: A lower bound of the injectivity-domain radius used by ``log`` (see the module docstring).
         self.log_radius = 0.5 * math.pi * math.sqrt(lam[0]) / lam[-1]
         self._flat = Euclidean(space.dim + 1)
-        self._field = VectorField(self._rhs, self._flat)
+        # autonomous: one call for the whole batch, whatever the times of its trajectories
+        self._field = VectorField(self._rhs, self._flat, time_vectorized=True)
 
     # --- closed forms ---------------------------------------------------------------------
     def inner_product(self, tangent_vec_a, tangent_vec_b, base_point=None):
