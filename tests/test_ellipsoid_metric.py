@@ -227,3 +227,12 @@ def test_von_mises_fisher_pushforward_has_the_mean_resultant_length_of_theory():
     xs = E.random_riemannian_normal(mu, precision=4.0, n_samples=500)
     assert xs.shape == (500, d) and np.all(E.belongs(xs, atol=1e-12))
     assert E.metric.dist(xs, mu).mean() < 1.5  # concentrated around mu
+
+
+def test_euclidean_retraction_and_transport_are_exact():
+    R = ra.Euclidean(3)
+    x, v, u = np.random.default_rng(10).normal(size=(3, 2, 3))
+    np.testing.assert_array_equal(R.retraction(x, v), x + v)
+    np.testing.assert_array_equal(R.vector_transport(x, v, u), u)
+    with pytest.raises(ValidationError, match="tangent_vec"):
+        R.retraction(x, np.ones((2, 4)))

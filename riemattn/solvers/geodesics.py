@@ -68,7 +68,8 @@ class InducedEllipsoidMetric(RiemannianMetric):
     (W x)^k W_ij / |W x|^2 in ambient coordinates). Numerical: ``exp``, ``geodesic_states``,
     ``parallel_transport`` (along a geodesic), ``log`` (shooting), ``dist`` (= |log|). Costs: an
     exponential is one batched integration (~100-300 DOP853 steps of 12 evaluations for |v| ~ 2);
-    a logarithm is 3-6 Newton iterations, each one integration of d batched geodesics per point.
+    a logarithm is 3-6 Newton iterations, each one integration of 2d - 1 batched geodesics per
+    point. Computed in NumPy: CPU torch tensors are accepted and the results are NumPy arrays.
 
     References
     ----------
