@@ -56,7 +56,7 @@ class Ellipsoid(_FastMixin, LevelSet):
     a point of E_W, (I - y y^T W) v (ICML eq. 3). ``Ellipsoid(np.eye(d))`` agrees with
     ``Sphere(d - 1)`` on every public method of both (tests/test_manifolds_methods.py enumerates
     them). Fast unchecked primitives (``inner``, ``tangent``, ``normalize``, ``retract``, ...) are
-    documented in :mod:`riemattn.geometry._fast`.
+    documented in ``riemattn.geometry._fast``.
 
     References
     ----------

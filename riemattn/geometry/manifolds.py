@@ -12,7 +12,7 @@ in closed form); the ellipsoid also takes the metric induced by the ambient dot 
 (``Ellipsoid(W, metric="euclidean")``, geodesics integrated by :mod:`riemattn.solvers.geodesics`).
 Besides geomstats' interface every class has pymanopt's ``retraction(point, tangent_vec)`` and
 ``vector_transport(point, tangent_vec, vector)``, and the fast unchecked primitives the steppers
-call (:mod:`riemattn.geometry._fast`). :class:`Euclidean` is flat R^d with the translation group,
+call (``riemattn.geometry._fast``). :class:`Euclidean` is flat R^d with the translation group,
 so that every stepper also integrates unconstrained dynamics.
 
 References

@@ -68,9 +68,12 @@ class EllipsoidMetric(RiemannianMetric):
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, section 2.
     """
 
-    def __init__(self, space, signature=None):
-        super().__init__(space, signature=signature)
-        self._sphere = Hypersphere(space.dim)
+    @property
+    def _sphere(self):
+        """geomstats' Hypersphere of the same dimension (built on first use: the normal's constants)."""
+        if "_sphere_" not in self.__dict__:
+            self._sphere_ = Hypersphere(self._space.dim)
+        return self._sphere_
 
     # --- helpers -------------------------------------------------------------------------------
     def _W(self, like, key="W", value=None):
