@@ -48,15 +48,15 @@ for _name in ("nbformat", "nbconvert", "nbconvert.preprocessors"):
             _stub.ExecutePreprocessor = None
             sys.modules[_name] = _stub
 
-import geomstats.backend as gs  # noqa: E402
-from geomstats.test.data import TestData  # noqa: E402
-from geomstats.test.parametrizers import DataBasedParametrizer  # noqa: E402
-from geomstats.test.vectorization import KNOWN_ARGS  # noqa: E402
-from geomstats.test_cases.geometry.base import LevelSetTestCase  # noqa: E402
-from geomstats.test_cases.geometry.hypersphere import HypersphereExtrinsicTestCase  # noqa: E402
-from geomstats.test_cases.geometry.riemannian_metric import RiemannianMetricTestCase  # noqa: E402
+import geomstats.backend as gs
+from geomstats.test.data import TestData
+from geomstats.test.parametrizers import DataBasedParametrizer
+from geomstats.test.vectorization import KNOWN_ARGS
+from geomstats.test_cases.geometry.base import LevelSetTestCase
+from geomstats.test_cases.geometry.hypersphere import HypersphereExtrinsicTestCase
+from geomstats.test_cases.geometry.riemannian_metric import RiemannianMetricTestCase
 
-import riemattn as ra  # noqa: E402
+import riemattn as ra
 
 EXCLUDED = {
     "random_von_mises_fisher_sample_kappa": "validation test (statistics of many samples): runtime",
@@ -90,7 +90,7 @@ def contract_data(case, exclude=(), geometry_names=()):
             # known argument names (points, tangent vectors) can be drawn
             auto = set(required) - {"expected"} <= set(KNOWN_ARGS)
             if auto and f"{name}_vec" not in tests and name in geometry_names:
-                methods[f"{name}_vec"] = [dict(n_reps=n) for n in SIZES["n_reps"]]
+                methods[f"{name}_vec"] = [{"n_reps": n} for n in SIZES["n_reps"]]
             continue
         if not required or not set(required) <= set(SIZES) | set(EXTRA):
             continue

@@ -9,7 +9,7 @@ import riemattn as ra
 from riemattn.errors import InputTypeError
 
 pymanopt = pytest.importorskip("pymanopt")
-from riemattn.geometry.pymanopt_adapter import to_pymanopt  # noqa: E402
+from riemattn.geometry.pymanopt_adapter import to_pymanopt
 
 
 def problem(M, A):

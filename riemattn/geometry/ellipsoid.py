@@ -24,7 +24,7 @@ from ..errors import ValidationError
 from ._fast import ATOL, _FastMixin, check_chart_dim
 from .metrics import EllipsoidMetric
 
-__all__ = ["Ellipsoid", "ELLIPSOID_METRICS"]
+__all__ = ["ELLIPSOID_METRICS", "Ellipsoid"]
 
 #: The metrics ``Ellipsoid(W, metric=...)`` accepts: name -> geomstats RiemannianMetric class.
 #: "W" is the closed-form W-metric; :mod:`riemattn.solvers.geodesics` adds "euclidean" (the metric

@@ -33,7 +33,7 @@ from ._fast import ATOL, _FastMixin, check_chart_dim, same_kind
 from .ellipsoid import Ellipsoid
 from .metrics import EllipsoidMetric, SphereMetric
 
-__all__ = ["Sphere", "Ellipsoid", "Euclidean", "EllipsoidMetric", "SphereMetric", "project", "ATOL"]
+__all__ = ["ATOL", "Ellipsoid", "EllipsoidMetric", "Euclidean", "Sphere", "SphereMetric", "project"]
 
 
 class Sphere(_FastMixin, Hypersphere):

@@ -37,7 +37,6 @@ import math
 import numpy as np
 from geomstats.geometry.riemannian_metric import RiemannianMetric
 
-from .._validation import check_points
 from ..dynamics.fields import VectorField
 from ..errors import IntegrationError, ValidationError
 from ..geometry.ellipsoid import ELLIPSOID_METRICS
