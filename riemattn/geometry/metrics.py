@@ -102,16 +102,14 @@ class EllipsoidMetric(RiemannianMetric):
         if base_point is None:
             return self._space.W.copy()
         x = self._pt(base_point)
-        W = self._W(x)
-        return namespace(x).broadcast_to(W, tuple(x.shape[:-1]) + tuple(W.shape))
+        return _fresh(x, self._W(x))
 
     def cometric_matrix(self, base_point=None):
         """W^{-1}, broadcast to the batch shape of ``base_point``: shape (..., d, d)."""
         if base_point is None:
             return np.linalg.inv(self._space.W)
         x = self._pt(base_point)
-        Wi = self._Winv(x)
-        return namespace(x).broadcast_to(Wi, tuple(x.shape[:-1]) + tuple(Wi.shape))
+        return _fresh(x, self._Winv(x))
 
     def inner_product_derivative_matrix(self, base_point=None):
         """d g_ij / d x^k = 0 (the metric matrix W is constant): shape (..., d, d, d)."""
@@ -298,6 +296,12 @@ class EllipsoidMetric(RiemannianMetric):
     def norm_factor_gradient(self, variances):
         """Gradient of the normalization factor (as the sphere's; needs an autodiff backend)."""
         return self._sphere.metric.norm_factor_gradient(variances)
+
+
+def _fresh(x, M):
+    """A new (writable) array of M repeated over the batch shape of the points x: (..., d, d)."""
+    xp = namespace(x)
+    return xp.zeros(tuple(x.shape[:-1]) + (1, 1), dtype=x.dtype, device=device_of(x)) + M
 
 
 def _riemann(G, P):
