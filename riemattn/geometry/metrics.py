@@ -314,9 +314,9 @@ def _riemann(G, P):
 
 
 class SphereMetric(EllipsoidMetric, HypersphereMetric):
-    """The round metric of the unit sphere: :class:`EllipsoidMetric` with W = I.
+    """The round metric of the unit sphere: :class:`~riemattn.geometry.metrics.EllipsoidMetric` with W = I.
 
-    A :class:`geomstats.geometry.hypersphere.HypersphereMetric` (so geomstats code that checks for
-    it still recognizes the sphere) whose methods are the closed forms of :class:`EllipsoidMetric`:
+    A ``geomstats.geometry.hypersphere.HypersphereMetric`` (so geomstats code that checks for
+    it still recognizes the sphere) whose methods are the closed forms of :class:`~riemattn.geometry.metrics.EllipsoidMetric`:
     the same checks, torch support, Christoffel symbols and curvature tensors.
     """

@@ -1,6 +1,6 @@
 r"""pymanopt adapter: riemattn's Sphere and Ellipsoid (and their products (E_W)^l) as pymanopt manifolds.
 
-``to_pymanopt(manifold)`` gives a :class:`pymanopt.manifolds.manifold.Manifold` whose points are
+``to_pymanopt(manifold)`` gives a ``pymanopt.manifolds.manifold.Manifold`` whose points are
 arrays of shape ``(d,)``, or ``(l, d)`` with ``tokens=l`` (the token configuration space
 (E_W)^l, every token on E_W, the product metric). pymanopt's optimizers (trust regions,
 conjugate gradients, steepest descent) then run on them. It needs the optional ``pymanopt``
