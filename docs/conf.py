@@ -58,6 +58,8 @@ nitpicky = True
 # Private base classes (riemattn.geometry.manifolds._FastMixin, riemattn.geometry.groups._Frame, ...) appear in
 # "Bases:" lines but are deliberately not documented: their public subclasses are.
 nitpick_ignore_regex = [("py:class", r"riemattn(\.\w+)*\._\w+")]
+# a base class of riemattn.geometry.metrics.SphereMetric that geomstats' inventory does not list
+nitpick_ignore = [("py:class", "geomstats.geometry.hypersphere.HypersphereMetric")]
 
 # -- MyST (the Markdown pages) -----------------------------------------------------------------
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]

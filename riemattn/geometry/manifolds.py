@@ -1,19 +1,19 @@
-"""Token manifolds: the sphere S^n and the ellipsoid E_W^n, as geomstats objects.
+"""Token manifolds: the sphere S^n, the ellipsoid E_W^n and flat R^d, as geomstats objects.
 
 Layer normalization puts every token on ``E_W = {x in R^d : x^T W x = 1}`` (``d = n + 1``,
-``W`` symmetric positive definite); ``W = I`` is the sphere. Both classes here are geomstats
+``W`` symmetric positive definite); ``W = I`` is the sphere. Both classes are geomstats
 manifolds -- :class:`Sphere` *is* :class:`geomstats.geometry.hypersphere.Hypersphere`, and
-:class:`Ellipsoid` is a :class:`geomstats.geometry.base.LevelSet` -- so they can be passed wherever
-geomstats expects a manifold. All methods broadcast over leading axes: a token array of shape
-``(..., l, d)`` is handled directly.
+:class:`~riemattn.geometry.ellipsoid.Ellipsoid` is a :class:`geomstats.geometry.base.LevelSet` --
+so they can be passed wherever geomstats expects a manifold. All methods broadcast over leading
+axes: a token array of shape ``(..., l, d)`` is handled directly.
 
-Besides geomstats' interface every class exposes the few fast primitives the steppers call
-(no validation, any leading axes): ``inner``/``norm`` (the W-inner product), ``tangent(y, v)``
-(the tangent projection ``(I - y y^T W) v``), ``normalize(x)`` (the retraction pi_W(x) = x / |x|_W
-and the norm it divided by), ``retract(x)`` and ``lie_frame(y, slots)`` (the action of the group
-O(W) = {G : G^T W G = W} on the tokens during one step of a Lie-group method, see
-:mod:`riemattn.geometry.groups`). :class:`Euclidean` is flat R^d with the translation group, so that every
-stepper also integrates unconstrained dynamics.
+Their metric is the W-metric <X, Y>_W = X^T W Y (:mod:`riemattn.geometry.metrics`, every method
+in closed form); the ellipsoid also takes the metric induced by the ambient dot product
+(``Ellipsoid(W, metric="euclidean")``, geodesics integrated by :mod:`riemattn.solvers.geodesics`).
+Besides geomstats' interface every class has pymanopt's ``retraction(point, tangent_vec)`` and
+``vector_transport(point, tangent_vec, vector)``, and the fast unchecked primitives the steppers
+call (``riemattn.geometry._fast``). :class:`Euclidean` is flat R^d with the translation group,
+so that every stepper also integrates unconstrained dynamics.
 
 References
 ----------
@@ -23,104 +23,17 @@ Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq.
 from __future__ import annotations
 
 import numpy as np
-from geomstats.geometry.base import LevelSet
 from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
-from geomstats.geometry.riemannian_metric import RiemannianMetric
 
-from .._backend import constant, dot_last, namespace, size
-from .._validation import as_float_array, check_int, check_nonzero_tokens, check_points, check_spd
+from .._backend import dot_last, namespace
+from .._validation import check_int, check_points
 from ..errors import ValidationError
+from ._fast import ATOL, _FastMixin, check_chart_dim, same_kind
+from .ellipsoid import Ellipsoid
+from .metrics import EllipsoidMetric, SphereMetric
 
-__all__ = ["Sphere", "Ellipsoid", "Euclidean", "EllipsoidMetric", "project"]
-
-#: Default absolute tolerance of ``belongs`` / ``is_tangent`` (geomstats uses 1e-12).
-ATOL = 1e-10
-
-
-class _FastMixin:
-    """NumPy primitives shared by Sphere and Ellipsoid (W-inner product, W-norm)."""
-
-    W: np.ndarray
-
-    @property
-    def ambient_dim(self) -> int:
-        """d = n + 1, the dimension of the space the tokens live in."""
-        return self.dim + 1
-
-    def inner(self, x, y):
-        """W-inner product x^T W y over the last axis; shape (...)."""
-        return dot_last(x, self.apply_W(y))
-
-    def norm(self, x):
-        """|x|_W = sqrt(x^T W x) over the last axis; shape (...)."""
-        return namespace(x).sqrt(self.inner(x, x))
-
-    @property
-    def is_identity(self) -> bool:
-        """Whether W is the identity (the unit sphere)."""
-        return False
-
-    def tangent(self, y, v):
-        """(I - y y^T W) v for y on the manifold: the tangent part of v, shape (..., d) (no checks)."""
-        return v - self.inner(y, v)[..., None] * y
-
-    def normalize(self, x):
-        """(pi_W(x), |x|_W[..., None]): the retraction of x and the norm it divided by (no checks)."""
-        r = self.norm(x)[..., None]
-        return x / r, r
-
-    def retract(self, x):
-        """pi_W(x) = x / |x|_W, the layer normalization (no checks; see ``projection``)."""
-        return self.normalize(x)[0]
-
-    def deviation(self, x) -> float:
-        """max |x^T W x - 1| over all points of x (how far x is from the manifold)."""
-        if not size(x):
-            return 0.0
-        xp = namespace(x)
-        return float(xp.max(xp.abs(self.inner(x, x) - 1.0)))
-
-    def lie_frame(self, y, slots: int):
-        """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
-        from .groups import OWFrame
-
-        return OWFrame(self, y, slots)
-
-    # --- checked public methods (geomstats' names and argument order) ------------------------
-    def projection(self, point):
-        """Layer normalization pi_W(x) = x / |x|_W, shape (..., d).
-
-        Checked: real finite points with d components, none of them zero (ValidationError).
-        """
-        point = check_nonzero_tokens(check_points(point, "point", self, on_manifold=False, min_axes=1), "point")
-        return point / self.norm(point)[..., None]
-
-    def belongs(self, point, atol=ATOL):
-        """Whether |x^T W x - 1| <= atol, shape (...); False for points with the wrong d."""
-        point = as_float_array(point, "point")
-        if point.shape[-1:] != (self.dim + 1,):
-            return np.zeros(point.shape[:-1], dtype=bool)
-        return np.abs(self.inner(point, point) - 1.0) <= atol
-
-    def to_tangent(self, vector, base_point):
-        """(I - y y^T W) v: the tangent part of ``vector`` at ``base_point`` on the manifold, shape (..., d).
-
-        Checked: real arrays with d components that broadcast together. Not checked, on purpose:
-        that ``base_point`` lies on the manifold (user fields call this at the steppers' stage
-        points, which are near it) and finiteness (NaN/inf propagate so that ``integrate``
-        reports them per trajectory).
-        """
-        base_point = check_points(base_point, "base_point", self, on_manifold=False, min_axes=1, finite=False)
-        vector = check_points(vector, "vector", self, on_manifold=False, min_axes=1, finite=False)
-        try:
-            np.broadcast_shapes(vector.shape, base_point.shape)
-        except ValueError:
-            raise ValidationError(
-                f"vector of shape {vector.shape} does not broadcast against base_point of shape "
-                f"{base_point.shape}."
-            ) from None
-        return vector - self.inner(base_point, vector)[..., None] * base_point
+__all__ = ["ATOL", "Ellipsoid", "EllipsoidMetric", "Euclidean", "Sphere", "SphereMetric", "project"]
 
 
 class Sphere(_FastMixin, Hypersphere):
@@ -140,6 +53,11 @@ class Sphere(_FastMixin, Hypersphere):
     def __init__(self, dim: int, equip: bool = True):
         dim = check_int(dim, "dim", 1, " (the sphere S^dim lives in R^(dim+1))")
         super().__init__(dim, intrinsic=False, equip=equip)
+
+    @staticmethod
+    def default_metric():
+        """The round metric, :class:`~riemattn.geometry.metrics.SphereMetric` (a HypersphereMetric)."""
+        return SphereMetric
 
     @property
     def W(self) -> np.ndarray:
@@ -166,149 +84,33 @@ class Sphere(_FastMixin, Hypersphere):
         """Uniform points on the sphere, shape (n_samples, dim + 1) (geomstats' global RNG; squeezed for 1)."""
         return super().random_uniform(check_int(n_samples, "n_samples", 1))
 
+    # geomstats' charts of the circle and the 2-sphere, refused in other dimensions
+    def angle_to_extrinsic(self, point_angle):
+        check_chart_dim(self, 1, "angle_to_extrinsic")
+        return super().angle_to_extrinsic(point_angle)
+
+    def extrinsic_to_angle(self, point_extrinsic):
+        check_chart_dim(self, 1, "extrinsic_to_angle")
+        return super().extrinsic_to_angle(point_extrinsic)
+
+    def spherical_to_extrinsic(self, point_spherical):
+        check_chart_dim(self, 2, "spherical_to_extrinsic")
+        return super().spherical_to_extrinsic(point_spherical)
+
+    def extrinsic_to_spherical(self, point_extrinsic):
+        check_chart_dim(self, 2, "extrinsic_to_spherical")
+        return super().extrinsic_to_spherical(point_extrinsic)
+
+    def tangent_spherical_to_extrinsic(self, tangent_vec_spherical, base_point_spherical):
+        check_chart_dim(self, 2, "tangent_spherical_to_extrinsic")
+        return super().tangent_spherical_to_extrinsic(tangent_vec_spherical, base_point_spherical)
+
+    def tangent_extrinsic_to_spherical(self, tangent_vec, base_point=None, base_point_spherical=None):
+        check_chart_dim(self, 2, "tangent_extrinsic_to_spherical")
+        return super().tangent_extrinsic_to_spherical(tangent_vec, base_point, base_point_spherical)
+
     def __repr__(self) -> str:
         return f"Sphere({self.dim})"
-
-
-class EllipsoidMetric(RiemannianMetric):
-    """The metric <X, Y>_W = X^T W Y induced on E_W by the ambient W-inner product.
-
-    ``x -> W^{1/2} x`` is an isometry from (E_W, this metric) onto the unit sphere with its round
-    metric, so the exponential, logarithm and distance are the sphere's, conjugated.
-    O(W) acts on E_W by isometries of this metric.
-    """
-
-    def __init__(self, space, signature=None):
-        super().__init__(space, signature=signature)
-        self._sphere = Hypersphere(space.dim)
-
-    def inner_product(self, tangent_vec_a, tangent_vec_b, base_point=None):
-        return self._space.inner(tangent_vec_a, tangent_vec_b)
-
-    def _to_sphere(self, x):
-        return x @ self._space.sqrt_W  # sqrt_W symmetric: (W^1/2 x) as row vectors
-
-    def _from_sphere(self, x):
-        return x @ self._space.inv_sqrt_W
-
-    def exp(self, tangent_vec, base_point):
-        return self._from_sphere(
-            self._sphere.metric.exp(self._to_sphere(tangent_vec), self._to_sphere(base_point))
-        )
-
-    def log(self, point, base_point):
-        return self._from_sphere(
-            self._sphere.metric.log(self._to_sphere(point), self._to_sphere(base_point))
-        )
-
-    def dist(self, point_a, point_b):
-        return self._sphere.metric.dist(self._to_sphere(point_a), self._to_sphere(point_b))
-
-    def squared_dist(self, point_a, point_b):
-        return self.dist(point_a, point_b) ** 2
-
-
-class Ellipsoid(_FastMixin, LevelSet):
-    """The ellipsoid E_W = {x in R^d : x^T W x = 1} for a symmetric positive definite W.
-
-    A geomstats :class:`~geomstats.geometry.base.LevelSet` of the submersion x^T W x - 1,
-    equipped by default with :class:`EllipsoidMetric` (the W-inner product).
-
-    Parameters
-    ----------
-    W : array_like, shape (d, d)
-        Symmetric positive definite matrix (checked: finite, symmetric to 1e-10 relative,
-        smallest eigenvalue > 0). The manifold has dimension ``d - 1``.
-
-    Notes
-    -----
-    ``projection`` is layer normalization pi_W(x) = x / |x|_W; ``to_tangent`` is its tangent map at
-    a point of E_W, (I - y y^T W) v (ICML eq. 3). ``Ellipsoid(np.eye(d))`` agrees
-    with ``Sphere(d - 1)`` on every method.
-
-    References
-    ----------
-    Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, section 2.
-    """
-
-    def __init__(self, W, equip: bool = True):
-        W = check_spd(W, "W")
-        if W.shape[0] < 2:
-            raise ValidationError(
-                f"W must be at least 2 x 2 (E_W is a manifold of dimension d - 1 >= 1), got shape {W.shape}."
-            )
-        self._W = W
-        lam, vec = np.linalg.eigh(W)
-        self._sqrt_W = (vec * np.sqrt(lam)) @ vec.T
-        self._inv_sqrt_W = (vec / np.sqrt(lam)) @ vec.T
-        self._is_identity = bool(np.array_equal(W, np.eye(W.shape[0])))
-        self.dim = W.shape[0] - 1
-        super().__init__(dim=W.shape[0] - 1, equip=equip)
-
-    # --- geomstats interface -------------------------------------------------------------
-    def _define_embedding_space(self):
-        return _GsEuclidean(self._W.shape[0])
-
-    def default_metric(self):
-        return EllipsoidMetric
-
-    @property
-    def W(self) -> np.ndarray:
-        return self._W
-
-    @property
-    def sqrt_W(self) -> np.ndarray:
-        """The symmetric square root W^{1/2}."""
-        return self._sqrt_W
-
-    @property
-    def inv_sqrt_W(self) -> np.ndarray:
-        """W^{-1/2}; E_W = W^{-1/2} S^n."""
-        return self._inv_sqrt_W
-
-    def apply_W(self, x):
-        """W x over the last axis (x @ W, W symmetric)."""
-        if self._is_identity:
-            return x
-        return x @ constant(self.__dict__.setdefault("_consts", {}), "W", self._W, x)
-
-    @property
-    def is_identity(self) -> bool:
-        return self._is_identity
-
-    def submersion(self, point):
-        """x^T W x - 1, shape (...)."""
-        return self.inner(point, point) - 1.0
-
-    def tangent_submersion(self, vector, point):
-        """Differential of the submersion: 2 x^T W v, shape (...)."""
-        return 2.0 * self.inner(point, vector)
-
-    def is_tangent(self, vector, base_point, atol=ATOL):
-        """Whether |y^T W v| <= atol, shape (...)."""
-        return np.abs(self.inner(base_point, vector)) <= atol
-
-    def random_uniform(self, n_samples=1):
-        """Push-forward by W^{-1/2} of uniform points on the sphere, shape (n_samples, d).
-
-        This is the distribution of pi_W(g) for a standard Gaussian g transformed by W^{-1/2}; it is
-        uniform on E_W only when W is a multiple of the identity. Uses geomstats' global RNG
-        (``gs.random.seed``) like Hypersphere.random_uniform; squeezed when ``n_samples == 1``.
-        """
-        n_samples = check_int(n_samples, "n_samples", 1)
-        return Hypersphere(self.dim).random_uniform(n_samples) @ self._inv_sqrt_W
-
-    def random_point(self, n_samples=1, bound=1.0):
-        """Same as :meth:`random_uniform` (``bound`` unused, kept for geomstats' signature)."""
-        return self.random_uniform(n_samples)
-
-    def random_tangent_vec(self, base_point, n_samples=1):
-        base_point = np.asarray(base_point, dtype=float)
-        shape = (n_samples,) + base_point.shape if n_samples > 1 else base_point.shape
-        return self.to_tangent(np.random.standard_normal(shape), base_point)
-
-    def __repr__(self) -> str:
-        return f"Ellipsoid(W of shape {self._W.shape})"
 
 
 class Euclidean(_GsEuclidean):
@@ -366,7 +168,23 @@ class Euclidean(_GsEuclidean):
 
     @staticmethod
     def retract(x):
+        """The identity (unchecked fast primitive)."""
         return x
+
+    def retraction(self, point, tangent_vec, method: str = "projection"):
+        """x + v (exact: the exponential of flat R^d), shape (..., dim) (pymanopt's order)."""
+        if method not in ("projection", "exp"):
+            raise ValidationError(f"method must be 'projection' or 'exp', got {method!r}.")
+        x, v = same_kind(check_points(point, "point", self, on_manifold=False, min_axes=1),
+                         check_points(tangent_vec, "tangent_vec", self, on_manifold=False, min_axes=1))
+        return x + v
+
+    def vector_transport(self, point, tangent_vec, vector, method: str = "projection"):
+        """``vector`` itself (every tangent space is R^dim), broadcast with the others, shape (..., dim)."""
+        z = self.retraction(point, tangent_vec, method)
+        u = check_points(vector, "vector", self, on_manifold=False, min_axes=1)
+        z, u = same_kind(z, u)
+        return u + 0.0 * z
 
     @staticmethod
     def deviation(x) -> float:

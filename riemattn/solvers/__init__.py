@@ -11,3 +11,5 @@ step and knows nothing about attention.
 
 May import: :mod:`riemattn.dynamics`, :mod:`riemattn.geometry` and the shared infrastructure.
 """
+
+from . import geodesics  # noqa: E402,F401  (registers Ellipsoid(W, metric="euclidean"))

@@ -1,0 +1,193 @@
+"""The primitives shared by :class:`~riemattn.geometry.manifolds.Sphere` and
+:class:`~riemattn.geometry.ellipsoid.Ellipsoid`: the W-inner product, the checked public
+projections and retractions, and the fast unchecked primitives the steppers call.
+
+Two kinds of methods live here:
+
+- **checked public methods**, geomstats' and pymanopt's names and argument orders:
+  ``projection(point)``, ``belongs(point)``, ``to_tangent(vector, base_point)``,
+  ``retraction(point, tangent_vec)``, ``vector_transport(point, tangent_vec, vector)``;
+- **fast unchecked primitives** (no validation, any leading axes, NumPy or torch), documented as
+  such because the steppers call them in their inner loops: ``inner``, ``norm``, ``apply_W``,
+  ``tangent(y, v)`` (the tangent projection, *point first* -- pymanopt's order, the opposite of
+  ``to_tangent``), ``normalize``, ``retract``, ``deviation``, ``lie_frame``. Use the checked
+  methods unless you call them millions of times on points you know are valid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import convert, dot_last, is_torch, namespace, size
+from .._validation import ON_MANIFOLD_ATOL, as_float_array, check_nonzero_tokens, check_points
+from ..errors import ValidationError
+
+#: Default absolute tolerance of ``belongs`` / ``is_tangent`` (geomstats uses 1e-12).
+ATOL = 1e-10
+
+#: Tolerance on |x^T W x - 1| beyond which the checked methods reject a base point
+#: (ValidationError naming the argument); 64 eps of the dtype for float32 tensors.
+BASE_POINT_ATOL = ON_MANIFOLD_ATOL
+
+
+def same_kind(*arrays):
+    """``arrays`` converted to the kind (torch/NumPy), device and dtype of the first tensor among them."""
+    like = next((a for a in arrays if is_torch(a)), None)
+    if like is None:
+        return arrays
+    return tuple(a if is_torch(a) else convert(a, like) for a in arrays)
+
+
+def check_chart_dim(space, dim: int, method: str):
+    """Raise NotImplementedError unless ``space.dim == dim`` (the sphere's charts: the angle of the
+    circle, the spherical coordinates of the 2-sphere), as geomstats does for its other charts."""
+    if space.dim != dim:
+        raise NotImplementedError(f"{method} is only defined in dimension {dim}, got a manifold of dimension {space.dim}.")
+
+
+class _FastMixin:
+    """Primitives shared by Sphere and Ellipsoid (W-inner product, W-norm, projections)."""
+
+    W: np.ndarray
+
+    @property
+    def ambient_dim(self) -> int:
+        """d = n + 1, the dimension of the space the tokens live in."""
+        return self.dim + 1
+
+    # --- fast unchecked primitives (the steppers' inner loops) --------------------------------
+    def inner(self, x, y):
+        """W-inner product x^T W y over the last axis; shape (...). Unchecked fast primitive."""
+        return dot_last(x, self.apply_W(y))
+
+    def norm(self, x):
+        """|x|_W = sqrt(x^T W x) over the last axis; shape (...). Unchecked fast primitive."""
+        return namespace(x).sqrt(self.inner(x, x))
+
+    @property
+    def is_identity(self) -> bool:
+        """Whether W is the identity (the unit sphere)."""
+        return False
+
+    def tangent(self, y, v):
+        """(I - y y^T W) v, shape (..., d). Unchecked fast primitive, point first (pymanopt's order);
+        the checked method with geomstats' order is :meth:`to_tangent`."""
+        return v - self.inner(y, v)[..., None] * y
+
+    def normalize(self, x):
+        """(pi_W(x), |x|_W[..., None]): the retraction of x and the norm it divided by.
+        Unchecked fast primitive (checked: :meth:`projection`)."""
+        r = self.norm(x)[..., None]
+        return x / r, r
+
+    def retract(self, x):
+        """pi_W(x) = x / |x|_W, the layer normalization. Unchecked fast primitive
+        (checked: :meth:`projection`, or :meth:`retraction` for a point and a tangent vector)."""
+        return self.normalize(x)[0]
+
+    def deviation(self, x) -> float:
+        """max |x^T W x - 1| over all points of x (how far x is from the manifold)."""
+        if not size(x):
+            return 0.0
+        xp = namespace(x)
+        return float(xp.max(xp.abs(self.inner(x, x) - 1.0)))
+
+    def lie_frame(self, y, slots: int):
+        """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
+        from .groups import OWFrame
+
+        return OWFrame(self, y, slots)
+
+    # --- argument checks ----------------------------------------------------------------------
+    def check_point(self, point, name: str = "base_point"):
+        """``point`` as an array of shape (..., d) on the manifold (|x^T W x - 1| <= 1e-8, 64 eps
+        of the dtype for float32 tensors), else :class:`~riemattn.errors.ValidationError` naming
+        ``name``. NumPy input becomes float64; a torch tensor stays a tensor."""
+        return check_points(point, name, self, on_manifold=True, min_axes=1, atol=BASE_POINT_ATOL)
+
+    def check_vector(self, vector, name: str = "tangent_vec"):
+        """``vector`` as a finite real array of shape (..., d) (not required to be tangent)."""
+        return check_points(vector, name, self, on_manifold=False, min_axes=1)
+
+    # --- checked public methods (geomstats' and pymanopt's names and argument order) ----------
+    def projection(self, point):
+        """Layer normalization pi_W(x) = x / |x|_W, shape (..., d).
+
+        Checked: real finite points with d components, none of them zero (ValidationError).
+        """
+        point = check_nonzero_tokens(check_points(point, "point", self, on_manifold=False, min_axes=1), "point")
+        return point / self.norm(point)[..., None]
+
+    def belongs(self, point, atol=ATOL):
+        """Whether |x^T W x - 1| <= atol, shape (...); False for points with the wrong d."""
+        point = as_float_array(point, "point")
+        if point.shape[-1:] != (self.dim + 1,):
+            return np.zeros(point.shape[:-1], dtype=bool)
+        return np.abs(self.inner(point, point) - 1.0) <= atol
+
+    def to_tangent(self, vector, base_point):
+        """(I - y y^T W) v: the tangent part of ``vector`` at ``base_point`` on the manifold, shape (..., d).
+
+        Checked: real arrays with d components that broadcast together. Not checked, on purpose:
+        that ``base_point`` lies on the manifold (user fields call this at the steppers' stage
+        points, which are near it) and finiteness (NaN/inf propagate so that ``integrate``
+        reports them per trajectory).
+        """
+        base_point = check_points(base_point, "base_point", self, on_manifold=False, min_axes=1, finite=False)
+        vector = check_points(vector, "vector", self, on_manifold=False, min_axes=1, finite=False)
+        vector, base_point = same_kind(vector, base_point)
+        try:
+            np.broadcast_shapes(tuple(vector.shape), tuple(base_point.shape))
+        except ValueError:
+            raise ValidationError(
+                f"vector of shape {tuple(vector.shape)} does not broadcast against base_point of shape "
+                f"{tuple(base_point.shape)}."
+            ) from None
+        return vector - self.inner(base_point, vector)[..., None] * base_point
+
+    def retraction(self, point, tangent_vec, method: str = "projection"):
+        """A retraction R_x(v): a point of the manifold near x + v, shape (..., d) (pymanopt's order).
+
+        Parameters
+        ----------
+        point : array_like, shape (..., d)
+            Base point x on the manifold (checked, |x^T W x - 1| <= 1e-8).
+        tangent_vec : array_like, shape (..., d)
+            Tangent vector v at x (its normal part is removed first).
+        method : {"projection", "exp"}
+            ``"projection"``: pi_W(x + v) = (x + v) / |x + v|_W, the layer normalization; it is the
+            metric projection of the W-metric and a *second-order* retraction (it agrees with the
+            exponential up to O(|v|^3)). ``"exp"``: the Riemannian exponential of the W-metric
+            (exact geodesics).
+
+        References
+        ----------
+        Absil, Mahony, Sepulchre, *Optimization Algorithms on Matrix Manifolds*, Princeton 2008,
+        section 4.1 (retractions) and eq. (4.10)-(4.11) (the sphere's projective retraction);
+        Absil, Malick, "Projection-like retractions on matrix manifolds", SIAM J. Optim. 2012.
+        """
+        if method == "exp":
+            return self.metric.exp(tangent_vec, point)
+        if method != "projection":
+            raise ValidationError(f"method must be 'projection' or 'exp', got {method!r}.")
+        x = self.check_point(point, "point")
+        v = self.check_vector(tangent_vec, "tangent_vec")
+        x, v = same_kind(x, v)
+        return self.retract(x + self.tangent(x, v))
+
+    def vector_transport(self, point, tangent_vec, vector, method: str = "projection"):
+        """Transport ``vector`` (tangent at x) to the tangent space at R_x(``tangent_vec``) by
+        projection: (I - z z^T W) u with z = retraction(x, v), shape (..., d) (pymanopt's order).
+
+        The projection vector transport is the one pymanopt's Sphere uses; it is not an isometry
+        (use ``metric.parallel_transport`` for that).
+
+        References
+        ----------
+        Absil, Mahony, Sepulchre, *Optimization Algorithms on Matrix Manifolds*, Princeton 2008,
+        section 8.1.3 (vector transport on submanifolds by projection).
+        """
+        z = self.retraction(point, tangent_vec, method)
+        u = self.check_vector(vector, "vector")
+        z, u = same_kind(z, u)
+        return self.tangent(z, u)
