@@ -36,6 +36,8 @@ def as_float_array(value, name: str) -> np.ndarray:
     """
     if value is None or isinstance(value, (str, bytes)) or callable(value) and not isinstance(value, np.ndarray):
         raise InputTypeError(f"{name} must be an array of real numbers, got {_describe(value)}.")
+    if is_torch(value):  # values only: a tensor that requires a gradient is detached here
+        value = value.detach().cpu()
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as exc:

@@ -28,7 +28,7 @@ from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 from geomstats.geometry.riemannian_metric import RiemannianMetric
 
-from .._backend import constant, dot_last, namespace, size
+from .._backend import constant, dot_last, is_torch, namespace, requires_grad, size
 from .._validation import as_float_array, check_int, check_nonzero_tokens, check_points, check_spd
 from ..errors import ValidationError
 
@@ -79,6 +79,8 @@ class _FastMixin:
         if not size(x):
             return 0.0
         xp = namespace(x)
+        if is_torch(x):
+            x = x.detach()  # a number for checks: no gradient
         return float(xp.max(xp.abs(self.inner(x, x) - 1.0)))
 
     def lie_frame(self, y, slots: int):
@@ -218,7 +220,10 @@ class Ellipsoid(_FastMixin, LevelSet):
     ----------
     W : array_like, shape (d, d)
         Symmetric positive definite matrix (checked: finite, symmetric to 1e-10 relative,
-        smallest eigenvalue > 0). The manifold has dimension ``d - 1``.
+        smallest eigenvalue > 0). The manifold has dimension ``d - 1``. A PyTorch tensor with
+        ``requires_grad`` is kept as a parameter: computations on tensor tokens use it (read
+        afresh at every call, so gradients with respect to W flow, see docs/autodiff.md); NumPy
+        computations use its values at construction.
 
     Notes
     -----
@@ -232,6 +237,7 @@ class Ellipsoid(_FastMixin, LevelSet):
     """
 
     def __init__(self, W, equip: bool = True):
+        self._W_param = W if requires_grad(W) else None
         W = check_spd(W, "W")
         if W.shape[0] < 2:
             raise ValidationError(
@@ -241,7 +247,7 @@ class Ellipsoid(_FastMixin, LevelSet):
         lam, vec = np.linalg.eigh(W)
         self._sqrt_W = (vec * np.sqrt(lam)) @ vec.T
         self._inv_sqrt_W = (vec / np.sqrt(lam)) @ vec.T
-        self._is_identity = bool(np.array_equal(W, np.eye(W.shape[0])))
+        self._is_identity = self._W_param is None and bool(np.array_equal(W, np.eye(W.shape[0])))
         self.dim = W.shape[0] - 1
         super().__init__(dim=W.shape[0] - 1, equip=equip)
 
@@ -270,7 +276,13 @@ class Ellipsoid(_FastMixin, LevelSet):
         """W x over the last axis (x @ W, W symmetric)."""
         if self._is_identity:
             return x
-        return x @ constant(self.__dict__.setdefault("_consts", {}), "W", self._W, x)
+        return x @ self.W_like(x)
+
+    def W_like(self, x):
+        """W as an array of the kind, device and dtype of ``x`` (cached; a parameter W is read afresh)."""
+        if self._W_param is not None and is_torch(x):
+            return self._W_param.to(dtype=x.dtype, device=x.device)
+        return constant(self.__dict__.setdefault("_consts", {}), "W", self._W, x)
 
     @property
     def is_identity(self) -> bool:
