@@ -79,9 +79,8 @@ class _FastMixin:
         if not size(x):
             return 0.0
         xp = namespace(x)
-        if is_torch(x):
-            x = x.detach()  # a number for checks: no gradient
-        return float(xp.max(xp.abs(self.inner(x, x) - 1.0)))
+        dev = xp.max(xp.abs(self.inner(x, x) - 1.0))
+        return float(dev.detach() if is_torch(dev) else dev)  # a number for checks: no gradient
 
     def lie_frame(self, y, slots: int):
         """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
