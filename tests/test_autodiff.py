@@ -315,3 +315,29 @@ def test_checkpointed_bad_inputs():
         ra.integrate_checkpointed(field, y0, (1, 0), dt=0.1)
     with pytest.raises(ValidationError, match="segments must be >= 1"):
         ra.integrate_checkpointed(field, y0, (0, 1), dt=0.1, segments=0)
+
+
+# --- the gradient-flow functions on tensors ----------------------------------------------------
+def test_gradient_flow_functions_take_tensors():
+    """Theorem 3.1 (ARXIV): grad_{g_P} V_P = -Y_P, with the gradient from torch.autograd; the
+    energy E_beta in torch differentiates to its closed-form gradient (1/n^2) sum_j e^{beta <x_i,x_j>} x_j."""
+    from riemattn import gradient_flow as gf
+
+    rng = np.random.default_rng(11)
+    A = rng.normal(size=(D, D))
+    P = A @ A.T + np.eye(D)
+    x = ra.Ellipsoid(P).projection(rng.normal(size=(2, 4, D)))
+    xt = torch.tensor(x)
+    G = gf.riemannian_gradient(lambda z: gf.potential(z, P), xt, P)
+    assert torch.is_tensor(G)
+    np.testing.assert_allclose(G.numpy(), -ra.AttentionField(P, W=P)(0.0, x), rtol=0, atol=1e-13)
+    xg = xt.clone().requires_grad_()
+    (dE,) = torch.autograd.grad(gf.energy(xg, 0.7).sum(), xg)
+    n = x.shape[-2]
+    expected = np.exp(0.7 * x @ np.swapaxes(x, -1, -2)) @ x / n**2
+    np.testing.assert_allclose(dE.numpy(), expected, rtol=1e-13, atol=0)
+    for fn in (gf.normalizers, gf.potential):
+        np.testing.assert_allclose(fn(xt, P).numpy(), fn(x, P), rtol=1e-13)
+    np.testing.assert_allclose(gf.energy_weights(xt, 0.7).numpy(), gf.energy_weights(x, 0.7), rtol=1e-13)
+    with pytest.raises(ValidationError, match="write f with torch operations"):
+        gf.riemannian_gradient(lambda z: np.sum(z), xt, P)
