@@ -379,3 +379,16 @@ def test_gallery_example_learns_P_that_delays_collapse():
     plt.close(ns["fig"])
     assert np.all(np.diff(ns["objective"]) > 0)
     assert np.isfinite(ns["t0"]) and ns["t1"] > ns["t0"] + 0.2
+
+
+def test_hips_autograd_boxes_get_a_clear_error():
+    autograd = pytest.importorskip("autograd")
+    from riemattn.errors import InputTypeError
+
+    y0 = project(np.random.default_rng(0).normal(size=(L, D)))
+
+    def f(P):
+        return autograd.numpy.sum(ra.integrate(ra.AttentionField(P), y0, (0, 1), dt=0.5).y[-1])
+
+    with pytest.raises(InputTypeError, match="differentiate with PyTorch tensors"):
+        autograd.grad(f)(np.eye(D))
