@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import is_torch, namespace, requires_grad, size, to_numpy
+from .._backend import convert, is_torch, namespace, requires_grad, size, to_numpy
 from .._validation import as_float_array, check_finite, check_points
 from ..dynamics.attention import AttentionField
 from ..errors import InputTypeError, ValidationError
@@ -125,13 +125,13 @@ class TransformerLayer:
         mask = mask if mask is not None else self.field.mask
         if self._differentiable:  # P and U recomputed from the parameters at every evaluation
             Q, K, V, Wo = self.Q, self.K, self.V, self.Wo
-            xp = namespace(*(M for M in (Q, K, V, Wo) if is_torch(M)))
+            like = next(M for M in (Q, K, V, Wo) if requires_grad(M))
 
             def P(t):
-                return xp.matmul(_heads(_tensor(Q, xp)).mT, _heads(_tensor(K, xp)))
+                return _heads(_tensor(Q, like)).mT @ _heads(_tensor(K, like))
 
             def U(t):
-                return xp.matmul(_heads(_tensor(Wo, xp)), _heads(_tensor(V, xp))) / tau
+                return _heads(_tensor(Wo, like)) @ _heads(_tensor(V, like)) / tau
             return AttentionField(P, U, W=W, mask=mask, normalization="paper")
         return AttentionField(self.P, self.U / tau, W=W, mask=mask, normalization="paper")
 
@@ -147,9 +147,9 @@ class TransformerLayer:
         return _LAYER.step(self.field, 0.0, y, 1.0).y
 
 
-def _tensor(M, xp):
-    """A parameter of a differentiable layer as a float64 tensor (NumPy ones are converted)."""
-    return M if is_torch(M) else xp.asarray(M, dtype=xp.float64)
+def _tensor(M, like):
+    """A parameter of a differentiable layer as a tensor (NumPy ones converted to ``like``'s device, dtype)."""
+    return M if is_torch(M) else convert(M, like)
 
 
 _LAYER = LayerStep()
