@@ -269,6 +269,9 @@ def test_requires_grad_inputs_are_accepted_and_checked():
     manifold = ra.Ellipsoid(p["W"])
     assert manifold.projection(p["y0"]).requires_grad
     assert ra.Sphere(D - 1).projection(p["y0"]).requires_grad
+    for M in (manifold, ra.Sphere(D - 1)):  # checks answer NumPy booleans for tensors
+        y = M.projection(p["y0"])
+        assert M.is_tangent(M.to_tangent(p["y0"], y), y).all() and M.belongs(y).all()
     with pytest.raises(ValidationError, match="P must have shape"):
         ra.AttentionField(torch.ones(2, 3, requires_grad=True))
     with pytest.raises(ValidationError, match="P contains 1 NaN"):

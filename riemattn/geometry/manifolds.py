@@ -97,6 +97,12 @@ class _FastMixin:
         point = check_nonzero_tokens(check_points(point, "point", self, on_manifold=False, min_axes=1), "point")
         return point / self.norm(point)[..., None]
 
+    def is_tangent(self, vector, base_point, atol=ATOL):
+        """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values)."""
+        if is_torch(vector) or is_torch(base_point):
+            vector, base_point = as_float_array(vector, "vector"), as_float_array(base_point, "base_point")
+        return super().is_tangent(vector, base_point, atol)
+
     def belongs(self, point, atol=ATOL):
         """Whether |x^T W x - 1| <= atol, shape (...); False for points with the wrong d."""
         point = as_float_array(point, "point")
@@ -296,7 +302,8 @@ class Ellipsoid(_FastMixin, LevelSet):
         return 2.0 * self.inner(point, vector)
 
     def is_tangent(self, vector, base_point, atol=ATOL):
-        """Whether |y^T W v| <= atol, shape (...)."""
+        """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values)."""
+        vector, base_point = as_float_array(vector, "vector"), as_float_array(base_point, "base_point")
         return np.abs(self.inner(base_point, vector)) <= atol
 
     def random_uniform(self, n_samples=1):
