@@ -4,7 +4,7 @@
 differentiable as it ran (discretize-then-differentiate, see docs/autodiff.md); its backward pass
 keeps every stage of every step, so memory grows linearly with the number of steps.
 :func:`integrate_checkpointed` splits ``[t0, t1]`` into segments and runs each under
-:func:`torch.utils.checkpoint.checkpoint`: the forward pass keeps only the tokens at the segment
+``torch.utils.checkpoint.checkpoint``: the forward pass keeps only the tokens at the segment
 boundaries, and the backward pass recomputes one segment at a time. With ``K`` segments of ``n / K``
 steps the memory is ``O(K + n / K)`` states, ``O(sqrt(n))`` for the default ``K = ceil(sqrt(n))``,
 for one more forward solve of time.
