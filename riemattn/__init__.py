@@ -30,6 +30,7 @@ from .geometry.manifolds import Ellipsoid, Euclidean, Sphere
 from .runs.sweep import SweepResult, sweep
 from .solvers import dormand_prince, lie, tableaux
 from .solvers.integrate import Trajectory, integrate
+from .solvers.autodiff import integrate_checkpointed
 from .solvers.layer import TransformerLayer
 from .solvers.sde import integrate_sde
 from .solvers.steppers import STEPPERS, Stepper

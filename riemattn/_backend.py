@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 __all__ = ["namespace", "is_torch", "device_of", "convert", "to_numpy", "copy", "size", "dot_last",
-           "constant", "check_device", "use_device", "default_device"]
+           "constant", "requires_grad", "like_param", "check_device", "use_device", "default_device"]
 
 
 def _torch():
@@ -98,12 +98,33 @@ def dot_last(x, y):
     return np.einsum("...i,...i->...", x, y)
 
 
+def requires_grad(x) -> bool:
+    """Whether ``x`` is a PyTorch tensor that requires a gradient (a differentiable parameter)."""
+    return is_torch(x) and x.requires_grad
+
+
+def like_param(value, like):
+    """A differentiable parameter ``value`` (a tensor with ``requires_grad``) in ``like``'s kind.
+
+    For tensors ``like``: ``value.to(like's dtype and device)``, which stays in the autograd graph
+    (``value`` itself when they already agree); never cached, so that a parameter updated in place
+    by an optimizer is read afresh and every call builds a fresh graph. For NumPy ``like``: a
+    detached NumPy copy of the current values (NumPy computations carry no gradient).
+    """
+    if is_torch(like):
+        return value.to(dtype=like.dtype, device=like.device)
+    return np.asarray(value.detach().cpu().numpy(), dtype=like.dtype)
+
+
 def constant(cache: dict, key, value, like):
     """``value`` (a NumPy constant) as an array of the kind, device and dtype of ``like``, cached.
 
     NumPy float64 tokens get ``value`` itself; other kinds get one converted copy per
     (key, device, dtype), stored in ``cache`` (a dict owned by the object holding the constant).
+    A tensor ``value`` that requires a gradient is converted afresh (:func:`like_param`).
     """
+    if requires_grad(value):
+        return like_param(value, like)
     if type(like) is np.ndarray and like.dtype == np.float64:
         return value
     k = (key, str(device_of(like)), str(like.dtype), type(like).__module__)

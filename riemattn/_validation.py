@@ -36,6 +36,8 @@ def as_float_array(value, name: str) -> np.ndarray:
     """
     if value is None or isinstance(value, (str, bytes)) or callable(value) and not isinstance(value, np.ndarray):
         raise InputTypeError(f"{name} must be an array of real numbers, got {_describe(value)}.")
+    if is_torch(value):  # values only: a tensor that requires a gradient is detached here
+        value = value.detach().cpu()
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as exc:
@@ -51,7 +53,10 @@ def as_float_array(value, name: str) -> np.ndarray:
         try:
             arr = arr.astype(float)
         except (TypeError, ValueError) as exc:
-            raise InputTypeError(f"{name} must be an array of real numbers, got {_describe(value)}: {exc}") from None
+            hint = ("; HIPS autograd cannot trace riemattn's solvers: differentiate with PyTorch tensors "
+                    "instead (docs/autodiff.md)") if type(value).__name__ == "ArrayBox" else ""
+            raise InputTypeError(
+                f"{name} must be an array of real numbers, got {_describe(value)}: {exc}{hint}") from None
         return arr
     return arr.astype(float, copy=False)
 

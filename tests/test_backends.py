@@ -335,6 +335,8 @@ from riemattn.experiments import available  # noqa: E402
 from riemattn.experiments._runner import accepts_device, config_for  # noqa: E402
 
 NUMERIC = [n for n, m in available().items() if not accepts_device(m)]
+#: reproductions that draw noise: their torch run is a different sample of the same law
+STOCHASTIC = {"glpr-noise"}
 
 
 @pytest.mark.parametrize("name", NUMERIC)
@@ -354,6 +356,14 @@ def test_reproduction_through_torch_gives_the_numpy_data(name):
         _backend._DEVICE.reset(token)
     timings = set(getattr(module, "TIMINGS", ()))
     assert set(a.data_vars) == set(b.data_vars)
+    if name in STOCHASTIC:
+        # NumPy's and torch's random streams differ (riemattn.solvers.sde): the same layout and the
+        # same verdict on every claim, not the same numbers
+        for v in a.data_vars:
+            assert a[v].dims == b[v].dims, v
+        status = lambda ds: {k: c.get("status", c.get("passed")) for k, c in module.claims(ds).items()}
+        assert status(a) == status(b)
+        return
     for v in a.data_vars:
         assert a[v].dims == b[v].dims, v
         if v in timings or a[v].dtype.kind not in "fiu":

@@ -14,6 +14,14 @@ docs/gradient_flow.md give the theory; the gradient fields built from these func
 Gradients of user functions come from autograd's Euclidean gradient (this module is the only
 place in riemattn that imports autograd). The input checks are skipped while autograd traces, so
 the public functions are differentiable.
+
+PyTorch: every function also takes tokens as a tensor (any device, float64 recommended) and
+returns tensors. The energies, the potential, the normalizers and the metric are then written in
+torch and differentiable by ``torch.autograd`` (with respect to the tokens and to a tensor beta is
+not supported: beta is a number); :func:`ambient_gradient` and :func:`riemannian_gradient` take
+the Euclidean gradient of a torch function ``f`` with ``torch.autograd.grad`` (the result is a
+value, not differentiated further). HIPS autograd and torch do not mix: a NumPy ``x`` needs an
+``f`` written with ``autograd.numpy``, a tensor ``x`` one written with torch.
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ import numpy as np
 from autograd import grad
 from autograd.tracer import isbox
 
+from .._backend import convert, is_torch, namespace, to_numpy
+from ._torch_ops import _P_like, _torch_gradient
 from .._validation import (
-    ON_MANIFOLD_ATOL, as_float_array, check_beta, check_choice, check_finite, check_spd,
+    ON_MANIFOLD_ATOL, as_float_array, as_token_array, check_beta, check_choice, check_finite, check_spd,
     check_token_array,
 )
 from ..errors import InputTypeError, ValidationError
@@ -65,17 +75,30 @@ def _spd(P, name: str = "P"):
     return P if isbox(P) else check_spd(P, name)
 
 
+def _mT(x):
+    """Swap the last two axes (autograd.numpy or torch)."""
+    return x.transpose(-1, -2) if is_torch(x) else anp.swapaxes(x, -1, -2)
+
+
+def _ops(x):
+    """The namespace for ``x``: autograd.numpy (NumPy arrays, autograd boxes) or torch's."""
+    return namespace(x) if is_torch(x) else anp
+
+
 def _same_shape(X, x, name: str):
     if isbox(X):
         return X
-    X = check_finite(as_float_array(X, name), name)
-    if X.shape != np.shape(x):
-        raise ValidationError(f"{name} must have the shape of x, {np.shape(x)}, got {X.shape}.")
+    if is_torch(x):
+        X = check_finite(as_token_array(X, name) if is_torch(X) else convert(as_float_array(X, name), x), name)
+    else:
+        X = check_finite(as_float_array(X, name), name)
+    if tuple(X.shape) != tuple(np.shape(x)):
+        raise ValidationError(f"{name} must have the shape of x, {tuple(np.shape(x))}, got {tuple(X.shape)}.")
     return X
 
 
 def _on_manifold(y, P, name: str = "y"):
-    dev = float(np.max(np.abs(np.einsum("...i,ij,...j->...", y, P, y) - 1.0)))
+    dev = float(np.max(np.abs(np.einsum("...i,ij,...j->...", to_numpy(y), P, to_numpy(y)) - 1.0)))
     if dev > ON_MANIFOLD_ATOL:
         raise ValidationError(
             f"{name} must lie on E_P (|y_i^T P y_i - 1| <= {ON_MANIFOLD_ATOL:g}), got max deviation "
@@ -84,7 +107,9 @@ def _on_manifold(y, P, name: str = "y"):
 
 
 def _scores(x, P):
-    """S[..., i, j] = x_i^T P x_j (autograd-traceable)."""
+    """S[..., i, j] = x_i^T P x_j (autograd-traceable; torch for tensors)."""
+    if is_torch(x):
+        return (x @ _P_like(P, x)) @ _mT(x)
     return anp.matmul(anp.matmul(x, P), anp.swapaxes(x, -1, -2))
 
 
@@ -114,8 +139,10 @@ def normalizers(x, P, normalization: str = "paper"):
     P = _spd(P)
     x = _tokens(x, "x", np.shape(P)[-1])
     if normalization == "none":
-        return anp.ones(anp.shape(x)[:-1])
-    Z = anp.sum(anp.exp(_scores(x, P)), axis=-1)
+        return namespace(x).ones(tuple(x.shape[:-1]), dtype=x.dtype, device=x.device) if is_torch(x) \
+            else anp.ones(anp.shape(x)[:-1])
+    xp = _ops(x)
+    Z = xp.sum(xp.exp(_scores(x, P)), axis=-1)
     return Z * np.sqrt(np.shape(x)[-1]) if normalization == "paper" else Z
 
 
@@ -146,7 +173,8 @@ def metric(x, X, Y, P, normalization: str = "paper"):
     x = _tokens(x, "x", np.shape(P)[-1])
     X, Y = _same_shape(X, x, "X"), _same_shape(Y, x, "Y")
     Z = normalizers(x, P, normalization)
-    return anp.sum(Z * anp.sum(anp.matmul(X, P) * Y, axis=-1), axis=-1)
+    xp = _ops(x)
+    return xp.sum(Z * xp.sum((X @ _P_like(P, X)) * Y if is_torch(X) else anp.matmul(X, P) * Y, axis=-1), axis=-1)
 
 
 def potential(x, P):
@@ -169,7 +197,8 @@ def potential(x, P):
     """
     P = _spd(P)
     x = _tokens(x, "x", np.shape(P)[-1])
-    return -0.5 * anp.sum(anp.exp(_scores(x, P)), axis=(-2, -1))
+    xp = _ops(x)
+    return -0.5 * xp.sum(xp.exp(_scores(x, P)), axis=(-2, -1))
 
 
 def tangent_projection(y, X, P):
@@ -196,12 +225,14 @@ def tangent_projection(y, X, P):
     y = _tokens(y, "y", P.shape[0])
     X = _same_shape(X, y, "X")
     _on_manifold(y, P)
-    return X - np.sum((y @ P) * X, axis=-1, keepdims=True) * y
+    return X - ((y @ _P_like(P, y)) * X).sum(axis=-1, keepdims=True) * y
 
 
 def _euclidean_gradient(f: Callable, x: np.ndarray) -> np.ndarray:
     if not callable(f):
         raise InputTypeError(f"f must be a callable f(x) -> scalar(s), got {type(f).__name__}.")
+    if is_torch(x):
+        return _torch_gradient(f, x)
     try:
         G = grad(lambda z: anp.sum(f(z)))(x)
     except Exception as exc:
@@ -240,6 +271,8 @@ def ambient_gradient(f: Callable, x, P, normalization: str = "paper") -> np.ndar
     x = _tokens(x, "x", P.shape[0])
     G = _euclidean_gradient(f, x)
     Z = normalizers(x, P, normalization)
+    if is_torch(x):
+        return namespace(x).linalg.solve(_P_like(P, x), _mT(G)).transpose(-1, -2) / Z.detach()[..., None]
     return np.linalg.solve(P, np.swapaxes(G, -1, -2)).swapaxes(-1, -2) / Z[..., None]
 
 
@@ -274,7 +307,7 @@ def riemannian_gradient(f: Callable, x, P, normalization: str = "paper") -> np.n
     x = _tokens(x, "x", P.shape[0])
     _on_manifold(x, P, "x")
     G = ambient_gradient(f, x, P, normalization)
-    return G - np.sum((x @ P) * G, axis=-1, keepdims=True) * x
+    return G - ((x @ _P_like(P, x)) * G).sum(axis=-1, keepdims=True) * x
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,16 +340,17 @@ def energy(x, beta, *, centered: bool = False):
     """
     beta = check_beta(beta)
     x = _tokens(x, "x")
-    n = anp.shape(x)[-2]
-    G = anp.matmul(x, anp.swapaxes(x, -1, -2))
+    n = x.shape[-2] if is_torch(x) else anp.shape(x)[-2]
+    xp = _ops(x)
+    G = x @ _mT(x) if is_torch(x) else anp.matmul(x, anp.swapaxes(x, -1, -2))
     if beta == 0.0:
-        return anp.sum(G, axis=(-2, -1)) / (2.0 * n * n)
+        return xp.sum(G, axis=(-2, -1)) / (2.0 * n * n)
     with np.errstate(over="ignore"):
-        E = anp.expm1(beta * G) if centered else anp.exp(beta * G)
-        out = anp.sum(E, axis=(-2, -1)) / (2.0 * beta * n * n)
-    if not isbox(out) and not np.all(np.isfinite(out)):
+        E = xp.expm1(beta * G) if centered else xp.exp(beta * G)
+        out = xp.sum(E, axis=(-2, -1)) / (2.0 * beta * n * n)
+    if not isbox(out) and not bool(xp.all(xp.isfinite(out))):
         raise ValidationError(
-            f"energy overflowed: beta <x_i, x_j> reaches {beta * float(np.max(G)):.4g}."
+            f"energy overflowed: beta <x_i, x_j> reaches {beta * float(np.max(to_numpy(G))):.4g}."
         )
     return out
 
@@ -351,9 +385,10 @@ def energy_weights(x, beta) -> np.ndarray:
     beta = check_beta(beta)
     x = _tokens(x, "x")
     n = x.shape[-2]
+    xp = _ops(x)
     with np.errstate(over="ignore"):
-        c = np.sum(np.exp(beta * (x @ np.swapaxes(x, -1, -2))), axis=-1) / (n * n)
-    if not np.all(np.isfinite(c)):
+        c = xp.sum(xp.exp(beta * (x @ _mT(x))), axis=-1) / (n * n)
+    if not bool(xp.all(xp.isfinite(c))):
         raise ValidationError(
             f"energy_weights overflowed at beta = {beta}: exp(beta <x_i, x_j>) exceeds the float range."
         )

@@ -11,7 +11,7 @@ import contextlib
 
 import numpy as np
 
-from .._backend import constant, convert, is_torch, to_numpy
+from .._backend import constant, convert, is_torch, like_param, namespace, requires_grad, to_numpy
 from .._validation import as_float_array, call_user, call_user_on_device, check_finite
 from ..errors import ValidationError
 
@@ -46,12 +46,23 @@ class HeadMatrices:
         Required matrix size (None: taken from ``value``).
     time_vectorized : bool
         The callable accepts a 1-D array of k times and returns shape (k, h, d, d) or (k, d, d).
+
+    Notes
+    -----
+    Differentiable parameters (PyTorch): a tensor ``value`` with ``requires_grad`` is kept as
+    ``param`` and read afresh at every evaluation on tensor tokens (so gradients flow to it and
+    an optimizer's in-place updates are seen); a callable's tensor results are kept in the graph
+    on tensor tokens. NumPy tokens get detached values.
     """
 
     def __init__(self, value, name: str, d: int | None, time_vectorized: bool = False):
         self.name = name
         self.time_vectorized = bool(time_vectorized)
-        if callable(value) and not isinstance(value, np.ndarray):
+        self.param = None
+        if requires_grad(value):
+            self.fn, self.const, self.param = None, None, value
+            self.shape = as_heads(value, name, d).shape  # (checks the values, detached)
+        elif callable(value) and not isinstance(value, np.ndarray):
             self.fn = value
             first = call_user(value, f"{name}(t)", 0.0, np.zeros(1) if self.time_vectorized else 0.0)
             if self.time_vectorized:
@@ -73,7 +84,9 @@ class HeadMatrices:
         """The user's callable at ``t`` (exceptions wrapped, see :func:`~riemattn._validation.call_user`)."""
         return call_user(self.fn, f"{self.name}(t)", t, t)
 
-    def _check(self, out, t, per_time: bool) -> np.ndarray:
+    def _check(self, out, t, per_time: bool, keep_tensor: bool = False) -> np.ndarray:
+        if keep_tensor and is_torch(out) and out.is_floating_point():
+            return self._check_tensor(out, t, per_time)
         if type(out) is not np.ndarray or out.dtype != np.float64:
             out = as_float_array(out, f"{self.name}(t)")
         expect = ((len(t),) if per_time else ()) + self.shape
@@ -88,8 +101,33 @@ class HeadMatrices:
             raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {t!r}.")
         return out
 
+    def _check_tensor(self, out, t, per_time: bool):
+        """:meth:`_check` for a floating tensor returned by the callable (kept in the graph)."""
+        expect = ((len(t),) if per_time else ()) + self.shape
+        if out.ndim == len(expect) - 1 and self.shape[0] == 1:
+            out = out[..., None, :, :]
+        if tuple(out.shape) != expect:
+            raise ValidationError(
+                f"{self.name}(t) returned shape {tuple(out.shape)} at t = {t!r}; expected {expect} "
+                f"(the shape it had at t = 0)."
+            )
+        if not bool(out.detach().isfinite().all()):
+            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {t!r}.")
+        return out
+
+    def _eval_like(self, t: float, like):
+        """The callable at one time ``t`` as an array of ``like``'s kind, device and dtype, shape
+        (h, d, d); a tensor it returns stays in the autograd graph."""
+        times = np.array([float(t)])
+        out = self._call(times if self.time_vectorized else t)
+        out = self._check(out, times if self.time_vectorized else t, self.time_vectorized, keep_tensor=True)
+        out = out[0] if self.time_vectorized else out
+        return like_param(out, like) if is_torch(out) else convert(out, like)
+
     def __call__(self, t: float) -> np.ndarray:
         """The stack at one time, shape (h, d, d)."""
+        if self.param is not None:
+            return as_heads(self.param, self.name, None)  # its current values, detached
         if self.fn is None:
             return self.const
         if self.time_vectorized:
@@ -99,7 +137,7 @@ class HeadMatrices:
     def many(self, times: np.ndarray) -> np.ndarray:
         """The stacks at each of ``times`` (1-D, k), shape (k, h, d, d)."""
         if self.fn is None:
-            return np.broadcast_to(self.const, (len(times),) + self.shape)
+            return np.broadcast_to(self(0.0), (len(times),) + self.shape)
         if self.time_vectorized:
             return self._check(self._call(times), times, True)
         return np.stack([self(t) for t in times.tolist()])
@@ -121,7 +159,7 @@ class HeadMatrices:
         if like is not None and not (type(like) is np.ndarray and like.dtype == np.float64):
             return self._at_device(t, batch_shape, like)
         if self.fn is None or np.ndim(t) == 0:
-            return self(float(t)) if self.fn is not None else self.const
+            return self(float(t))
         t = np.broadcast_to(np.asarray(t, dtype=float), batch_shape)
         first = t.flat[0]
         if (t == first).all():
@@ -134,13 +172,16 @@ class HeadMatrices:
 
     def _at_device(self, t, batch_shape: tuple, like):
         """:meth:`at` for tokens ``like`` of another kind, device or dtype (see there)."""
+        if self.param is not None:
+            out = like_param(self.param, like)
+            return out[None] if out.ndim == 2 else out
         if self.fn is None:
             return constant(self.__dict__.setdefault("_consts", {}), "const", self.const, like)
         if self.time_vectorized and is_torch(t) and t.ndim:
             flat = t.expand(batch_shape).reshape(-1) if tuple(t.shape) != batch_shape else t.reshape(-1)
             out, _ = call_user_on_device(self, self.fn, f"{self.name}(t)", "(per-trajectory times)",
                                          (flat,), lambda: (to_numpy(flat),))
-            out = convert(out, like)
+            out = like_param(out, like) if requires_grad(out) else convert(out, like)
             expect = (flat.shape[0],) + self.shape
             if out.ndim == len(expect) - 1 and self.shape[0] == 1:
                 out = out[..., None, :, :]
@@ -151,7 +192,17 @@ class HeadMatrices:
                 )
             return out.reshape(batch_shape + self.shape)
         t_host = to_numpy(t) if is_torch(t) else t
-        return convert(self.at(t_host, batch_shape), like)
+        if not is_torch(like):
+            return convert(self.at(t_host, batch_shape), like)
+        # tensors: the callable's own results (tensors stay in the autograd graph)
+        if np.ndim(t_host) == 0:
+            return self._eval_like(float(t_host), like)
+        t_host = np.broadcast_to(np.asarray(t_host, dtype=float), batch_shape)
+        times, inverse = np.unique(t_host, return_inverse=True)
+        stack = namespace(like).stack([self._eval_like(s, like) for s in times.tolist()])
+        if len(times) == 1:
+            return stack[0]
+        return stack[convert(inverse.reshape(batch_shape), like, namespace(like).int64)]
 
 
 def stack_columns(M: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from numbers import Real
 
 import numpy as np
 
-from .._backend import constant, convert, device_of, is_torch, namespace, size
+from .._backend import constant, convert, device_of, is_torch, like_param, namespace, requires_grad, size, to_numpy
 from ._heads import HeadMatrices, bmm, stack_columns
 from .._validation import as_float_array, check_choice, check_finite, check_int, check_points, check_real
 from ..errors import ValidationError
@@ -34,7 +34,11 @@ NORMALIZATIONS = ("paper", "softmax", "mean")
 
 
 def _check_beta(beta):
-    """beta as a float, or as a float array (one inverse temperature per trajectory)."""
+    """beta as a float, or as a float array (one inverse temperature per trajectory); a tensor
+    that requires a gradient stays that tensor (a differentiable parameter, values checked)."""
+    if requires_grad(beta):
+        check_finite(as_float_array(beta, "beta"), "beta")
+        return beta
     if isinstance(beta, Real) and not isinstance(beta, bool):
         return check_real(beta, "beta")
     arr = check_finite(as_float_array(beta, "beta"), "beta")
@@ -138,7 +142,7 @@ class AttentionField(Field):
         """beta * P_eta(t): shape (h, d, d), with the shapes of an array t and beta in front."""
         Pt = self._P.at(t, np.shape(t)) if np.ndim(t) else self._P(float(t))
         Pt = np.broadcast_to(Pt, Pt.shape[:-3] + (self.h,) + Pt.shape[-2:])
-        return np.asarray(self.beta)[(...,) + (None,) * 3] * Pt
+        return to_numpy(self.beta)[(...,) + (None,) * 3] * Pt
 
     def U(self, t=0.0) -> np.ndarray:
         """U_eta(t), shape (h, d, d) (identity matrices when U is None)."""
@@ -171,6 +175,8 @@ class AttentionField(Field):
         """
         if isinstance(self.beta, float):
             return self
+        if requires_grad(self.beta):  # a differentiable beta: taken in the graph
+            return self._take_param(index, batch_shape)
         try:
             beta = np.broadcast_to(self.beta, batch_shape).reshape(-1)
         except ValueError:
@@ -191,14 +197,33 @@ class AttentionField(Field):
         new._work = threading.local()
         return new
 
+    def _take_param(self, index, batch_shape: tuple):
+        """:meth:`take` for a beta that requires a gradient (indexing stays in the graph)."""
+        beta = self.beta
+        try:
+            beta = beta.broadcast_to(batch_shape).reshape(-1)
+        except RuntimeError:
+            raise ValidationError(
+                f"beta of shape {tuple(self.beta.shape)} does not broadcast against the batch shape "
+                f"{batch_shape} of the tokens (leading axes of y)."
+            ) from None
+        new = copy.copy(self)
+        new.__dict__.pop("_twin", None)
+        new.beta = beta[index.to(beta.device)] if is_torch(index) else beta[np.asarray(index)]
+        new._work = threading.local()
+        return new
+
     def _beta_factor(self, batch_shape, y):
         """Array beta reshaped to scale scores [..., i, eta, j], or None for a scalar beta."""
         if isinstance(self.beta, float):
             return None
-        beta = self.beta if type(y) is np.ndarray and type(self.beta) is np.ndarray else convert(self.beta, y)
+        if requires_grad(self.beta):
+            beta = like_param(self.beta, y)
+        else:
+            beta = self.beta if type(y) is np.ndarray and type(self.beta) is np.ndarray else convert(self.beta, y)
         try:
             b = namespace(y).broadcast_to(beta, batch_shape)
-        except ValueError:
+        except (ValueError, RuntimeError):
             raise ValidationError(
                 f"beta of shape {self.beta.shape} does not broadcast against the batch shape "
                 f"{batch_shape} of the tokens (leading axes of y)."
@@ -236,7 +261,10 @@ class AttentionField(Field):
             S = self._mm(yP, yT, "S").reshape(batch + (n, h, n))
         factor = self._beta_factor(batch, y)
         if factor is not None:
-            S *= factor
+            if requires_grad(factor) or requires_grad(S):
+                S = S * factor
+            else:
+                S *= factor
         return S
 
     def _buffer(self, name: str, shape: tuple) -> np.ndarray:
@@ -306,6 +334,11 @@ class AttentionField(Field):
         if causal:
             S = xp.where(self._causal(n, S) > 0, S, -math.inf)
         m = xp.max(S, axis=-1, keepdims=True)
+        if S.requires_grad:  # autograd: no in-place operations (exp saves its result)
+            E = xp.exp(S - m)
+            if self.normalization == "mean":
+                return E * (xp.exp(m) / n), None
+            return E, 1.0 / (scale * xp.sum(E, axis=-1))
         E = (S - m).exp_()  # one temporary, exponentiated in place
         if self.normalization == "mean":
             return E.mul_(xp.exp(m) / n), None
@@ -315,6 +348,8 @@ class AttentionField(Field):
         """alpha[..., i, eta, j] (internal layout)."""
         E, r = self._weights(t, y)
         if r is not None:
+            if requires_grad(E):
+                return E * r[..., None]  # autograd: E is saved by exp
             E *= r[..., None]
         return E
 
@@ -384,7 +419,7 @@ class AttentionField(Field):
 
     def __repr__(self) -> str:
         kind = "time-dependent" if self._P.fn is not None else "constant"
-        beta = self.beta if isinstance(self.beta, float) else f"array{self.beta.shape}"
+        beta = self.beta if isinstance(self.beta, float) else f"array{tuple(self.beta.shape)}"
         return (
             f"AttentionField(h={self.h}, d={self.d}, {kind} P, U={'I' if self._U is None else 'given'}, "
             f"manifold={self.manifold!r}, mask={self.mask!r}, normalization={self.normalization!r}, "

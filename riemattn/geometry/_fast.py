@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import convert, dot_last, is_torch, namespace, size
+from .._backend import constant, convert, dot_last, is_torch, namespace, size
 from .._validation import ON_MANIFOLD_ATOL, as_float_array, check_nonzero_tokens, check_points
 from ..errors import ValidationError
 
@@ -90,7 +90,18 @@ class _FastMixin:
         if not size(x):
             return 0.0
         xp = namespace(x)
-        return float(xp.max(xp.abs(self.inner(x, x) - 1.0)))
+        dev = xp.max(xp.abs(self.inner(x, x) - 1.0))
+        return float(dev.detach() if is_torch(dev) else dev)  # a number for checks: no gradient
+
+    def W_like(self, x):
+        """W as an array of the kind, device and dtype of ``x``, shape (d, d) (cached per device)."""
+        return constant(self.__dict__.setdefault("_consts", {}), "W", self.W, x)
+
+    def is_tangent(self, vector, base_point, atol=ATOL):
+        """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values)."""
+        if is_torch(vector) or is_torch(base_point):
+            vector, base_point = as_float_array(vector, "vector"), as_float_array(base_point, "base_point")
+        return super().is_tangent(vector, base_point, atol)
 
     def lie_frame(self, y, slots: int):
         """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""

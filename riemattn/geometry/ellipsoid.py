@@ -18,8 +18,8 @@ from geomstats.geometry.base import LevelSet
 from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 
-from .._backend import constant
-from .._validation import check_int, check_spd
+from .._backend import constant, is_torch, requires_grad
+from .._validation import as_float_array, check_int, check_spd
 from ..errors import ValidationError
 from ._fast import ATOL, _FastMixin, check_chart_dim
 from .metrics import EllipsoidMetric
@@ -41,7 +41,10 @@ class Ellipsoid(_FastMixin, LevelSet):
     ----------
     W : array_like, shape (d, d)
         Symmetric positive definite matrix (checked: finite, symmetric to 1e-10 relative,
-        smallest eigenvalue > 0). The manifold has dimension ``d - 1``.
+        smallest eigenvalue > 0). The manifold has dimension ``d - 1``. A PyTorch tensor with
+        ``requires_grad`` is kept as a parameter: computations on tensor tokens use it (read
+        afresh at every call, so gradients with respect to W flow, see docs/autodiff.md); NumPy
+        computations use its values at construction.
     equip : bool, default True
         Equip the manifold with its metric (geomstats' convention).
     metric : {"W", "euclidean"}
@@ -64,6 +67,7 @@ class Ellipsoid(_FastMixin, LevelSet):
     """
 
     def __init__(self, W, equip: bool = True, metric: str = "W"):
+        self._W_param = W if requires_grad(W) else None
         W = check_spd(W, "W")
         if W.shape[0] < 2:
             raise ValidationError(
@@ -76,7 +80,7 @@ class Ellipsoid(_FastMixin, LevelSet):
         lam, vec = np.linalg.eigh(W)
         self._sqrt_W = (vec * np.sqrt(lam)) @ vec.T
         self._inv_sqrt_W = (vec / np.sqrt(lam)) @ vec.T
-        self._is_identity = bool(np.array_equal(W, np.eye(W.shape[0])))
+        self._is_identity = self._W_param is None and bool(np.array_equal(W, np.eye(W.shape[0])))
         self.dim = W.shape[0] - 1
         self.intrinsic = False
         super().__init__(dim=W.shape[0] - 1, equip=equip)
@@ -106,7 +110,13 @@ class Ellipsoid(_FastMixin, LevelSet):
         """W x over the last axis (x @ W, W symmetric). Unchecked fast primitive."""
         if self._is_identity:
             return x
-        return x @ constant(self.__dict__.setdefault("_consts", {}), "W", self._W, x)
+        return x @ self.W_like(x)
+
+    def W_like(self, x):
+        """W as an array of the kind, device and dtype of ``x`` (cached; a parameter W is read afresh)."""
+        if self._W_param is not None and is_torch(x):
+            return self._W_param.to(dtype=x.dtype, device=x.device)
+        return constant(self.__dict__.setdefault("_consts", {}), "W", self._W, x)
 
     @property
     def is_identity(self) -> bool:
@@ -121,7 +131,8 @@ class Ellipsoid(_FastMixin, LevelSet):
         return 2.0 * self.inner(point, vector)
 
     def is_tangent(self, vector, base_point, atol=ATOL):
-        """Whether |y^T W v| <= atol, shape (...)."""
+        """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values)."""
+        vector, base_point = as_float_array(vector, "vector"), as_float_array(base_point, "base_point")
         return np.abs(self.inner(base_point, vector)) <= atol
 
     # --- the sphere's charts and distributions, pushed forward by W^{-1/2} -----------------

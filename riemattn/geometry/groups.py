@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import constant, convert, is_torch, namespace
+from .._backend import convert, is_torch, namespace
 from .lowrank import WOrthoBasis, expm_small_action, rank2_expm_action
 
 __all__ = ["Generator", "OWFrame", "TranslationFrame", "DenseFrame"]
@@ -135,7 +135,7 @@ class OWFrame(_Frame):
         if manifold.is_identity:
             W = None
         else:  # W of the tokens' kind, device and dtype, converted once (the manifold's cache)
-            W = constant(manifold.__dict__.setdefault("_consts", {}), "W", manifold.W, y)
+            W = manifold.W_like(y)
         self.y = y
         self.basis = WOrthoBasis(y.shape[:-1], slots, y.shape[-1], W, like=y)
         self.eta0 = self.basis.add(y)

@@ -34,7 +34,7 @@ import math
 import numpy as np
 import scipy.linalg
 
-from .._backend import convert, device_of, dot_last, is_torch, namespace, size
+from .._backend import convert, device_of, dot_last, is_torch, namespace, requires_grad, size
 from .._validation import as_float_array, as_token_array, check_finite
 from ..errors import ValidationError
 
@@ -136,11 +136,18 @@ class WOrthoBasis:
             r = r - xp.einsum("...j,...jd->...d", b, Q)
             # W r is recomputed, not updated: r may be a tiny remainder of v (cancellation)
             Wr = r if sphere else self.apply_W(r)
-            alpha += b
+            if requires_grad(alpha) or requires_grad(b):
+                alpha = alpha + b  # autograd: the product above saved alpha
+            else:
+                alpha += b
         nr2 = _dot(r, Wr)
         keep = nr2 > (RANK_TOL * RANK_TOL) * nv2
         nr = xp.sqrt(xp.where(keep, nr2, 1.0))
         inv = xp.where(keep, 1.0 / nr, 0.0)[..., None]
+        if requires_grad(r) or requires_grad(Q):
+            # autograd: earlier products saved Q and P for the backward pass; write into copies
+            Q = self.Q = Q.clone()
+            P = self.P = Q if sphere else P.clone()
         Q[..., j, :] = r * inv
         if not sphere:
             P[..., j, :] = Wr * inv
@@ -193,7 +200,7 @@ def expm_small_action(K, v, *, increment=False):
         norm = float(np.max(np.sum(np.abs(K), axis=-2))) if K.size else 0.0
     else:
         # the one host read-back: the scaling s and the number of Taylor terms are loop counts
-        norm = float(xp.max(xp.sum(xp.abs(K), axis=-2))) if size(K) else 0.0
+        norm = float(xp.max(xp.sum(xp.abs(K.detach()), axis=-2))) if size(K) else 0.0
     if not math.isfinite(norm):
         raise ValidationError("expm_small_action: the generator contains NaN or inf entries.")
     s = 0 if norm <= 2.0 else int(math.ceil(math.log2(norm / 2.0)))

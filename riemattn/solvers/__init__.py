@@ -5,9 +5,10 @@ per-trajectory adaptive), the stepper registry (:mod:`riemattn.solvers.steppers`
 tableaux (:mod:`riemattn.solvers.tableaux`), Dormand--Prince with dense output
 (:mod:`riemattn.solvers.dormand_prince`), Lie-group methods (:mod:`riemattn.solvers.lie`), and
 the discrete transformer layer, which *is* the ``"layer"`` stepper
-(:mod:`riemattn.solvers.layer`), and events (:mod:`riemattn.solvers.events`: zero crossings of
-``g(t, y)`` per trajectory, located on the dense output, terminal stops). A stepper advances one
-step and knows nothing about attention.
+(:mod:`riemattn.solvers.layer`), events (:mod:`riemattn.solvers.events`: zero crossings of
+``g(t, y)`` per trajectory, located on the dense output, terminal stops), and gradient
+checkpointing for differentiating long solves on PyTorch (:mod:`riemattn.solvers.autodiff`). A
+stepper advances one step and knows nothing about attention.
 
 May import: :mod:`riemattn.dynamics`, :mod:`riemattn.geometry` and the shared infrastructure.
 """

@@ -24,6 +24,12 @@ tokens' device and the step-size decisions are array operations. The host is con
 (a synchronisation) once per adaptive step, for the number of unfinished trajectories (to stop, and
 to compact the batch), and on steps that pass a save time; the fixed-step loop checks for
 trajectories that all failed every ``_SYNC_EVERY`` steps only.
+
+Differentiation (PyTorch tensors that require a gradient; docs/autodiff.md): the loops are
+differentiated as they ran (discretize-then-differentiate). The step-size decisions of the
+adaptive loop -- the error estimates, hence acceptance and every step size, and the initial
+step -- are detached: the gradient is that of the same sequence of steps taken as a fixed grid
+(as torchdiffeq and diffrax do).
 """
 
 from __future__ import annotations
@@ -277,6 +283,8 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
         nfev += 1
     if h is None:
         h = initial_step(field_w, stepper, t0, shaped(y_w), k1, rtol, atol, t1)
+        if not kind.numpy:
+            h = h.detach()  # autograd: step sizes are constants (see the module docstring)
         stats.calls += 1
         nfev += 1
         if not stepper.fsal:
@@ -337,6 +345,8 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
         scale = atol + rtol * xp.maximum(xp.abs(shaped(y_w)), xp.abs(res.y))
         with np.errstate(invalid="ignore", over="ignore"):
             err = stepper.error_norm(res, scale).reshape(-1)
+        if not kind.numpy:
+            err = err.detach()  # autograd: accept/reject and step sizes are constants
         finite = xp.isfinite(err) & _finite(y_new)
         err = xp.where(finite, err, math.inf)
         accept = active & (err <= 1.0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import namespace, size
+from .._backend import convert, is_torch, namespace, requires_grad, size, to_numpy
 from .._validation import as_float_array, check_finite, check_points
 from ..dynamics.attention import AttentionField
 from ..errors import InputTypeError, ValidationError
@@ -53,12 +53,19 @@ class LayerStep(ProjectedEuler):
 
 
 def _as_head_stack(value, name: str, rows: str, cols: str) -> np.ndarray:
+    """(h, rows, cols) checked; a tensor that requires a gradient stays that tensor (viewed as (h, ., .))."""
     arr = check_finite(as_float_array(value, name), name)
     if arr.ndim == 2:
         arr = arr[None]
     if arr.ndim != 3:
         raise ValidationError(f"{name} must have shape ({rows}, {cols}) or (h, {rows}, {cols}), got {arr.shape}.")
+    if requires_grad(value):
+        return value
     return arr
+
+
+def _heads(M):
+    return M[None] if M.ndim == 2 else M
 
 
 class TransformerLayer:
@@ -79,6 +86,10 @@ class TransformerLayer:
 
     Notes
     -----
+    Q, K, V and Wo may be PyTorch tensors that require a gradient: the layer then computes
+    ``P = Q^T K`` and ``U = Wo V`` from them at every call on tensor tokens, so gradients with
+    respect to them flow (docs/autodiff.md); ``P`` and ``U`` attributes hold their values.
+
     The layer *is* one ``"layer"`` step (projected Euler on the un-normalised update) of size tau
     of the continuous field with ``P = Q^T K`` and ``U = Wo V / tau`` (ICML section 2): that is
     how ``__call__`` is implemented, with ``tau = 1``; :meth:`continuous_field` gives the field
@@ -94,13 +105,16 @@ class TransformerLayer:
         K = _as_head_stack(K, "K", "w", "d")
         V = _as_head_stack(V, "V", "w", "d")
         Wo = _as_head_stack(Wo, "Wo", "d", "w")
-        h, w, d = Q.shape
+        h, w, d = _heads(Q).shape
         for name, M, shape in (("K", K, (h, w, d)), ("V", V, (h, w, d)), ("Wo", Wo, (h, d, w))):
-            if M.shape != shape:
-                raise ValidationError(f"{name} must have shape {shape} to match Q {Q.shape}, got {M.shape}.")
+            if tuple(_heads(M).shape) != shape:
+                raise ValidationError(
+                    f"{name} must have shape {shape} to match Q {tuple(_heads(Q).shape)}, got {tuple(_heads(M).shape)}.")
         self.Q, self.K, self.V, self.Wo = Q, K, V, Wo
-        self.P = np.swapaxes(Q, -1, -2) @ K  # (h, d, d)
-        self.U = Wo @ V  # (h, d, d)
+        self._differentiable = any(requires_grad(M) for M in (Q, K, V, Wo))
+        Qn, Kn, Vn, Won = (_as_head_stack(to_numpy(M) if is_torch(M) else M, "", "", "") for M in (Q, K, V, Wo))
+        self.P = np.swapaxes(Qn, -1, -2) @ Kn  # (h, d, d)
+        self.U = Won @ Vn  # (h, d, d)
         self.field = self.continuous_field(1.0, W=W, mask=mask)
         self.manifold = self.field.manifold
 
@@ -109,6 +123,16 @@ class TransformerLayer:
         if W is None and hasattr(self, "field"):
             W = self.field.W
         mask = mask if mask is not None else self.field.mask
+        if self._differentiable:  # P and U recomputed from the parameters at every evaluation
+            Q, K, V, Wo = self.Q, self.K, self.V, self.Wo
+            like = next(M for M in (Q, K, V, Wo) if requires_grad(M))
+
+            def P(t):
+                return _heads(_tensor(Q, like)).mT @ _heads(_tensor(K, like))
+
+            def U(t):
+                return _heads(_tensor(Wo, like)) @ _heads(_tensor(V, like)) / tau
+            return AttentionField(P, U, W=W, mask=mask, normalization="paper")
         return AttentionField(self.P, self.U / tau, W=W, mask=mask, normalization="paper")
 
     def __call__(self, y) -> np.ndarray:
@@ -121,6 +145,11 @@ class TransformerLayer:
         if size(y) == 0:
             return namespace(y).zeros_like(y)
         return _LAYER.step(self.field, 0.0, y, 1.0).y
+
+
+def _tensor(M, like):
+    """A parameter of a differentiable layer as a tensor (NumPy ones converted to ``like``'s device, dtype)."""
+    return M if is_torch(M) else convert(M, like)
 
 
 _LAYER = LayerStep()
