@@ -395,3 +395,21 @@ def test_hips_autograd_boxes_get_a_clear_error():
 
     with pytest.raises(InputTypeError, match="differentiate with PyTorch tensors"):
         autograd.grad(f)(np.eye(D))
+
+
+def test_event_states_are_differentiable_at_fixed_event_time():
+    """Through ``events=``, the located state carries gradients; the event time, like the step
+    sizes, is a constant of the differentiation (docs/autodiff.md): d y(t*) / d phi at fixed t*."""
+    from riemattn.solvers.events import Event
+
+    A = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # rotation: y(t) at angle t + phi
+    field = ra.LinearField(A, ra.Sphere(2))
+    phi = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    y0 = torch.stack([torch.cos(phi), torch.sin(phi), torch.zeros((), dtype=torch.float64)])[None, None, :]
+    sol = ra.integrate(field, y0, (0.0, 7.0), "dop853", rtol=1e-12, atol=1e-12,
+                       events=Event(lambda t, y: y[..., 0, 0] - 0.5, terminal=True), event_tol=1e-12)
+    t_star = float(sol.events.t_stop[0])
+    assert abs(t_star - (np.pi / 3 - 0.3)) < 1e-9
+    y_event = sol.events.y[0, 0, 0]                                    # (x, y, z) at the event
+    grad, = torch.autograd.grad(y_event[1], phi)
+    assert abs(float(grad) - np.cos(t_star + 0.3)) < 1e-8             # d sin(t* + phi) / d phi
