@@ -340,15 +340,15 @@ class AttentionField(Field):
             Uy = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * hU, self.d))
         else:
             Uy = self._mm(y, cols).reshape(batch + (n * hU, self.d))
-        if A.shape[-2] != hU:  # one P shared by several U heads
-            A = namespace(A).broadcast_to(A, tuple(A.shape[:-2]) + (hU, n))
+        if A.shape[-2] != hU:  # one U shared by the P heads: sum their attention; one P shared by U heads
+            xp = namespace(A)
+            A = xp.sum(A, axis=-2, keepdims=True) if hU == 1 else xp.broadcast_to(A, tuple(A.shape[:-2]) + (hU, n))
         A = A.swapaxes(-1, -2).reshape(tuple(A.shape[:-3]) + (n, n * hU))  # columns (j, eta)
         return self._mm(A, Uy)
 
     def drive(self, t, y) -> np.ndarray:
         """Deprecated alias of :meth:`update` (the name used before version 0.2)."""
         import warnings
-
         warnings.warn("AttentionField.drive is deprecated; use AttentionField.update.",
                       DeprecationWarning, stacklevel=2)
         return self.update(t, y)
