@@ -45,10 +45,12 @@ import numpy as np
 from .._backend import is_torch
 from ..dynamics.jacobians import is_autonomous, jacobian
 from ..errors import InputTypeError
-from .rosenbrock_tableaux import RODAS4, RosenbrockTableau
+from .rosenbrock_tableaux import RODAS4, RODAS4P, RosenbrockTableau
 from .steppers import Interpolant, Stepper, StepResult, _check_field, per_trajectory, register, shifted_time
 
-__all__ = ["ProjectedRosenbrock", "ProjectedRodas4", "lifted_jacobian"]
+__all__ = ["ProjectedRosenbrock", "ProjectedRodas4", "ProjectedRodas4P", "lifted_jacobian"]
+
+DT_FACTOR = math.sqrt(np.finfo(float).eps)
 
 
 def lifted_jacobian(field, t, y, F=None) -> np.ndarray:
@@ -106,7 +108,7 @@ class ProjectedRosenbrock(Stepper):
                 Minv = np.full_like(M, np.nan)
         Ft = None
         if not is_autonomous(field):
-            dt = math.sqrt(np.finfo(float).eps) * max(1.0, float(np.max(np.abs(t))))
+            dt = DT_FACTOR * max(1.0, float(np.max(np.abs(t))))
             Ft = (field(np.asarray(t, dtype=float) + dt if np.ndim(t) else float(t) + dt, y) - F0) / dt
             nfev += 1
         Us = np.empty((tab.stages,) + shape)
@@ -168,3 +170,19 @@ class ProjectedRodas4(ProjectedRosenbrock):
     error_order = 3
     dense_order = 3
     tableau = RODAS4
+
+
+@register
+class ProjectedRodas4P(ProjectedRodas4):
+    """Projected RODAS4P: RODAS4's structure with Steinebach's coefficients that avoid order
+    reduction on stiff problems following a slowly moving equilibrium;
+    :data:`riemattn.solvers.rosenbrock_tableaux.RODAS4P`.
+
+    References
+    ----------
+    G. Steinebach, "Order-reduction of ROW-methods for DAEs and method of lines applications",
+    Preprint 1741, TH Darmstadt, 1995.
+    """
+
+    name = "rodas4p"
+    tableau = RODAS4P

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import ValidationError
 
-__all__ = ["RosenbrockTableau", "RODAS4", "rosenbrock_residuals", "stability_function"]
+__all__ = ["RosenbrockTableau", "RODAS4", "RODAS4P", "rosenbrock_residuals", "stability_function"]
 
 
 def _classical(a, C, gamma):
@@ -157,5 +157,33 @@ RODAS4 = RosenbrockTableau(
     m_hat=np.append(_A4[5, :5], 0.0),
     H=((10.12623508344586, -7.487995877610167, -34.80091861555747, -7.992771707568823, 1.025137723295662, 0.0),
        (-0.6762803392801253, 6.087714651680015, 16.43084320892478, 24.76722511418386, -6.594389125716872, 0.0)),
+    order=4, embedded_order=3,
+)
+
+_A4P = np.zeros((6, 6))
+_A4P[1, 0] = 3.0
+_A4P[2, :2] = (1.831036793486759, 0.4955183967433795)
+_A4P[3, :3] = (2.304376582692669, -0.05249275245743001, -1.176798761832782)
+_A4P[4, :4] = (-7.170454962423024, -4.741636671481785, -16.31002631330971, -1.062004044111401)
+_A4P[5, :5] = (*_A4P[4, :4], 1.0)
+_C4P = np.zeros((6, 6))
+_C4P[1, 0] = -12.0
+_C4P[2, :2] = (-8.791795173947035, -2.207865586973518)
+_C4P[3, :3] = (10.81793056857153, 6.780270611428266, 19.5348594464241)
+_C4P[4, :4] = (34.19095006749676, 15.49671153725963, 54.7476087596413, 14.16005392148534)
+_C4P[5, :5] = (34.62605830930532, 15.30084976114473, 56.99955578662667, 18.40807009793095, -5.714285714285717)
+
+#: RODAS4P (Steinebach 1995): RODAS4's structure (6 stages, order 4(3), L-stable, stiffly
+#: accurate, dense output of order 3) with additional conditions that avoid the order reduction
+#: of RODAS4 on stiff problems whose solution follows a slowly moving equilibrium
+#: (Prothero--Robinson type), which is what attention at large beta does once tokens gather.
+RODAS4P = RosenbrockTableau(
+    gamma=0.25, a=_A4P, C=_C4P,
+    c=(0.0, 0.75, 0.21, 0.63, 1.0, 1.0),
+    d=(0.25, -0.5, -0.023504, -0.0362, 0.0, 0.0),
+    m=np.append(_A4P[5, :5], 1.0),
+    m_hat=np.append(_A4P[5, :5], 0.0),
+    H=((25.09876703708589, 11.62013104361867, 28.49148307714626, -5.664021568594133, 0.0, 0.0),
+       (1.638054557396973, -0.7373619806678748, 8.47791821923899, 15.9925314877952, -1.882352941176471, 0.0)),
     order=4, embedded_order=3,
 )
