@@ -73,8 +73,8 @@ def _parts(field: AttentionField, t, y):
     A = field.attention(t, y)
     P, U = field.P(t), field.U(t)
     s = {"paper": math.sqrt(field.d), "softmax": 1.0, "mean": 0.0}[field.normalization]
-    u = np.einsum("...hab,...jb->...hja", U, y)
-    fh = np.einsum("...hij,...hja->...hia", A, u)
+    u = np.matmul(y[..., None, :, :], np.swapaxes(U, -1, -2))  # U y_j, (..., h, l, d)
+    fh = np.matmul(A, u)
     return A, P, U, u, fh, s
 
 
@@ -109,27 +109,30 @@ def jacobian(field, t, y) -> np.ndarray:
     if not isinstance(field, AttentionField):
         return _fd_jacobian(field, t, y)
     A, P, U, u, fh, s = _parts(field, t, y)
-    q = np.einsum("...hba,...ib->...hia", P, y)  # P^T y_i
-    p = np.einsum("...hab,...jb->...hja", P, y)  # P y_j
-    diag = np.einsum("...hij,...hja,...hjb->...iab", A, u, p)
+    yh = y[..., None, :, :]
+    p = np.matmul(yh, np.swapaxes(P, -1, -2))  # P y_j, (..., h, l, d)
+    q = np.matmul(yh, P)  # P^T y_i
+    # diag_i = sum_j alpha_ij u_j p_j^T - s f_i g_i^T (per head, then summed)
+    diag = np.matmul(np.swapaxes(A[..., :, :, None] * u[..., None, :, :], -1, -2), p[..., None, :, :])
     if s:
-        g = np.einsum("...hij,...hjb->...hib", A, p)
-        diag -= s * np.einsum("...hia,...hib->...iab", fh, g)
-        Df = np.einsum("...hik,...hka,...hib->...iakb", A, u, q)
-        Df -= s * np.einsum("...hik,...hia,...hib->...iakb", A, fh, q)
-    else:
-        Df = np.einsum("...hik,...hka,...hib->...iakb", A, u, q)
-    Df += np.einsum("...hik,...hab->...iakb", A, U)
-    l = y.shape[-2]
+        diag -= s * fh[..., :, :, None] * np.matmul(A, p)[..., :, None, :]
+    # Df[i, a, k, b] = sum_eta alpha_ik [(u_k - s f_i)_a q_ib + U_ab]; axes (..., h, i, a, k, b)
+    inner = np.swapaxes(u, -1, -2)[..., None, :, :, None]
+    if s:
+        inner = inner - s * fh[..., :, :, :, None, None]
+    Df = A[..., :, :, None, :, None] * (inner * q[..., :, :, None, None, :] + U[..., :, None, :, None, :])
+    Df = Df.sum(axis=-5) if Df.shape[-5] > 1 else Df[..., 0, :, :, :, :]
+    diag = diag.sum(axis=-4) if diag.shape[-4] > 1 else diag[..., 0, :, :, :]
+    l, d = y.shape[-2:]
     idx = np.arange(l)
-    Df = np.array(np.broadcast_to(Df, np.broadcast_shapes(Df.shape, y.shape[:-2] + Df.shape[-4:])))
     Df[..., idx, :, idx, :] += np.moveaxis(diag, -3, 0)
     f = fh.sum(axis=-3)
     Wy, Wf = _tangent_terms(field, y, f)
     # (I - y_i (W y_i)^T) Df_i  -  delta_ik [y_i (W f_i)^T + (y_i^T W f_i) I]
-    Df -= np.einsum("...ia,...ib,...ibkc->...iakc", y, Wy, Df)
+    c = np.einsum("...ia,...iam->...im", Wy, Df.reshape(Df.shape[:-4] + (l, d, l * d)))  # (W y_i)^T Df_i
+    Df -= (y[..., :, :, None] * c[..., :, None, :]).reshape(Df.shape)
     yWf = np.einsum("...ia,...ia->...i", y, Wf)
-    corr = np.einsum("...ia,...ib->...iab", y, Wf) + yWf[..., None, None] * np.eye(y.shape[-1])
+    corr = y[..., :, :, None] * Wf[..., :, None, :] + yWf[..., None, None] * np.eye(d)
     Df[..., idx, :, idx, :] -= np.moveaxis(corr, -3, 0)
     return Df
 

@@ -66,7 +66,8 @@ def lifted_jacobian(field, t, y, F=None) -> np.ndarray:
     Wy = manifold.apply_W(y)
     if F is None:
         F = field(t, y)
-    DF -= np.einsum("...iakc,...kc,...kb->...iakb", DF, y, Wy)
+    r = np.sum(DF * y[..., None, None, :, :], axis=-1)  # (DF y_k)[i, a, k]
+    DF -= r[..., None] * Wy[..., None, None, :, :]
     idx = np.arange(l)
     DF[..., idx, :, idx, :] += np.moveaxis(np.einsum("...ia,...ib->...iab", F, Wy), -3, 0)
     return DF.reshape(y.shape[:-2] + (l * d, l * d))
