@@ -176,12 +176,16 @@ def test_auto_mixed_beta_batch_each_trajectory_accurate():
         assert np.abs(r.y[:, k] - ref).max() <= 10 * tol, b
 
 
-def test_stiff_steppers_reject_tensors():
+def test_stiff_steppers_on_tensors_step_on_the_host_with_the_same_result():
     torch = pytest.importorskip("torch")
-    y0 = torch.tensor(_tokens(np.random.default_rng(0), (3, 3)))
-    for name in ("rodas4", "auto"):
-        with pytest.raises(ra.errors.InputTypeError, match="NumPy"):
-            ra.integrate(ra.usa(1.0, 3), y0, (0, 0.1), stepper=name)
+    rng = np.random.default_rng(0)
+    y0 = _tokens(rng, (2, 3, 3))
+    field = ra.usa(np.array([1.0, 9.0]), 3)
+    for name in ("rodas4p", "auto"):
+        a = ra.integrate(field, y0, (0, 0.5), stepper=name, rtol=1e-6, atol=1e-6, saveat=[0.25, 0.5])
+        b = ra.integrate(field, torch.as_tensor(y0), (0, 0.5), stepper=name, rtol=1e-6, atol=1e-6, saveat=[0.25, 0.5])
+        assert torch.is_tensor(b.y) and np.abs(b.y.numpy() - a.y).max() <= 1e-13
+        assert np.array_equal(a.per_trajectory.n_steps, b.per_trajectory.n_steps)
 
 
 # --- P(t) without the flag -------------------------------------------------------------------

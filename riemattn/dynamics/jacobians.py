@@ -175,15 +175,16 @@ def jvp(field, t, y, v) -> np.ndarray:
 
 
 def _fd_jacobian(field, t, y) -> np.ndarray:
-    """Central differences of ``field`` in every ambient direction, one batched evaluation."""
+    """Central differences of ``field`` in every ambient direction, one batched evaluation
+    (step per trajectory, so that a trajectory's Jacobian does not depend on the batch)."""
     batch, (l, d) = y.shape[:-2], y.shape[-2:]
     n = l * d
-    delta = np.cbrt(np.finfo(float).eps) * max(1.0, float(np.max(np.abs(y), initial=0.0)))
-    E = (delta * np.eye(n)).reshape((n,) + (1,) * len(batch) + (l, d))
+    delta = np.cbrt(np.finfo(float).eps) * np.maximum(1.0, np.max(np.abs(y), axis=(-2, -1)))  # batch
+    E = np.eye(n).reshape((n,) + (1,) * len(batch) + (l, d)) * delta[..., None, None]
     Y = np.concatenate([y[None] + E, y[None] - E])  # (2n,) + batch + (l, d)
     tt = t if np.ndim(t) == 0 else np.broadcast_to(np.asarray(t, dtype=float), (2 * n,) + batch)
     ev = field._unchecked() if hasattr(field, "_unchecked") else field
     Fv = np.asarray(ev(tt, Y))
-    D = (Fv[:n] - Fv[n:]) / (2.0 * delta)  # (n,) + batch + (l, d): column kb
+    D = (Fv[:n] - Fv[n:]) / (2.0 * delta[..., None, None])  # (n,) + batch + (l, d): column kb
     J = np.moveaxis(D, 0, -1)  # batch + (l, d, n)
     return J.reshape(batch + (l, d, l, d))

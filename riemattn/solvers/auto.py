@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import is_torch
-from ..errors import InputTypeError
+from .._backend import is_torch, to_numpy
 from .dormand_prince import ProjectedDormandPrince
-from .rosenbrock import ProjectedRodas4P
+from .rosenbrock import ProjectedRodas4P, host_interpolant, host_step
 from .steppers import Interpolant, StepResult, Stepper, _check_field, register
 
 __all__ = ["AutoSwitch", "SWITCH_AFTER"]
@@ -89,7 +88,7 @@ class AutoSwitch(Stepper):
     def step(self, field, t, y, h, k1=None, state=None):
         field = _check_field(field)
         if is_torch(y):
-            raise InputTypeError("stepper 'auto' runs on NumPy arrays only; got a torch tensor.")
+            return host_step(self, field, t, y, h, k1, state=None if state is None else to_numpy(state))
         batch = y.shape[:-2]
         if state is None:
             state = np.zeros(batch + (2,))
@@ -144,6 +143,8 @@ class AutoSwitch(Stepper):
         return res, stiff_now.reshape(mode.shape), groups
 
     def interpolant(self, field, t, y, h, res):
+        if is_torch(y):
+            return host_interpolant(self, field, t, y, h, res)
         mode, stages, groups = res.stages
         if groups is None:
             method = self.stiff if mode.all() else self.explicit

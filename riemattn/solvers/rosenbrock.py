@@ -42,9 +42,8 @@ import math
 
 import numpy as np
 
-from .._backend import is_torch
+from .._backend import convert, is_torch, namespace, to_numpy
 from ..dynamics.jacobians import is_autonomous, jacobian
-from ..errors import InputTypeError
 from .rosenbrock_tableaux import RODAS4, RODAS4P, RosenbrockTableau
 from .steppers import Interpolant, Stepper, StepResult, _check_field, per_trajectory, register, shifted_time
 
@@ -89,7 +88,7 @@ class ProjectedRosenbrock(Stepper):
     def step(self, field, t, y, h, k1=None):
         field = _check_field(field)
         if is_torch(y):
-            raise InputTypeError(f"stepper {self.name!r} runs on NumPy arrays only; got a torch tensor.")
+            return host_step(self, field, t, y, h, k1)
         tab = self.tableau
         normalize = field.manifold.normalize
         hc = per_trajectory(h, y)
@@ -108,9 +107,10 @@ class ProjectedRosenbrock(Stepper):
             except np.linalg.LinAlgError:  # a singular row: NaN, reported by integrate per trajectory
                 Minv = np.full_like(M, np.nan)
         Ft = None
-        if not is_autonomous(field):
-            dt = DT_FACTOR * max(1.0, float(np.max(np.abs(t))))
-            Ft = (field(np.asarray(t, dtype=float) + dt if np.ndim(t) else float(t) + dt, y) - F0) / dt
+        if not is_autonomous(field):  # forward difference in t, step per trajectory
+            tt = np.asarray(t, dtype=float)
+            dt = DT_FACTOR * np.maximum(1.0, np.abs(tt))
+            Ft = (field(tt + dt if np.ndim(t) else float(t) + float(dt), y) - F0) / per_trajectory(dt, y)
             nfev += 1
         Us = np.empty((tab.stages,) + shape)
         flat = shape[:-2] + (n, 1)
@@ -127,7 +127,7 @@ class ProjectedRosenbrock(Stepper):
                 rhs += _combine(tab.C[i, :i], Us) / hc
             if Ft is not None and tab.d[i] != 0.0:
                 rhs += (hc * tab.d[i]) * Ft
-            np.matmul(Minv, rhs.reshape(flat), out=Us[i].reshape(flat))
+            Us[i] = np.einsum("...ij,...j->...i", Minv, rhs.reshape(flat[:-1])).reshape(shape)  # no BLAS: batch-independent rounding
         x1 = y + _combine(tab.m, Us)
         y_new, r = normalize(x1)
         e = field.manifold.tangent(y_new, _combine(tab.m - tab.m_hat, Us))
@@ -137,6 +137,8 @@ class ProjectedRosenbrock(Stepper):
         return StepResult(y_new, error, nfev, k_next, (Us, x1, J))
 
     def interpolant(self, field, t, y, h, res):
+        if is_torch(y):
+            return host_interpolant(self, field, t, y, h, res)
         U, x1, _ = res.stages
         H = self.tableau.H
         ka, kb = _combine(H[0], U), _combine(H[1], U)
@@ -147,6 +149,26 @@ class ProjectedRosenbrock(Stepper):
             return retract((1.0 - s) * y + s * (x1 + (1.0 - s) * (ka + s * kb)))
 
         return Interpolant(u)
+
+
+def _host(x):
+    return np.asarray(to_numpy(x), dtype=float) if is_torch(x) else x
+
+
+def host_step(stepper, field, t, y, h, k1=None, **kw):
+    """``stepper.step`` for tensors: computed on the host in float64 (the dense linear algebra of
+    the stiff steppers is NumPy's), the results moved back to the tokens' device and dtype."""
+    res = stepper.step(field, _host(t), _host(y), _host(h), None if k1 is None else _host(k1), **kw)
+    back = lambda a: None if a is None else convert(a, y)  # noqa: E731
+    state = None if res.state is None else convert(res.state, y, dtype=namespace(y).float64)
+    return StepResult(back(res.y), back(res.error), res.nfev, back(res.k_next), res.stages, state)
+
+
+def host_interpolant(stepper, field, t, y, h, res):
+    """``stepper.interpolant`` for tensors (see :func:`host_step`)."""
+    inner = stepper.interpolant(field, _host(t), _host(y), _host(h),
+                                res._replace(y=_host(res.y), error=None, k_next=None))
+    return Interpolant(lambda theta: convert(inner(_host(theta)), y), nfev=inner.nfev)
 
 
 def _combine(coef, Us):
