@@ -73,8 +73,8 @@ def _parts(field: AttentionField, t, y):
     A = field.attention(t, y)
     P, U = field.P(t), field.U(t)
     s = {"paper": math.sqrt(field.d), "softmax": 1.0, "mean": 0.0}[field.normalization]
-    u = np.matmul(y[..., None, :, :], np.swapaxes(U, -1, -2))  # U y_j, (..., h, l, d)
-    fh = np.matmul(A, u)
+    u = np.einsum("...hab,...jb->...hja", U, y)  # U y_j, (..., h, l, d)
+    fh = np.einsum("...hij,...hja->...hia", A, u)
     return A, P, U, u, fh, s
 
 
@@ -109,13 +109,14 @@ def jacobian(field, t, y) -> np.ndarray:
     if not isinstance(field, AttentionField):
         return _fd_jacobian(field, t, y)
     A, P, U, u, fh, s = _parts(field, t, y)
-    yh = y[..., None, :, :]
-    p = np.matmul(yh, np.swapaxes(P, -1, -2))  # P y_j, (..., h, l, d)
-    q = np.matmul(yh, P)  # P^T y_i
+    # einsum, not matmul, for the small products: BLAS rounding would depend on the batch around
+    # a trajectory (alignment), einsum's does not
+    p = np.einsum("...hab,...jb->...hja", P, y)  # P y_j, (..., h, l, d)
+    q = np.einsum("...hba,...ib->...hia", P, y)  # P^T y_i
     # diag_i = sum_j alpha_ij u_j p_j^T - s f_i g_i^T (per head, then summed)
-    diag = np.matmul(np.swapaxes(A[..., :, :, None] * u[..., None, :, :], -1, -2), p[..., None, :, :])
+    diag = np.einsum("...hija,...hjb->...hiab", A[..., :, :, None] * u[..., None, :, :], p)
     if s:
-        diag -= s * fh[..., :, :, None] * np.matmul(A, p)[..., :, None, :]
+        diag -= s * fh[..., :, :, None] * np.einsum("...hij,...hjb->...hib", A, p)[..., :, None, :]
     # Df[i, a, k, b] = sum_eta alpha_ik [(u_k - s f_i)_a q_ib + U_ab]; axes (..., h, i, a, k, b)
     inner = np.swapaxes(u, -1, -2)[..., None, :, :, None]
     if s:

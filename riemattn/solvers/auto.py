@@ -65,6 +65,7 @@ class AutoSwitch(Stepper):
     adaptive = True
     fsal = True
     dense_order = 3
+    stiff = True  # may step with a stiff method
 
     def __init__(self):
         self.explicit, self.stiff = ProjectedDormandPrince(), ProjectedRodas4P()

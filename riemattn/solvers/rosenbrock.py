@@ -91,6 +91,10 @@ class ProjectedRosenbrock(Stepper):
             return host_step(self, field, t, y, h, k1)
         tab = self.tableau
         normalize = field.manifold.normalize
+        frozen = None
+        if np.ndim(h) and not np.all(h):  # rows the adaptive loop keeps still (h = 0): a dummy step
+            frozen = np.asarray(h) == 0
+            h = np.where(frozen, 1e-6, h)
         hc = per_trajectory(h, y)
         shape, n = y.shape, y.shape[-2] * y.shape[-1]
         nfev = 0
@@ -132,6 +136,9 @@ class ProjectedRosenbrock(Stepper):
         y_new, r = normalize(x1)
         e = field.manifold.tangent(y_new, _combine(tab.m - tab.m_hat, Us))
         error = e if r is None else e / r
+        if frozen is not None:
+            keep = frozen[..., None, None]
+            y_new, error = np.where(keep, y, y_new), np.where(keep, 0.0, error)
         k_next = field(shifted_time(t, 1.0, h), y_new)
         nfev += 1
         return StepResult(y_new, error, nfev, k_next, (Us, x1, J))
