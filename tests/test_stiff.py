@@ -184,7 +184,7 @@ def test_stiff_steppers_on_tensors_step_on_the_host_with_the_same_result():
     for name in ("rodas4p", "auto"):
         a = ra.integrate(field, y0, (0, 0.5), stepper=name, rtol=1e-6, atol=1e-6, saveat=[0.25, 0.5])
         b = ra.integrate(field, torch.as_tensor(y0), (0, 0.5), stepper=name, rtol=1e-6, atol=1e-6, saveat=[0.25, 0.5])
-        assert torch.is_tensor(b.y) and np.abs(b.y.numpy() - a.y).max() <= 1e-13
+        assert torch.is_tensor(b.y) and np.abs(b.y.numpy() - a.y).max() <= 1e-11  # see test_backends.STIFF_TOL
         assert np.array_equal(a.per_trajectory.n_steps, b.per_trajectory.n_steps)
 
 
