@@ -11,7 +11,8 @@ for its Newton iterations), renormalised):
     [1, 16], T = 5: riemattn's batched call (each trajectory its own steps, method and, for
     "auto", its own switching) against looping scipy LSODA over the trajectories;
 (D) the README example (a scalar P(t) = cos(t) P, two heads, causal, ellipsoid, 100 trajectories,
-    dopri5, T = 20) without and with ``time_vectorized=True``.
+    dopri5, T = 20) without and with ``time_vectorized=True``;
+(E) the non-stiff hemisphere ensemble (B = 100, T = 10): "auto" against dopri5 and dop853.
 
 For (A)-(C) every method is run over a tolerance grid (rtol = atol) and the summary takes, per
 method, its fastest run whose error is <= TARGET = 1e-8 ("--" where none is), and prints the
@@ -168,11 +169,30 @@ def readme_case(quick):
     print(f"  detected / flagged: {a[0] / b[0]:.2f} x; max |difference| of the results {np.abs(a[1] - b[1]).max():.1e}")
 
 
+def hemisphere_case(quick):
+    """(E) the non-stiff hemisphere ensemble (ARXIV section 7.2, B = 100): auto against dopri5."""
+    from riemattn.experiments._papers import hemisphere_P
+
+    T = 2.0 if quick else 10.0
+    field = ra.AttentionField(hemisphere_P)
+    rng = np.random.default_rng(0)
+    y0 = field.manifold.projection(rng.uniform(-0.5, 0.5, (100, 10, 3)))
+    print(f"\n== (E) hemisphere ensemble, B = 100, T = {T}, tol 1e-8 (not stiff) ==  [{load()}]", flush=True)
+    times = {}
+    for s in ("dopri5", "dop853", "auto", "dopri5", "dop853", "auto"):  # twice, interleaved: take the best
+        t0 = time.perf_counter()
+        r = ra.integrate(field, y0, (0.0, T), stepper=s, rtol=1e-8, atol=1e-8)
+        times[s] = min(times.get(s, np.inf), time.perf_counter() - t0)
+        print(f"  {s:8s} {time.perf_counter() - t0:7.3f} s  steps {r.n_steps}  {load()}", flush=True)
+    best = min(times["dopri5"], times["dop853"])
+    print(f"  auto / best explicit: {times['auto'] / best:.2f} x")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--batch", type=int, default=None, help="trajectories in (C) (default 1000, quick 40)")
-    parser.add_argument("--only", default="ABCD", help="which cases to run, e.g. AD")
+    parser.add_argument("--only", default="ABCDE", help="which cases to run, e.g. AD")
     args = parser.parse_args()
     rng = np.random.default_rng(1)
     if "A" in args.only:
@@ -188,6 +208,8 @@ def main():
         batch_case(args.batch or (40 if args.quick else 1000), args.quick)
     if "D" in args.only:
         readme_case(args.quick)
+    if "E" in args.only:
+        hemisphere_case(args.quick)
 
 
 if __name__ == "__main__":
