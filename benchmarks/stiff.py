@@ -145,7 +145,7 @@ def batch_case(B, quick):
     out = {"LSODA": sweep("LSODA", lsoda, [1e-7, 1e-8, 1e-9, 1e-10, 1e-11], refs)}
     field = ra.usa(betas, 3)
     for s in ("rodas4p", "auto"):
-        out[s] = sweep(s, lambda tol, s=s: riemattn_run(field, y0, T, s, tol), [1e-6, 3e-7, 1e-7, 3e-8, 1e-8], refs)
+        out[s] = sweep(s, lambda tol, s=s: riemattn_run(field, y0, T, s, tol), [1e-7, 3e-8, 1e-8, 3e-9, 1e-9, 3e-10], refs)
     summary(f"(C) batch of {B}", out)
 
 
