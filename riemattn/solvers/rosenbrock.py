@@ -1,4 +1,4 @@
-r"""Projected Rosenbrock (linearly implicit) steppers for stiff attention dynamics: ``"rodas4"``.
+r"""Projected Rosenbrock (linearly implicit) steppers for stiff attention dynamics: ``"rodas4p"``, ``"rodas4"``.
 
 At large beta the attention dynamics is stiff: once tokens gather, the linearisation has
 eigenvalues of size about e^beta, and explicit steppers are held to steps of about e^-beta by
@@ -24,7 +24,10 @@ in ambient coordinates of the (l, d) token array: ``l d`` unknowns per trajector
 and O((l d)^3) per step: this stepper is meant for l d up to a few hundred (no Krylov path).
 
 ``"rodas4"`` (Hairer & Wanner's RODAS): 6 stages, order 4, embedded order 3, L-stable and
-stiffly accurate, dense output of order 3. The Jacobian and the inverse are recomputed every
+stiffly accurate, dense output of order 3. ``"rodas4p"`` (Steinebach) has the same structure
+and avoids RODAS4's order reduction on stiff problems that follow a slowly moving equilibrium
+(on x' = -1000 (x - cos t), tolerance 1e-8: 37 steps against 1 255); it is the one ``"auto"``
+switches to. The Jacobian and the inverse are recomputed every
 step (a Rosenbrock method needs the exact Jacobian at the step's start for its order; only
 rejected steps could reuse it, and they are rare). For a field that depends on time, ``G_t``
 is a forward difference (one more evaluation per step).
