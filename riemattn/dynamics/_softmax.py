@@ -34,7 +34,7 @@ def weights(S: np.ndarray, n: int, normalization: str, scale: float, tril, overf
     ``overflow()`` is called when a row's largest score is not finite."""
     if normalization != "mean":
         smax, smin = S.max(), S.min()
-        if smax - smin < GLOBAL_SHIFT_SPREAD:  # False for NaN and inf: the per-row path below
+        if float(smax) - float(smin) < GLOBAL_SHIFT_SPREAD:  # False for NaN and inf (no warning): per-row path
             S -= smax
             E = np.exp(S, out=S)
             if tril is not None:
