@@ -28,7 +28,7 @@ from .dynamics.fields import AlgebraField, Field, LinearField, VectorField
 from .errors import IntegrationError, RiemattnError, ValidationError
 from .geometry.manifolds import Ellipsoid, Euclidean, Sphere
 from .runs.sweep import SweepResult, sweep
-from .solvers import dormand_prince, lie, tableaux
+from .solvers import auto, dormand_prince, lie, rosenbrock, tableaux
 from .solvers.integrate import Trajectory, integrate
 from .solvers.autodiff import integrate_checkpointed
 from .solvers.layer import TransformerLayer

@@ -101,8 +101,14 @@ def _run(field, y0, stepper, **kw):
     return ra.integrate(field, y0, (0.0, T), stepper=stepper, **kw)
 
 
-def _same_solution(a, b):
-    _same(a.y, b.y)
+#: The stiff steppers step tensors on the host with NumPy: the same arithmetic, but einsum's SIMD
+#: reductions round differently with the alignment of the (copied) arrays, and the per-stage
+#: linear solves amplify that (measured: up to 3e-12 after 2 time units; step sequences equal).
+STIFF_TOL = 1e-11
+
+
+def _same_solution(a, b, tol=TOL):
+    _same(a.y, b.y, tol)
     pa, pb = a.per_trajectory, b.per_trajectory
     for key in ("nfev", "n_steps", "n_rejected", "status"):
         np.testing.assert_array_equal(getattr(pa, key), getattr(pb, key), err_msg=key)
@@ -116,8 +122,9 @@ def test_integrate_every_stepper_equals_numpy(stepper):
     field = FIELDS["time-vectorized-P"]
     y0 = _y0(field, batch=(3,))
     saveat = np.linspace(0.0, 2.0, 5)
+    tol = STIFF_TOL if getattr(ra.STEPPERS[stepper], "stiff", False) else TOL
     _same_solution(_run(field, y0, stepper, saveat=saveat),
-                   _run(field, torch.as_tensor(y0), stepper, saveat=saveat))
+                   _run(field, torch.as_tensor(y0), stepper, saveat=saveat), tol)
 
 
 @pytest.mark.parametrize("name", ["sa-beta-array", "causal-U", "time-P", "usa-mean"])

@@ -8,6 +8,7 @@ trajectory; :func:`bmm` is ``a @ b`` with BLAS limited to one thread for small m
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import numpy as np
 
@@ -34,6 +35,10 @@ def as_heads(value, name: str, d: int | None) -> np.ndarray:
     return arr
 
 
+#: Times at which a scalar-time callable is probed for vectorisation (see :class:`HeadMatrices`).
+PROBE_TIMES = np.array([0.0, 0.5, 1.25])
+
+
 class HeadMatrices:
     """A constant or time-dependent stack of per-head matrices, shape (h, d, d).
 
@@ -44,8 +49,18 @@ class HeadMatrices:
         The argument's name, for error messages.
     d : int or None
         Required matrix size (None: taken from ``value``).
-    time_vectorized : bool
-        The callable accepts a 1-D array of k times and returns shape (k, h, d, d) or (k, d, d).
+    time_vectorized : bool or None
+        True: the callable accepts a 1-D array of k times and returns shape (k, h, d, d) or
+        (k, d, d). False: it is called with one float time at a time. None (default): detected
+        at construction (:meth:`_probe`): the callable is called with the times
+        :data:`PROBE_TIMES` as a 1-D array and, failing that, as an array of shape (k, 1, 1, 1)
+        (so that ``lambda t: np.cos(t) * P`` gives (k, 1, d, d)); a result of the right shape
+        equal to the scalar calls (to 1e-12 relative) makes later multi-time evaluations one
+        call. Otherwise (an exception, a wrong shape or other values) it is called once per
+        distinct time. How detection can fail: a callable that gives the right values at the
+        probe times but not at others, or that has side effects (it is called 2 to 8 extra
+        times at construction); pass ``time_vectorized=False`` (or True) to skip the probe. If a
+        detected vectorised call later fails, evaluation falls back to one call per time.
 
     Notes
     -----
@@ -55,9 +70,11 @@ class HeadMatrices:
     on tensor tokens. NumPy tokens get detached values.
     """
 
-    def __init__(self, value, name: str, d: int | None, time_vectorized: bool = False):
+    def __init__(self, value, name: str, d: int | None, time_vectorized: bool | None = None):
         self.name = name
         self.time_vectorized = bool(time_vectorized)
+        self.mode = "1d" if self.time_vectorized else None  # how many times are passed at once
+        self._last = None  # (t, value) of the last scalar-time evaluation
         self.param = None
         if requires_grad(value):
             self.fn, self.const, self.param = None, None, value
@@ -75,10 +92,46 @@ class HeadMatrices:
                 first = first[0]
             self.const = None
             self.shape = as_heads(first, f"{name}(0)", d).shape
+            if time_vectorized is None:
+                self.mode = self._probe()
         else:
             self.fn = None
             self.const = as_heads(value, name, d)
             self.shape = self.const.shape
+
+    def _probe(self):
+        """"1d" or "column" if the callable evaluates many times at once (see the class docstring), else None."""
+        try:
+            expect = np.stack([self(float(t)) for t in PROBE_TIMES])
+        except Exception:  # noqa: BLE001 - the scalar calls raise again, with the package's error, when used
+            return None
+        scale = max(1.0, float(np.max(np.abs(expect))))
+        for mode in ("1d", "column"):
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    out = np.asarray(self.fn(self._times_arg(PROBE_TIMES, mode)), dtype=float)
+            except Exception:  # noqa: BLE001 - any failure means "not vectorised this way"
+                continue
+            if out.shape == expect.shape[:1] + expect.shape[2:] and self.shape[0] == 1:
+                out = out[:, None]
+            if out.shape == expect.shape and np.allclose(out, expect, rtol=1e-12, atol=1e-12 * scale):
+                return mode
+        return None
+
+    @staticmethod
+    def _times_arg(times, mode):
+        return times if mode == "1d" else times[:, None, None, None]
+
+    def _many_at_once(self, flat):
+        """The stacks at the 1-D times ``flat`` in one call (modes "1d" and "column")."""
+        if self.time_vectorized:
+            return self._check(self._call(flat), flat, True)
+        try:
+            return self._check(self._call(self._times_arg(flat, self.mode)), flat, True)
+        except Exception:  # noqa: BLE001 - detection was wrong for these times: one call per time
+            self.mode = None
+            return np.stack([self(t) for t in flat.tolist()])
 
     def _call(self, t):
         """The user's callable at ``t`` (exceptions wrapped, see :func:`~riemattn._validation.call_user`)."""
@@ -132,14 +185,19 @@ class HeadMatrices:
             return self.const
         if self.time_vectorized:
             return self._check(self._call(np.array([float(t)])), np.array([float(t)]), True)[0]
-        return self._check(self._call(t), t, False)
+        last = self._last
+        if last is not None and last[0] == t:  # at most one call per distinct time in a row
+            return last[1]
+        out = self._check(self._call(t), t, False)
+        self._last = (t, out)
+        return out
 
     def many(self, times: np.ndarray) -> np.ndarray:
         """The stacks at each of ``times`` (1-D, k), shape (k, h, d, d)."""
         if self.fn is None:
             return np.broadcast_to(self(0.0), (len(times),) + self.shape)
-        if self.time_vectorized:
-            return self._check(self._call(times), times, True)
+        if self.mode is not None:
+            return self._many_at_once(times)
         return np.stack([self(t) for t in times.tolist()])
 
     def at(self, t, batch_shape: tuple, like=None):
@@ -159,14 +217,14 @@ class HeadMatrices:
         if like is not None and not (type(like) is np.ndarray and like.dtype == np.float64):
             return self._at_device(t, batch_shape, like)
         if self.fn is None or np.ndim(t) == 0:
-            return self(float(t))
+            return self(float(t)) if self.fn is not None else self(0.0)  # constant (or a parameter)
         t = np.broadcast_to(np.asarray(t, dtype=float), batch_shape)
         first = t.flat[0]
         if (t == first).all():
             return self(float(first))
-        if self.time_vectorized:
+        if self.mode is not None:
             flat = t.reshape(-1)
-            return self._check(self._call(flat), flat, True).reshape(batch_shape + self.shape)
+            return self._many_at_once(flat).reshape(batch_shape + self.shape)
         times, inverse = np.unique(t, return_inverse=True)
         return self.many(times)[inverse.reshape(batch_shape)]
 

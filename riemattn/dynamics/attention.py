@@ -22,6 +22,7 @@ import numpy as np
 
 from .._backend import constant, convert, device_of, is_torch, like_param, namespace, requires_grad, size, to_numpy
 from ._heads import HeadMatrices, bmm, stack_columns
+from ._softmax import weights, weights_device
 from .._validation import as_float_array, check_choice, check_finite, check_int, check_points, check_real
 from ..errors import ValidationError
 from .fields import Field
@@ -68,10 +69,13 @@ class AttentionField(Field):
         Inverse temperature multiplying every P_eta (GLPR's beta). An array gives one beta per
         trajectory: it broadcasts against the leading (batch) axes of the tokens ``y``, so a
         phase diagram over beta is one batch.
-    time_vectorized : bool, default False
-        Callable P and U accept a 1-D array of ``k`` times and return ``(k, h, d, d)`` (or
-        ``(k, d, d)``). Used when trajectories of a batch are at different times (adaptive
-        steps are per trajectory); otherwise the callables are called once per distinct time.
+    time_vectorized : bool or None, default None
+        How callable P and U are evaluated when the trajectories of a batch are at different
+        times (adaptive steps are per trajectory). True: they accept a 1-D array of ``k`` times
+        and return ``(k, h, d, d)`` (or ``(k, d, d)``). False: one call per distinct time.
+        None: detected at construction by calling them on an array of times and comparing with
+        scalar calls (``lambda t: np.cos(t) * P`` is detected as vectorised); see
+        :class:`riemattn.dynamics._heads.HeadMatrices` for what is detected and how it can fail.
 
     Notes
     -----
@@ -87,11 +91,11 @@ class AttentionField(Field):
     """
 
     def __init__(self, P, U=None, *, W=None, mask="full", normalization="paper", beta=1.0,
-                 time_vectorized=False):
+                 time_vectorized=None):
         self.mask = check_choice(mask, "mask", MASKS)
         self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS)
         self.beta = _check_beta(beta)
-        self.time_vectorized = bool(time_vectorized)
+        self.time_vectorized = None if time_vectorized is None else bool(time_vectorized)
         self._P = HeadMatrices(P, "P", None, self.time_vectorized)
         d = self._P.shape[-1]
         self._U = None if U is None else HeadMatrices(U, "U", d, self.time_vectorized)
@@ -289,60 +293,29 @@ class AttentionField(Field):
             return self._tril[n]
         return self._const(("tril", n), self._tril[n].astype(float), y)
 
-    #: Largest spread max(S) - min(S) of the scores for which one shift by the global maximum is
-    #: used in the softmax (exp(-600) ~ 1e-261 is still a normal float, so no row underflows and
-    #: every row sum keeps full relative precision); beyond it, each row's maximum is subtracted.
-    _GLOBAL_SHIFT_SPREAD = 600.0
-
     def _weights(self, t, y: np.ndarray):
         """Unnormalized weights E[..., i, eta, j] and per-row factors r[..., i, eta] with
-        alpha = E * r[..., None] ("paper" / "softmax"); for "mean" r is None and E is alpha."""
+        alpha = E * r[..., None] ("paper" / "softmax"); for "mean" r is None and E is alpha
+        (see :mod:`riemattn.dynamics._softmax`)."""
         S = self._scores(t, y)
         n = y.shape[-2]
         causal = self.mask == "causal"
         scale = np.sqrt(self.d) if self.normalization == "paper" else 1.0
         if type(S) is not np.ndarray:
-            return self._weights_device(S, n, causal, scale)
-        if self.normalization != "mean":
-            smax, smin = S.max(), S.min()
-            if smax - smin < self._GLOBAL_SHIFT_SPREAD:  # False for NaN: the per-row path below
-                S -= smax
-                E = np.exp(S, out=S)
-                if causal:
-                    E *= self._causal(n)
-                return E, 1.0 / (scale * np.einsum("...j->...", E))
-        if causal:
-            S = np.where(self._causal(n), S, -np.inf)
-        m = np.max(S, axis=-1, keepdims=True)
-        E = np.exp(S - m)
-        if self.normalization == "mean":
-            with np.errstate(over="raise"):
-                try:
-                    return E * (np.exp(m) / n), None
-                except FloatingPointError:
-                    raise ValidationError(
-                        "normalization='mean' overflowed: exp(y_i^T P y_j) exceeds the float range "
-                        f"(max score {float(np.max(m)):.4g}); reduce beta or use 'softmax'."
-                    ) from None
-        return E, 1.0 / (scale * np.sum(E, axis=-1))
+            return weights_device(S, n, self.normalization, scale, self._causal(n, S) if causal else None)
+        return weights(S, n, self.normalization, scale, self._causal(n) if causal else None,
+                       lambda: self._overflow(t, y))
 
-    def _weights_device(self, S, n: int, causal: bool, scale: float):
-        """:meth:`_weights` for tensors, without a host synchronisation: every row is shifted by
-        its own maximum (no data-dependent branch); an overflow of "mean" gives inf, which
-        ``integrate`` reports as a non-finite trajectory instead of raising."""
-        xp = namespace(S)
-        if causal:
-            S = xp.where(self._causal(n, S) > 0, S, -math.inf)
-        m = xp.max(S, axis=-1, keepdims=True)
-        if S.requires_grad:  # autograd: no in-place operations (exp saves its result)
-            E = xp.exp(S - m)
-            if self.normalization == "mean":
-                return E * (xp.exp(m) / n), None
-            return E, 1.0 / (scale * xp.sum(E, axis=-1))
-        E = (S - m).exp_()  # one temporary, exponentiated in place
-        if self.normalization == "mean":
-            return E.mul_(xp.exp(m) / n), None
-        return E, 1.0 / (scale * xp.sum(E, axis=-1))
+    def _overflow(self, t, y):
+        """Scores beyond the float range: raise naming beta and P (NaN/inf tokens: let them through)."""
+        if not np.isfinite(y).all():
+            return
+        P = self._P(float(np.max(t)))
+        raise ValidationError(
+            "attention scores y_i^T (beta P) y_j overflow float64 (beta "
+            f"{'= %.4g' % self.beta if isinstance(self.beta, float) else 'up to %.4g' % float(np.max(np.abs(self.beta)))}, "
+            f"largest |P| entry {float(np.max(np.abs(P))):.4g}); reduce beta or the scale of P."
+        )
 
     def _attention(self, t, y: np.ndarray) -> np.ndarray:
         """alpha[..., i, eta, j] (internal layout)."""
@@ -397,15 +370,15 @@ class AttentionField(Field):
             Uy = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * hU, self.d))
         else:
             Uy = self._mm(y, cols).reshape(batch + (n * hU, self.d))
-        if A.shape[-2] != hU:  # one P shared by several U heads
-            A = namespace(A).broadcast_to(A, tuple(A.shape[:-2]) + (hU, n))
+        if A.shape[-2] != hU:  # one U shared by the P heads: sum their attention; one P shared by U heads
+            xp = namespace(A)
+            A = xp.sum(A, axis=-2, keepdims=True) if hU == 1 else xp.broadcast_to(A, tuple(A.shape[:-2]) + (hU, n))
         A = A.swapaxes(-1, -2).reshape(tuple(A.shape[:-3]) + (n, n * hU))  # columns (j, eta)
         return self._mm(A, Uy)
 
     def drive(self, t, y) -> np.ndarray:
         """Deprecated alias of :meth:`update` (the name used before version 0.2)."""
         import warnings
-
         warnings.warn("AttentionField.drive is deprecated; use AttentionField.update.",
                       DeprecationWarning, stacklevel=2)
         return self.update(t, y)

@@ -3,7 +3,10 @@
 :func:`~riemattn.solvers.integrate.integrate` and its result, the stepping loops (fixed and
 per-trajectory adaptive), the stepper registry (:mod:`riemattn.solvers.steppers`), Butcher
 tableaux (:mod:`riemattn.solvers.tableaux`), Dormand--Prince with dense output
-(:mod:`riemattn.solvers.dormand_prince`), Lie-group methods (:mod:`riemattn.solvers.lie`), and
+(:mod:`riemattn.solvers.dormand_prince`), stiff (linearly implicit Rosenbrock) steppers and their
+tableaux (:mod:`riemattn.solvers.rosenbrock`, :mod:`riemattn.solvers.rosenbrock_tableaux`), the
+explicit/stiff switching stepper ``"auto"`` (:mod:`riemattn.solvers.auto`), Lie-group methods
+(:mod:`riemattn.solvers.lie`), and
 the discrete transformer layer, which *is* the ``"layer"`` stepper
 (:mod:`riemattn.solvers.layer`), events (:mod:`riemattn.solvers.events`: zero crossings of
 ``g(t, y)`` per trajectory, located on the dense output, terminal stops), and gradient

@@ -304,6 +304,7 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
     nonfinite_prev = kind.full((B,), False, dtype=xp.bool)
     progress = t0
     n_rows = B  # len(w), known on the host
+    state = None  # per-row state a stepper carries across steps (StepResult.state), compacted with the rows
 
     def whole(ys):  # tokens of the rows w inside the whole batch (for save_fn)
         out = copy(y_out)
@@ -319,6 +320,7 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
             w, y_w, t_w, h_w = w[keep], y_w[keep], t_w[keep], h_w[keep]
             err_prev, rejected_prev, nonfinite_prev = err_prev[keep], rejected_prev[keep], nonfinite_prev[keep]
             k1 = None if k1 is None else k1[keep]
+            state = None if state is None else state[keep]
             done = done[keep]
             n_rows = n_active
             if n_rows:
@@ -338,7 +340,10 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
         h_try = xp.where(active, xp.minimum(h_w, remaining), 0.0)
         last = active & (h_try >= remaining - 1e-12 * max(1.0, abs(t1)))
         h_try = xp.where(last, remaining, h_try)
-        res = stepper.step(field_w, shaped(t_w), shaped(y_w), shaped(h_try), None if k1 is None else shaped(k1))
+        extra = {} if state is None else {"state": shaped(state)}
+        res = stepper.step(field_w, shaped(t_w), shaped(y_w), shaped(h_try), None if k1 is None else shaped(k1), **extra)
+        if res.state is not None:  # shape batch + (m,): one row of m numbers per trajectory
+            state = res.state.reshape((y_w.shape[0], -1))
         stats.calls += res.nfev
         nfev[w] += res.nfev * active
         y_new = res.y.reshape(y_w.shape)

@@ -84,6 +84,10 @@ class StepResult(NamedTuple):
         ``F(t + h, y)``, passed back as ``k1`` of the next step (first-same-as-last steppers).
     stages : Any
         What the stepper's dense output needs (stage values); None for steppers without one.
+    state : ndarray or None
+        Per-trajectory state carried to the next step, shape ``batch + (m,)`` (e.g. which
+        method ``"auto"`` uses): the adaptive loop keeps it with the rows (compacting it like
+        ``k_next``) and passes it back as ``step(..., state=...)``; None for stateless steppers.
     """
 
     y: np.ndarray
@@ -91,6 +95,7 @@ class StepResult(NamedTuple):
     nfev: int
     k_next: np.ndarray | None = None
     stages: Any = None
+    state: Any = None
 
 
 def per_trajectory(a, y):

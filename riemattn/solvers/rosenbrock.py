@@ -1,0 +1,241 @@
+r"""Projected Rosenbrock (linearly implicit) steppers for stiff attention dynamics: ``"rodas4p"``, ``"rodas4"``.
+
+At large beta the attention dynamics is stiff: once tokens gather, the linearisation has
+eigenvalues of size about e^beta, and explicit steppers are held to steps of about e^-beta by
+stability. A Rosenbrock method solves one linear system per stage with the matrix
+``I / (h gamma) - J`` (one inversion per step, reused by all stages) and is L-stable.
+
+Projection, as for the explicit methods (:mod:`riemattn.solvers.steppers`): the tableau is
+applied to the lifted field ``G(t, x) = |x|_W F(t, pi_W x)``, the result retracted, and the local
+error (the embedded difference) measured as a tangent vector at the new point. The method
+linearises **the lifted field G**, the ODE its order conditions are about: at a point y of the
+manifold (|y|_W = 1), token by token,
+
+.. math:: J_G = DF \, (I - y y^T W) + F \, (W y)^T,
+
+with ``DF`` the Jacobian of the field's ambient extension
+(:func:`riemattn.dynamics.jacobians.jacobian`, closed form for attention). The factor
+``(I - y y^T W)`` removes the field's behaviour off the manifold: the normal direction ``y`` is
+mapped to ``F`` (tangent, of the size of the field), so the stiff radial mode that the raw field
+has off the manifold (rate ~ e^beta / n for attention) never enters the linear system, and the
+stiff eigenvalues that remain are those of the dynamics on the manifold. The linear system is
+in ambient coordinates of the (l, d) token array: ``l d`` unknowns per trajectory, one batched
+``numpy.linalg.inv`` of shape (..., l d, l d) per step. Dense Jacobians cost O((l d)^2) memory
+and O((l d)^3) per step: this stepper is meant for l d up to a few hundred (no Krylov path).
+
+``"rodas4"`` (Hairer & Wanner's RODAS): 6 stages, order 4, embedded order 3, L-stable and
+stiffly accurate, dense output of order 3. ``"rodas4p"`` (Steinebach) has the same structure
+and avoids RODAS4's order reduction on stiff problems that follow a slowly moving equilibrium
+(on x' = -1000 (x - cos t), tolerance 1e-8: 37 steps against 1 255); it is the one ``"auto"``
+switches to. The Jacobian and the inverse are recomputed every
+step (a Rosenbrock method needs the exact Jacobian at the step's start for its order; only
+rejected steps could reuse it, and they are rare). For a field that depends on time, ``G_t``
+is a forward difference (one more evaluation per step).
+
+References
+----------
+E. Hairer, G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed., Springer 1996,
+section IV.7 (Rosenbrock methods, the code RODAS). E. Hairer, C. Lubich, G. Wanner, *Geometric
+Numerical Integration*, 2nd ed., section IV.4 (projection methods).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._backend import convert, is_torch, namespace, requires_grad, to_numpy
+from ..errors import InputTypeError
+from ..dynamics.jacobians import is_autonomous, jacobian
+from .rosenbrock_tableaux import RODAS4, RODAS4P, RosenbrockTableau
+from .steppers import Interpolant, Stepper, StepResult, _check_field, per_trajectory, register, shifted_time
+
+__all__ = ["ProjectedRosenbrock", "ProjectedRodas4", "ProjectedRodas4P", "lifted_jacobian"]
+
+DT_FACTOR = math.sqrt(np.finfo(float).eps)
+
+
+def lifted_jacobian(field, t, y, F=None) -> np.ndarray:
+    """J_G = DF (I - y y^T W) + F (W y)^T at tokens ``y`` on the manifold, shape (..., l d, l d).
+
+    ``F`` is the field at (t, y) when known. On a Euclidean manifold J_G = DF.
+    """
+    DF = jacobian(field, t, y)  # (..., l, d, l, d)
+    l, d = y.shape[-2:]
+    manifold = field.manifold
+    if manifold.normalize(y[..., :1, :])[1] is None:  # Euclidean: no lifting
+        return DF.reshape(y.shape[:-2] + (l * d, l * d))
+    Wy = manifold.apply_W(y)
+    if F is None:
+        F = field(t, y)
+    r = np.sum(DF * y[..., None, None, :, :], axis=-1)  # (DF y_k)[i, a, k]
+    DF -= r[..., None] * Wy[..., None, None, :, :]
+    idx = np.arange(l)
+    DF[..., idx, :, idx, :] += np.moveaxis(np.einsum("...ia,...ib->...iab", F, Wy), -3, 0)
+    return DF.reshape(y.shape[:-2] + (l * d, l * d))
+
+
+class ProjectedRosenbrock(Stepper):
+    """A Rosenbrock tableau (:class:`~riemattn.solvers.rosenbrock_tableaux.RosenbrockTableau`)
+    applied to the lifted field with its exact Jacobian, retracted; see the module docstring."""
+
+    tableau: RosenbrockTableau
+    adaptive = True
+    fsal = True  # returns F(t + h, y1): the next step's first stage and Jacobian point
+    stiff = True
+
+    def jacobian(self, field, t, y, F):
+        """The lifted Jacobian at the step's start (a hook: W-methods may approximate it)."""
+        return lifted_jacobian(field, t, y, F)
+
+    def step(self, field, t, y, h, k1=None):
+        field = _check_field(field)
+        if is_torch(y):
+            return host_step(self, field, t, y, h, k1)
+        tab = self.tableau
+        normalize = field.manifold.normalize
+        frozen = None
+        if np.ndim(h) and not np.all(h):  # rows the adaptive loop keeps still (h = 0): a dummy step
+            frozen = np.asarray(h) == 0
+            h = np.where(frozen, 1e-6, h)
+        hc = per_trajectory(h, y)
+        shape, n = y.shape, y.shape[-2] * y.shape[-1]
+        nfev = 0
+        F0 = k1
+        if F0 is None:
+            F0 = field(t, y)
+            nfev += 1
+        J = self.jacobian(field, t, y, F0)
+        hg = np.broadcast_to(np.asarray(hc, dtype=float) * tab.gamma, y.shape[:-2] + (1, 1)) if np.ndim(hc) else hc * tab.gamma
+        M = np.eye(n) / hg - J
+        with np.errstate(all="ignore"):
+            try:
+                Minv = np.linalg.inv(M)
+            except np.linalg.LinAlgError:  # a singular row: NaN, reported by integrate per trajectory
+                Minv = np.full_like(M, np.nan)
+        Ft = None
+        if not is_autonomous(field):  # forward difference in t, step per trajectory
+            tt = np.asarray(t, dtype=float)
+            dt = DT_FACTOR * np.maximum(1.0, np.abs(tt))
+            Ft = (field(tt + dt if np.ndim(t) else float(t) + float(dt), y) - F0) / per_trajectory(dt, y)
+            nfev += 1
+        Us = np.empty((tab.stages,) + shape)
+        flat = shape[:-2] + (n, 1)
+        times = [t] + [shifted_time(t, float(c), h) for c in tab.c[1:]]
+        for i in range(tab.stages):
+            if i == 0:
+                rhs = F0.copy()
+            else:
+                Xn, r = normalize(y + _combine(tab.a[i, :i], Us))
+                rhs = field(times[i], Xn)
+                nfev += 1
+                if r is not None:
+                    rhs *= r
+                rhs += _combine(tab.C[i, :i], Us) / hc
+            if Ft is not None and tab.d[i] != 0.0:
+                rhs += (hc * tab.d[i]) * Ft
+            Us[i] = np.einsum("...ij,...j->...i", Minv, rhs.reshape(flat[:-1])).reshape(shape)  # no BLAS: batch-independent rounding
+        x1 = y + _combine(tab.m, Us)
+        y_new, r = normalize(x1)
+        e = field.manifold.tangent(y_new, _combine(tab.m - tab.m_hat, Us))
+        error = e if r is None else e / r
+        if frozen is not None:
+            keep = frozen[..., None, None]
+            y_new, error = np.where(keep, y, y_new), np.where(keep, 0.0, error)
+        k_next = field(shifted_time(t, 1.0, h), y_new)
+        nfev += 1
+        return StepResult(y_new, error, nfev, k_next, (Us, x1, J))
+
+    def interpolant(self, field, t, y, h, res):
+        if is_torch(y):
+            return host_interpolant(self, field, t, y, h, res)
+        U, x1, _ = res.stages
+        H = self.tableau.H
+        ka, kb = _combine(H[0], U), _combine(H[1], U)
+        retract = field.manifold.retract
+
+        def u(theta):
+            s = per_trajectory(np.asarray(theta, dtype=float), y)
+            return retract((1.0 - s) * y + s * (x1 + (1.0 - s) * (ka + s * kb)))
+
+        return Interpolant(u)
+
+
+def _host(x):
+    return np.asarray(to_numpy(x), dtype=float) if is_torch(x) else x
+
+
+def _differentiated(field, y) -> bool:
+    """Whether the tokens or a tensor parameter of the field (P, U, beta, W) require gradients."""
+    if requires_grad(y):
+        return True
+    parts = [getattr(field, "beta", None), getattr(getattr(field, "manifold", None), "_W_param", None)]
+    parts += [getattr(getattr(field, name, None), "param", None) for name in ("_P", "_U")]
+    return any(requires_grad(p) for p in parts if p is not None)
+
+
+def host_step(stepper, field, t, y, h, k1=None, **kw):
+    """``stepper.step`` for tensors: computed on the host in float64 (the dense linear algebra of
+    the stiff steppers is NumPy's), the results moved back to the tokens' device and dtype.
+
+    Not differentiable: tokens or field parameters that require gradients raise an
+    :class:`~riemattn.errors.InputTypeError` (the host step would silently cut the graph).
+    """
+    if _differentiated(field, y):
+        raise InputTypeError(
+            f"stepper {stepper.name!r} steps on the host (NumPy) and does not propagate gradients; "
+            f"the tokens or the field's parameters require grad. Use an explicit stepper "
+            f"(e.g. 'dopri5', 'dop853', 'rk4', 'cf4') to differentiate (docs/autodiff.md)."
+        )
+    res = stepper.step(field, _host(t), _host(y), _host(h), None if k1 is None else _host(k1), **kw)
+    back = lambda a: None if a is None else convert(a, y)  # noqa: E731
+    state = None if res.state is None else convert(res.state, y, dtype=namespace(y).float64)
+    return StepResult(back(res.y), back(res.error), res.nfev, back(res.k_next), res.stages, state)
+
+
+def host_interpolant(stepper, field, t, y, h, res):
+    """``stepper.interpolant`` for tensors (see :func:`host_step`)."""
+    inner = stepper.interpolant(field, _host(t), _host(y), _host(h),
+                                res._replace(y=_host(res.y), error=None, k_next=None))
+    return Interpolant(lambda theta: convert(inner(_host(theta)), y), nfev=inner.nfev)
+
+
+def _combine(coef, Us):
+    """sum_j coef_j Us[j] over the first len(coef) stages (einsum: a trajectory's result does not
+    depend on the batch around it, see :func:`riemattn.solvers.steppers.combine`)."""
+    k = len(coef)
+    return np.einsum("j,jk->k", coef, Us[:k].reshape(k, -1)).reshape(Us.shape[1:])
+
+
+@register
+class ProjectedRodas4(ProjectedRosenbrock):
+    """Projected RODAS4: Rosenbrock, 6 stages, order 4(3), L-stable, stiffly accurate, dense
+    output of order 3; coefficients :data:`riemattn.solvers.rosenbrock_tableaux.RODAS4`.
+
+    References
+    ----------
+    E. Hairer, G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed., section IV.7.
+    """
+
+    name = "rodas4"
+    order = 4
+    error_order = 3
+    dense_order = 3
+    tableau = RODAS4
+
+
+@register
+class ProjectedRodas4P(ProjectedRodas4):
+    """Projected RODAS4P: RODAS4's structure with Steinebach's coefficients that avoid order
+    reduction on stiff problems following a slowly moving equilibrium;
+    :data:`riemattn.solvers.rosenbrock_tableaux.RODAS4P`.
+
+    References
+    ----------
+    G. Steinebach, "Order-reduction of ROW-methods for DAEs and method of lines applications",
+    Preprint 1741, TH Darmstadt, 1995.
+    """
+
+    name = "rodas4p"
+    tableau = RODAS4P
