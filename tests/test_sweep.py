@@ -122,10 +122,22 @@ def test_same_values_and_bytes_with_one_and_two_workers(tmp_path):
             assert c1.read_bytes() == c2.read_bytes(), f"{name}/{c1.name}"
 
 
-def test_killed_worker_still_yields_the_complete_identical_store(tmp_path, client, marks, monkeypatch):
+def test_killed_worker_still_yields_the_complete_identical_store(tmp_path, marks, monkeypatch):
     monkeypatch.setenv("RIEMATTN_SWEEP_DELAY", "0.4")
-    # the fixture's workers started before the variable was set: restart them so they see it
-    client.restart()
+    # a cluster of its own, started after the variable is set (its workers see it): killing one of
+    # its workers cannot leave the module's shared client without workers for the next tests
+    # (restarting the shared client's workers timed out under load, and the next test then waited
+    # for workers forever)
+    cluster = local_cluster(2)
+    client = distributed.Client(cluster)
+    try:
+        _killed_worker_run(tmp_path, client, marks, monkeypatch)
+    finally:
+        client.close()
+        cluster.close()
+
+
+def _killed_worker_run(tmp_path, client, marks, monkeypatch):
     killed = {}
 
     def kill_one_busy_worker():
@@ -152,7 +164,6 @@ def test_killed_worker_still_yields_the_complete_identical_store(tmp_path, clien
     assert starts > 12, f"the killed worker's in-flight point was not rerun ({starts} calls)"
     monkeypatch.delenv("RIEMATTN_SWEEP_DELAY")
     assert_store_equals_serial(tmp_path / "k.zarr", serial(pts.sa_point, GRID, SEED))
-    client.restart()
 
 
 INTERRUPTED = """
@@ -190,6 +201,7 @@ def test_interrupted_client_rerun_recomputes_nothing_finished(tmp_path, marks, c
     assert 0 < n_done < 12, f"interrupt came too early or too late: {n_done} points done"
     for f in marks.iterdir():
         f.unlink()
+    client.wait_for_workers(2, timeout=120)  # a clear failure, never a hang, if workers are gone
     res = ra.sweep(pts.sa_point, GRID, store, client=client, seed=SEED)
     calls = len(list(marks.glob("start-*")))
     assert calls == 12 - n_done and res.computed == 12 - n_done and res.skipped == n_done
