@@ -23,7 +23,8 @@ from . import errors
 from ._backend import use_device
 from .analysis import diagnostics, gradient_flow, theory
 from .dynamics import circle
-from .dynamics.attention import AttentionField, sa, usa
+from .dynamics.attention import AttentionField
+from .dynamics.glpr import sa, usa
 from .dynamics.fields import AlgebraField, Field, LinearField, VectorField
 from .errors import IntegrationError, RiemattnError, ValidationError
 from .geometry.manifolds import Ellipsoid, Euclidean, Sphere

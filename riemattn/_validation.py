@@ -6,7 +6,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ._backend import is_torch, namespace, size
+from ._backend import is_torch, namespace, requires_grad, size
 from .errors import InputTypeError, ValidationError
 
 
@@ -286,3 +286,15 @@ def call_user_on_device(owner, fn, label: str, t, args, host_args):
     if is_torch(t) and t.ndim == 0:  # on the host path already: the time as a number
         t = float(t)
     return call_user(fn, label, t, *host_args()), True
+
+
+def check_beta_batch(beta):
+    """beta as a float, or as a float array (one inverse temperature per trajectory); a tensor
+    that requires a gradient stays that tensor (a differentiable parameter, values checked)."""
+    if requires_grad(beta):
+        check_finite(as_float_array(beta, "beta"), "beta")
+        return beta
+    if isinstance(beta, Real) and not isinstance(beta, bool):
+        return check_real(beta, "beta")
+    arr = check_finite(as_float_array(beta, "beta"), "beta")
+    return float(arr) if arr.ndim == 0 else arr

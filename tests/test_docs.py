@@ -44,7 +44,7 @@ def test_each_name_is_documented_once_at_its_home():
 
 
 def test_reference_to_a_reexport_resolves_to_its_home():
-    assert api.documented_name("riemattn.sa", prefer_attribute=True) == "riemattn.dynamics.attention.sa"
+    assert api.documented_name("riemattn.sa", prefer_attribute=True) == "riemattn.dynamics.glpr.sa"
     assert api.documented_name("riemattn.sweep", prefer_attribute=True) == "riemattn.runs.sweep.sweep"
     assert api.documented_name("riemattn.sweep") == "riemattn.runs.sweep"  # the old module path
     assert api.documented_name("riemattn.analysis.gradient_flow.energy") == "riemattn.analysis.gradients.energy"

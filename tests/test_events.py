@@ -15,7 +15,7 @@ from riemattn.analysis import events as aev
 from riemattn.analysis.diagnostics import cluster_count, in_common_hemisphere, misalignment
 from riemattn.analysis.gradients import energy
 from riemattn.analysis.theory import equiangular_rate
-from riemattn.dynamics.attention import sa
+from riemattn.dynamics.glpr import sa
 from riemattn.dynamics.fields import LinearField
 from riemattn.errors import InputTypeError, ValidationError
 from riemattn.geometry.manifolds import Sphere

@@ -16,34 +16,21 @@ from __future__ import annotations
 import copy
 import math
 import threading
-from numbers import Real
 
 import numpy as np
 
 from .._backend import constant, convert, device_of, is_torch, like_param, namespace, requires_grad, size, to_numpy
 from ._heads import HeadMatrices, bmm, stack_columns
 from ._softmax import weights, weights_device
-from .._validation import as_float_array, check_choice, check_finite, check_int, check_points, check_real
+from .._validation import check_beta_batch, check_choice, check_points
 from ..errors import ValidationError
 from .fields import Field
 from ..geometry.manifolds import manifold_for
 
-__all__ = ["AttentionField", "sa", "usa", "MASKS", "NORMALIZATIONS"]
+__all__ = ["AttentionField", "MASKS", "NORMALIZATIONS"]  # sa, usa: riemattn.dynamics.glpr
 
 MASKS = ("full", "causal")
 NORMALIZATIONS = ("paper", "softmax", "mean")
-
-
-def _check_beta(beta):
-    """beta as a float, or as a float array (one inverse temperature per trajectory); a tensor
-    that requires a gradient stays that tensor (a differentiable parameter, values checked)."""
-    if requires_grad(beta):
-        check_finite(as_float_array(beta, "beta"), "beta")
-        return beta
-    if isinstance(beta, Real) and not isinstance(beta, bool):
-        return check_real(beta, "beta")
-    arr = check_finite(as_float_array(beta, "beta"), "beta")
-    return float(arr) if arr.ndim == 0 else arr
 
 
 class AttentionField(Field):
@@ -94,7 +81,7 @@ class AttentionField(Field):
                  time_vectorized=None):
         self.mask = check_choice(mask, "mask", MASKS)
         self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS)
-        self.beta = _check_beta(beta)
+        self.beta = check_beta_batch(beta)
         self.time_vectorized = None if time_vectorized is None else bool(time_vectorized)
         self._P = HeadMatrices(P, "P", None, self.time_vectorized)
         d = self._P.shape[-1]
@@ -400,30 +387,10 @@ class AttentionField(Field):
         )
 
 
-def sa(beta, d: int, **kwargs) -> AttentionField:
-    """GLPR's self-attention (SA) on S^(d-1): Q = K = V = I, plain softmax, inverse temperature beta.
+def __getattr__(name):
+    # sa and usa live in riemattn.dynamics.glpr since 0.2 (importable from here as before)
+    if name in ("sa", "usa"):
+        from . import glpr
 
-    dx_i/dt = P_x_i^perp ( (1/Z_i) sum_j e^{beta <x_i, x_j>} x_j ),  Z_i = sum_j e^{beta <x_i, x_j>}.
-    ``beta`` may be an array (one per trajectory, broadcasting over the batch axes).
-
-    References
-    ----------
-    Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", eq. (SA).
-    """
-    return AttentionField(np.eye(_check_d(d)), beta=beta, normalization="softmax", **kwargs)
-
-
-def usa(beta, d: int, **kwargs) -> AttentionField:
-    """GLPR's unnormalized self-attention (USA): dx_i/dt = P^perp((1/n) sum_j e^{beta <x_i,x_j>} x_j).
-
-    ``beta`` may be an array (one per trajectory, broadcasting over the batch axes).
-
-    References
-    ----------
-    Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", eq. (USA).
-    """
-    return AttentionField(np.eye(_check_d(d)), beta=beta, normalization="mean", **kwargs)
-
-
-def _check_d(d) -> int:
-    return check_int(d, "d", 2, " (tokens in R^d on the sphere S^(d-1))")
+        return getattr(glpr, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

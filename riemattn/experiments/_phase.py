@@ -24,7 +24,8 @@ import tempfile
 import numpy as np
 import xarray as xr
 
-from ..dynamics.attention import AttentionField, sa
+from ..dynamics.attention import AttentionField
+from ..dynamics.glpr import sa
 from ..solvers.integrate import integrate
 from ..runs.sweep import sweep
 

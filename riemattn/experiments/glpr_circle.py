@@ -27,7 +27,7 @@ import numpy as np
 import xarray as xr
 
 from ..solvers.integrate import integrate
-from ..dynamics.attention import sa, usa
+from ..dynamics.glpr import sa, usa
 from ..dynamics.circle import CircleField, from_points, to_points
 from ..analysis.gradient_flow import energy
 from ..runs.plotting import plot_circle_angles, styled

@@ -25,7 +25,7 @@ import numpy as np
 import xarray as xr
 
 from ..solvers.integrate import integrate
-from ..dynamics.attention import sa, usa
+from ..dynamics.glpr import sa, usa
 from ..analysis.theory import equiangular_rho
 from ..runs.plotting import legend_below, styled
 

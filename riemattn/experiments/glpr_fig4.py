@@ -23,7 +23,7 @@ import numpy as np
 import xarray as xr
 
 from ..solvers.integrate import integrate
-from ..dynamics.attention import sa
+from ..dynamics.glpr import sa
 from ..analysis.diagnostics import cluster_count
 from ..runs.plotting import legend_below, plot_circle_angles, styled
 

@@ -31,7 +31,7 @@ import xarray as xr
 from ..analysis.events import cluster_merges, consensus
 from ..analysis.gradients import energy
 from ..analysis.theory import clustering_time
-from ..dynamics.attention import sa
+from ..dynamics.glpr import sa
 from ..runs.plotting import legend_below, styled
 from ..solvers.integrate import integrate
 from ._verdict import NOT_CHECKED, claim

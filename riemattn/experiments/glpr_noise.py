@@ -33,7 +33,7 @@ import numpy as np
 import xarray as xr
 
 from ..analysis.meanfield import CircleDensity, critical_noise, fourier_moments, order_parameter, uniform_growth_rate
-from ..dynamics.attention import sa, usa
+from ..dynamics.glpr import sa, usa
 from ..dynamics.circle import from_points, to_points
 from ..runs.plotting import styled
 from ..solvers.sde import integrate_sde

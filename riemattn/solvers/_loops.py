@@ -41,37 +41,7 @@ import numpy as np
 from .._backend import copy, device_of, is_torch, namespace, to_numpy
 from ._recorder import Recorder, _Kind, _where
 
-#: status codes of a trajectory
-REACHED, RUNNING, MAX_STEPS, UNDERFLOW, NON_FINITE = 0, 1, -1, -2, -3
-TERMINAL = 2  # = riemattn.solvers.events.TERMINAL
-MESSAGES = {
-    REACHED: "reached t1",
-    TERMINAL: "stopped by a terminal event",
-    RUNNING: "not finished",
-    MAX_STEPS: "reached max_steps",
-    UNDERFLOW: "step size underflow (the problem may be stiff or singular)",
-    NON_FINITE: "the field or the state became NaN or inf",
-}
-
-
-def message(status, t_fail, t_stop=None) -> str:
-    if (status == REACHED).all():
-        return "The solver reached t1." if status.size <= 1 else f"All {status.size} trajectories reached t1."
-    parts = []
-    stopped = status == TERMINAL
-    if stopped.any():
-        reached = int((status == REACHED).sum())
-        parts.append(f"{int(stopped.sum())} of {status.size} trajectories: {MESSAGES[TERMINAL]} "
-                     f"(first at t = {float(np.nanmin(t_stop[stopped])):.6g})")
-        if reached:
-            parts.append(f"{reached} reached t1")
-    for code in (MAX_STEPS, UNDERFLOW, NON_FINITE, RUNNING):
-        bad = status == code
-        if bad.any():
-            where = float(np.nanmin(t_fail[bad])) if np.isfinite(t_fail[bad]).any() else float("nan")
-            parts.append(f"{int(bad.sum())} of {status.size} trajectories: {MESSAGES[code]} "
-                         f"(first at t = {where:.6g})")
-    return "; ".join(parts) + "."
+from ._status import MAX_STEPS, MESSAGES, NON_FINITE, REACHED, RUNNING, TERMINAL, UNDERFLOW, message  # noqa: F401
 
 
 #: With tensors, the fixed-step loop asks the device whether any trajectory is still alive (a
