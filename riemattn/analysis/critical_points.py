@@ -148,10 +148,11 @@ def newton_search(x0, beta, *, max_iter: int = 100, gtol: float = 1e-14, max_ste
                   polish: int = 3):
     """Damped Riemannian Newton iterations for grad E_beta = 0 from a batch of starts.
 
-    Each step solves (M^2 + mu I) eta = -M g in an orthonormal tangent basis (M the round-metric
-    Hessian, g the gradient), i.e. Newton's step where |eigenvalue| >> sqrt(mu) and a short
+    Each step solves ``(M^2 + mu I) eta = -M g`` in an orthonormal tangent basis (M the round-metric
+    Hessian, g the gradient), i.e. Newton's step where ``|eigenvalue| >> sqrt(mu)`` and a short
     gradient-like step elsewhere, caps the move of every token at ``max_step``, retracts
-    x_i <- x_i / |x_i|, and accepts the step iff |grad| decreases (then mu /= 10, else mu *= 10).
+    ``x_i <- x_i / |x_i|``, and accepts the step iff ``|grad|`` decreases (then ``mu /= 10``, else
+    ``mu *= 10``).
 
     Parameters
     ----------

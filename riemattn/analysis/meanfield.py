@@ -27,7 +27,7 @@ coefficients of the kernels decay like ``(beta/2)^k / k!``: the error decays exp
 Stationary states: the velocity is a gradient, ``v = d/dtheta Phi`` with ``Phi = (1/beta) int
 e^{beta cos(theta - theta')} rho(theta') dtheta'`` (USA) or ``Phi = (1/beta) log Z`` (SA), so a
 stationary state has zero flux, ``rho v = (sigma^2/2) rho'``, i.e. ``rho = exp(2 Phi[rho] /
-sigma^2) / norm``; :func:`stationary_state` solves this self-consistency by Newton's method on the
+sigma^2) / norm``; :meth:`CircleDensity.stationary_state` solves this self-consistency by Newton's method on the
 grid values (at beta = 0 both models have ``Phi = int cos(theta - theta') rho(theta') dtheta'``, the
 Kuramoto model).
 
@@ -187,7 +187,7 @@ class CircleDensity:
 
     Notes
     -----
-    Densities are arrays (..., N) of values on :attr:`theta`; leading axes are independent.
+    Densities are arrays (..., N) of values on ``theta``; leading axes are independent.
     USA's kernel grows like e^beta (beta <= 700); SA uses exponentially scaled Bessel functions.
 
     References
@@ -259,7 +259,7 @@ class CircleDensity:
         return rho
 
     def solve(self, rho0, t_span, dt: float = 0.01, saveat=None) -> DensityTrajectory:
-        """Integrate from ``rho0`` (values on :attr:`theta`, shape (..., N)) with ETDRK4, fixed step <= dt.
+        """Integrate from ``rho0`` (values on ``theta``, shape (..., N)) with ETDRK4, fixed step <= dt.
 
         Returns
         -------
@@ -343,7 +343,7 @@ class CircleDensity:
         Returns
         -------
         ndarray, shape (N,)
-            The density on :attr:`theta`; its maximum is at theta = 0 unless it is uniform.
+            The density on ``theta``; its maximum is at theta = 0 unless it is uniform.
         """
         if self.sigma == 0.0:
             raise ValidationError("stationary_state needs sigma > 0 (without noise the stationary states are "

@@ -25,7 +25,7 @@ Semantics (the same for fixed and adaptive steppers, projected and Lie, NumPy an
   reported state has crossed (``g`` has its new sign or is 0); it is within ``event_tol`` of the
   dense output's zero (the dense output itself carries the stepper's error).
 * ``terminal = k`` (``True`` means 1) stops a trajectory at its k-th crossing of that event: its
-  time and state are those of the event, its status is :data:`TERMINAL` (2), it costs no further
+  time and state are those of the event, its status is ``TERMINAL`` (2), it costs no further
   work in the adaptive loop (compaction), and crossings after it in the same step are dropped.
 
 Cost: one ``g`` call per accepted step and event (plus ``samples`` dense-output evaluations and

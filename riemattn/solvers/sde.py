@@ -16,7 +16,7 @@ S^(d-1), ``E <x_0, Y_t> = exp(-(d - 1) sigma^2 t / 2)`` (degree-1 harmonics have
 ``-(d - 1)``), and on the circle the angle is ``theta_0 + sigma W_t``.
 
 The methods (fixed step ``h``, noise ``xi ~ N(0, W^{-1})`` per token and step)
-----------------------------------------------------------------------------
+----------------------------------------------------------------------------------
 ``"em"``, projected Euler--Maruyama: ``Y_1 = pi_W(Y + h F(t, Y) + sigma sqrt(h) P_Y xi)``. The
 retraction ``pi_W(x) = x / |x|_W`` supplies the Ito correction: for a tangent ``v``,
 ``pi_W(y + v) = (y + v)(1 - |v|_W^2 / 2 + ...)``, and ``E |v|_W^2 = (d - 1) sigma^2 h``.
