@@ -78,11 +78,12 @@ class _MovedModuleFinder(_abc.MetaPathFinder, _abc.Loader):
     def create_module(self, spec):
         old = spec.name.partition(".")[2]
         module = _importlib.import_module(f"{__name__}.{MOVED_MODULES[old]}")
-        self._real_spec = module.__spec__
+        spec.loader_state = module.__spec__  # the real spec, restored below
         return module
 
     def exec_module(self, module):
-        module.__spec__ = self._real_spec  # the import system set the alias's spec; undo that
+        # the import system set the alias's spec on the module; put the real one back
+        module.__spec__ = module.__spec__.loader_state
 
 
 if not any(isinstance(f, _MovedModuleFinder) for f in _sys.meta_path):
