@@ -35,14 +35,13 @@ from ..dynamics.glpr import sa
 from ..runs.plotting import legend_below, styled
 from ..solvers.integrate import integrate
 from ._verdict import NOT_CHECKED, claim
+from .glpr_fig4 import FEW  # GLPR's "a few clusters" of the metastable phase, one definition
 
 NAME = "glpr-merges"
 PAPER = "GLPR"
 FIGURE = "Problem 1"
 DESCRIPTION = "events: merge times of the metastable clusters vs the energy plateaus; time to consensus vs beta"
 ORDER = 66
-
-FEW = 4  # "a few clusters"
 
 DATA_ATTRS = {
     "count": ("number of clusters after the merge (events merge_to_<count>)", "1"),
