@@ -21,18 +21,30 @@ import numpy as np
 from ..errors import ValidationError
 from .._backend import namespace
 
-__all__ = ["GLOBAL_SHIFT_SPREAD", "weights", "weights_device"]
+__all__ = ["GLOBAL_SHIFT_SPREAD", "MEAN_DIRECT_MAX", "weights", "weights_device"]
 
 #: Largest spread max(S) - min(S) of the scores for which one shift by the global maximum is
 #: used in the softmax (exp(-600) ~ 1e-261 is still a normal float, so no row underflows and
 #: every row sum keeps full relative precision); beyond it, each row's maximum is subtracted.
 GLOBAL_SHIFT_SPREAD = 600.0
 
+#: Largest score for which "mean" computes ``exp(S) / l`` directly (exp(700) ~ 1e304 is finite);
+#: beyond it each row is shifted by its maximum and the overflow of ``exp(max)`` is reported.
+MEAN_DIRECT_MAX = 700.0
+
 
 def weights(S: np.ndarray, n: int, normalization: str, scale: float, tril, overflow):
     """(E, r) for NumPy scores S (modified in place); ``tril`` the causal mask [i, 1, j] or None;
     ``overflow()`` is called when a row's largest score is not finite."""
-    if normalization != "mean":
+    if normalization == "mean":
+        smax = float(S.max())
+        if smax < MEAN_DIRECT_MAX:  # False for NaN and inf: exp(S) / l cannot overflow, no shift needed
+            E = np.exp(S, out=S)
+            if tril is not None:
+                E *= tril
+            E *= 1.0 / n
+            return E, None
+    else:
         smax, smin = S.max(), S.min()
         if float(smax) - float(smin) < GLOBAL_SHIFT_SPREAD:  # False for NaN and inf (no warning): per-row path
             S -= smax

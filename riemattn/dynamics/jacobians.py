@@ -44,7 +44,7 @@ from .._backend import is_torch
 from ..errors import InputTypeError, ValidationError
 from .attention import AttentionField
 
-__all__ = ["jacobian", "jvp", "is_autonomous"]
+__all__ = ["jacobian", "jvp", "is_autonomous", "lifted_attention_jacobian"]
 
 
 def _check(field, y):
@@ -136,6 +136,57 @@ def jacobian(field, t, y) -> np.ndarray:
     corr = y[..., :, :, None] * Wf[..., :, None, :] + yWf[..., None, None] * np.eye(d)
     Df[..., idx, :, idx, :] -= np.moveaxis(corr, -3, 0)
     return Df
+
+
+def lifted_attention_jacobian(field: AttentionField, t, y, F=None) -> np.ndarray:
+    r"""Jacobian of the lifted attention field ``G(x) = |x|_W F(t, pi_W x)`` at tokens on the
+    manifold, shape (..., l d, l d), in one pass (the matrix the stiff steppers linearise).
+
+    With ``Pi_i = I - y_i (W y_i)^T``, ``c_i = y_i^T W f_i`` and ``Df`` the Jacobian of the update
+    (module docstring), token blocks
+
+    .. math:: J_G[i, k] = \Pi_i \, Df[i, k] \, \Pi_k
+        + \delta_{ik} \big[f_i (W y_i)^T - y_i (W f_i)^T - c_i \Pi_i\big],
+
+    which is :func:`jacobian` composed with the lifting ``DF (I - y y^T W) + F (W y)^T`` (the
+    generic route of :func:`riemattn.solvers.rosenbrock.lifted_jacobian`), with the projections
+    applied once and the diagonal blocks written through a view. ``y`` must be checked NumPy
+    tokens on the manifold (``|y_i|_W = 1``); ``F`` is unused (the update is recomputed with the
+    attention, which this formula needs anyway).
+
+    References
+    ----------
+    Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
+    """
+    A = np.moveaxis(field._attention(t, y), -2, -3)  # (..., h, i, j); may be a work buffer: used at once
+    P = field.P(t)
+    s = {"paper": math.sqrt(field.d), "softmax": 1.0, "mean": 0.0}[field.normalization]
+    l, d = y.shape[-2:]
+    p = np.einsum("...hab,...jb->...hja", P, y)  # P y_j
+    q = np.einsum("...hba,...ib->...hia", P, y)  # P^T y_i
+    if field._U is None:
+        u = y[..., None, :, :]
+        Df = np.einsum("...hik,...hka,...hib->...iakb", A, u, q)
+        np.einsum("...iaka->...ika", Df)[...] += (A.sum(axis=-3) if A.shape[-3] > 1 else A[..., 0, :, :])[..., None]
+    else:
+        U = field.U(t)
+        u = np.einsum("...hab,...jb->...hja", U, y)
+        Df = np.einsum("...hik,...hka,...hib->...iakb", A, u, q)
+        Df += np.einsum("...hik,...hab->...iakb", A, U)
+    diag = np.einsum("...iaib->...iab", Df)  # a writeable view of the diagonal blocks
+    diag += np.einsum("...hij,...hja,...hjb->...iab", A, u, p)
+    fh = np.einsum("...hij,...hja->...hia", A, u)
+    if s:
+        Df -= s * np.einsum("...hik,...hia,...hib->...iakb", A, fh, q)
+        diag -= s * np.einsum("...hia,...hij,...hjb->...iab", fh, A, p)
+    f = fh.sum(axis=-3)
+    Wy, Wf = _tangent_terms(field, y, f)
+    Df -= y[..., :, :, None, None] * np.einsum("...ia,...iakb->...ikb", Wy, Df)[..., :, None, :, :]  # Pi_i Df
+    Df -= np.einsum("...iakb,...kb->...iak", Df, y)[..., None] * Wy[..., None, None, :, :]  # (.) Pi_k
+    c = np.einsum("...ia,...ia->...i", y, Wf)[..., None, None]
+    diag += f[..., :, None] * Wy[..., None, :] - y[..., :, None] * Wf[..., None, :] - c * np.eye(d)
+    diag += (c * y[..., :, None]) * Wy[..., None, :]
+    return Df.reshape(y.shape[:-2] + (l * d, l * d))
 
 
 def jvp(field, t, y, v) -> np.ndarray:

@@ -47,7 +47,9 @@ import numpy as np
 
 from .._backend import convert, is_torch, namespace, requires_grad, to_numpy
 from ..errors import InputTypeError
-from ..dynamics.jacobians import is_autonomous, jacobian
+from ..dynamics.attention import AttentionField
+from ..dynamics.jacobians import is_autonomous, jacobian, lifted_attention_jacobian
+from ..geometry._fast import _FastMixin
 from .rosenbrock_tableaux import RODAS4, RODAS4P, RosenbrockTableau
 from .steppers import Interpolant, Stepper, StepResult, _check_field, per_trajectory, register, shifted_time
 
@@ -61,9 +63,11 @@ def lifted_jacobian(field, t, y, F=None) -> np.ndarray:
 
     ``F`` is the field at (t, y) when known. On a Euclidean manifold J_G = DF.
     """
+    manifold = field.manifold
+    if isinstance(field, AttentionField) and isinstance(manifold, _FastMixin) and type(y) is np.ndarray:
+        return lifted_attention_jacobian(field, t, y)  # the same matrix in one pass (closed form)
     DF = jacobian(field, t, y)  # (..., l, d, l, d)
     l, d = y.shape[-2:]
-    manifold = field.manifold
     if manifold.normalize(y[..., :1, :])[1] is None:  # Euclidean: no lifting
         return DF.reshape(y.shape[:-2] + (l * d, l * d))
     Wy = manifold.apply_W(y)
@@ -121,24 +125,31 @@ class ProjectedRosenbrock(Stepper):
             Ft = (field(tt + dt if np.ndim(t) else float(t) + float(dt), y) - F0) / per_trajectory(dt, y)
             nfev += 1
         Us = np.empty((tab.stages,) + shape)
-        flat = shape[:-2] + (n, 1)
+        U_flat = Us.reshape(tab.stages, -1)
         times = [t] + [shifted_time(t, float(c), h) for c in tab.c[1:]]
         for i in range(tab.stages):
             if i == 0:
                 rhs = F0.copy()
-            else:
-                Xn, r = normalize(y + _combine(tab.a[i, :i], Us))
+            else:  # stage point and C-term in one contraction: aC[i] = (a[i], C[i])
+                aC = _combine(tab.aC[i, :, :i], U_flat[:i])
+                Xn, r = normalize(y + aC[0].reshape(shape))
                 rhs = field(times[i], Xn)
                 nfev += 1
                 if r is not None:
                     rhs *= r
-                rhs += _combine(tab.C[i, :i], Us) / hc
+                rhs += aC[1].reshape(shape) / hc
             if Ft is not None and tab.d[i] != 0.0:
                 rhs += (hc * tab.d[i]) * Ft
-            Us[i] = np.einsum("...ij,...j->...i", Minv, rhs.reshape(flat[:-1])).reshape(shape)  # no BLAS: batch-independent rounding
-        x1 = y + _combine(tab.m, Us)
+            # no BLAS: batch-independent rounding
+            np.einsum("...ij,...j->...i", Minv, rhs.reshape(shape[:-2] + (n,)), out=Us[i].reshape(shape[:-2] + (n,)))
+        if tab.stiffly_accurate:  # x1 = (last stage point) + U_s, the embedded solution without U_s
+            x1 = y + _combine(tab.m[None], U_flat)[0].reshape(shape)
+            diff = Us[-1]
+        else:
+            mm = _combine(tab.mm, U_flat)
+            x1, diff = y + mm[0].reshape(shape), mm[1].reshape(shape)
         y_new, r = normalize(x1)
-        e = field.manifold.tangent(y_new, _combine(tab.m - tab.m_hat, Us))
+        e = field.manifold.tangent(y_new, diff)
         error = e if r is None else e / r
         if frozen is not None:
             keep = frozen[..., None, None]
@@ -152,7 +163,7 @@ class ProjectedRosenbrock(Stepper):
             return host_interpolant(self, field, t, y, h, res)
         U, x1, _ = res.stages
         H = self.tableau.H
-        ka, kb = _combine(H[0], U), _combine(H[1], U)
+        ka, kb = _combine(H, U.reshape(len(U), -1)).reshape((2,) + U.shape[1:])
         retract = field.manifold.retract
 
         def u(theta):
@@ -201,11 +212,11 @@ def host_interpolant(stepper, field, t, y, h, res):
     return Interpolant(lambda theta: convert(inner(_host(theta)), y), nfev=inner.nfev)
 
 
-def _combine(coef, Us):
-    """sum_j coef_j Us[j] over the first len(coef) stages (einsum: a trajectory's result does not
-    depend on the batch around it, see :func:`riemattn.solvers.steppers.combine`)."""
-    k = len(coef)
-    return np.einsum("j,jk->k", coef, Us[:k].reshape(k, -1)).reshape(Us.shape[1:])
+def _combine(coef, U_flat):
+    """``coef @ U_flat`` for coefficient rows (m, k) and the first k flattened stages (k, N), shape
+    (m, N) (einsum: a trajectory's result does not depend on the batch around it, see
+    :func:`riemattn.solvers.steppers.combine`)."""
+    return np.einsum("mj,jk->mk", coef, U_flat[:coef.shape[-1]])
 
 
 @register

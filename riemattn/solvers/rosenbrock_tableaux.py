@@ -125,6 +125,12 @@ class RosenbrockTableau:
         R_inf = stability_function(alpha, Gamma, b, -1e12)
         if np.max(np.abs(R)) > 1 + 1e-10 or abs(R_inf) > 1e-8:
             raise ValidationError(f"not L-stable: max |R(iy)| = {np.max(np.abs(R))}, |R(-inf)| = {abs(R_inf)}.")
+        # the step's contractions: (a_i, C_i) per stage, (m, m - mhat); stiffly accurate
+        # (m - mhat = e_s): the error estimate is the last stage's U_s itself
+        object.__setattr__(self, "aC", np.stack([self.a, self.C], axis=1))
+        object.__setattr__(self, "mm", np.stack([self.m, self.m - self.m_hat]))
+        e_s = np.eye(s)[-1]
+        object.__setattr__(self, "stiffly_accurate", bool(np.array_equal(self.m - self.m_hat, e_s)))
         object.__setattr__(self, "alpha", alpha)
         object.__setattr__(self, "Gamma", Gamma)
         object.__setattr__(self, "b", b)
