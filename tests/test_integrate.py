@@ -600,3 +600,15 @@ def test_flat_space_integration_is_unconstrained():
     ref = solve_ivp(lambda t, x: func(t, x.reshape(4, 3)).ravel(), (0, 2), y0.ravel(), **TIGHT).y[:, -1]
     np.testing.assert_allclose(sol.y[-1], ref.reshape(4, 3), atol=1e-9)
     assert np.max(np.abs(np.linalg.norm(sol.y[-1], axis=-1) - 1)) > 0.1  # not normalised
+
+
+@pytest.mark.parametrize("save_fn", [None, lambda t, y: {"m": y.sum(-1)}])
+def test_failure_before_the_first_save_time_gives_nan_values_not_a_crash(save_fn):
+    """Every trajectory stops (max_steps) before the first save time: the result has the saved
+    layout filled with NaN and says why (it used to raise a raw AttributeError)."""
+    field = ra.usa(16.0, 3, mask="causal")
+    y0 = field.manifold.projection(np.random.default_rng(2).normal(size=(2, 16, 3)))
+    sol = ra.integrate(field, y0, (0.0, 0.5), "dopri5", saveat=[0.25, 0.5], max_steps=5, save_fn=save_fn)
+    assert not sol.success and "max_steps" in sol.message
+    values = sol.y if save_fn is None else sol.observables["m"]
+    assert values.shape[:2] == (2, 2) and np.isnan(values).all()

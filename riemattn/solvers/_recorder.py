@@ -79,18 +79,22 @@ class Recorder:
             return {k: self._array(v) for k, v in out.items()}
         return {"value": self._array(out)}
 
+    def _allocate(self, values):
+        """The store: NaN arrays (n_save, B, ...) for values (name -> array (B or rows, ...))."""
+        self.store = {}
+        for k, v in values.items():
+            shape = (len(self.saveat_host), self.B) + tuple(v.shape[1:])
+            if self.kind.numpy:
+                self.store[k] = np.full(shape, np.nan, dtype=np.result_type(v.dtype, np.float64))
+            else:
+                floating = v.dtype.is_floating_point
+                self.store[k] = self.kind.full(shape, math.nan, dtype=v.dtype if floating else None)
+
     def _put(self, rows, values):
         """Store ``values`` (name -> array of shape (len(rows), ...)) of the trajectories ``rows``
         (indices into the flattened batch) at their next save slots."""
         if self.store is None:
-            self.store = {}
-            for k, v in values.items():
-                shape = (len(self.saveat_host), self.B) + tuple(v.shape[1:])
-                if self.kind.numpy:
-                    self.store[k] = np.full(shape, np.nan, dtype=np.result_type(v.dtype, np.float64))
-                else:
-                    floating = v.dtype.is_floating_point
-                    self.store[k] = self.kind.full(shape, math.nan, dtype=v.dtype if floating else None)
+            self._allocate(values)
         slots = self.next[rows]
         for k, v in values.items():
             store = self.store[k]
@@ -160,8 +164,17 @@ class Recorder:
                 self._put_whole(rows[pend], self._values(times.reshape(self.batch), whole(ys)))
             pend = self.pending(rows, t_new, pend)
 
-    def result(self):
-        """(t, data): times (m,) and a dict of arrays of shape (m,) + batch + ...."""
+    def result(self, template=None):
+        """(t, data): times (m,) and a dict of arrays of shape (m,) + batch + ....
+
+        ``template`` (t0, y0): when no save time was reached at all (every trajectory failed before
+        the first one), the saved values are NaN arrays shaped like ``save_fn(t0, y0)`` (or y0).
+        """
+        if self.saveat is not None and self.store is None and template is not None:
+            t0, y0 = template
+            values = self._values(self.kind.full(self.batch, float(t0)) if self.batch else t0, y0)
+            nb = len(self.batch)
+            self._allocate({k: v.reshape((self.B,) + tuple(v.shape[nb:])) for k, v in values.items()})
         if self.saveat is None:
             data = {k: self.kind.xp.stack([r[k] for r in self.rows]) for k in self.rows[0]}
             return np.asarray(self.times, dtype=float), data

@@ -364,7 +364,7 @@ def integrate(
     finally:
         if bar is not None:
             bar.close()
-    t, data = rec.result()
+    t, data = rec.result(template=(t0, y0))  # NaN values where no save time was reached
     host = stats.host()  # per-trajectory counters on the host (one copy from a device)
     status = host["status"]
     ok = (status == _loops.REACHED) | (status == _loops.TERMINAL)
