@@ -26,6 +26,8 @@ FD_EPS = 1e-5
 RTOL = 1e-6
 #: tolerances of the adaptive runs (6 to 18 accepted steps on [0, T])
 ADAPTIVE = dict(rtol=1e-10, atol=1e-12)
+#: the stiff steppers (order 4, a dense Jacobian by autodiff per step): 19 accepted steps on [0, T]
+STIFF = dict(rtol=1e-7, atol=1e-9)
 
 
 def _problem(batch):
@@ -43,14 +45,21 @@ def _field(p):
     return ra.AttentionField(p["P"], p["U"], W=p["W"], beta=p["beta"])
 
 
-def _grid_solve(stepper, field, y0, grid):
-    """The stepper's steps over the fixed grid of times (an adaptive run's accepted steps)."""
+def _grid_solve(stepper, field, y0, grid, modes=None):
+    """The stepper's steps over the fixed grid of times (an adaptive run's accepted steps).
+
+    A stepper that carries a state across steps (``"auto"``: its mode and counter per trajectory)
+    gets it from step to step as in ``integrate``, so the replay takes the run's method choices;
+    ``modes`` (a list) receives each step's ``state[..., 0]`` (1: the stiff method)."""
     field = field._unchecked()
     y = field.manifold.projection(y0)
     k1 = field(grid[0], y) if stepper.fsal else None
+    state = None
     for t, h in zip(grid[:-1], np.diff(grid)):
-        res = stepper.step(field, float(t), y, float(h), k1)
-        y, k1 = res.y, (res.k_next if stepper.fsal else None)
+        res = stepper.step(field, float(t), y, float(h), k1, **({} if state is None else {"state": state}))
+        if modes is not None and res.state is not None:
+            modes.append(np.asarray(res.stages[0], dtype=float).copy())
+        y, k1, state = res.y, (res.k_next if stepper.fsal else None), res.state
     return y
 
 
@@ -104,26 +113,31 @@ def test_gradients_match_finite_differences(name):
     """d(misalignment at T)/d(y0, P, U, beta, W) for every stepper, rel. error <= 1e-6.
 
     Fixed steps: a batch of two trajectories with one beta each. Adaptive: one trajectory; the
-    finite differences replay the accepted steps of the run as a fixed grid (step sizes are
-    constants of the differentiated map, as in torchdiffeq and diffrax).
+    finite differences replay the accepted steps of the differentiated run as a fixed grid (step
+    sizes are constants of the differentiated map, as in torchdiffeq and diffrax). The stiff
+    steppers (``"rodas4"``, ``"rodas4p"``, ``"auto"``) take their differentiable torch path here;
+    the replay is their NumPy path. ``"auto"`` replays its method choices too (the state carried
+    from step to step), and the finite differences must take the same ones: on this non-stiff
+    problem it stays with Dormand--Prince on every step (checked).
     """
     spec = get_stepper(name)
     params = _problem(() if spec.adaptive else (2,))
     tp = _torch_params(params)
-    if getattr(spec, "stiff", False):
-        # the stiff steppers step on the host (dense NumPy linear algebra): not differentiable,
-        # and they say so instead of silently cutting the graph (docs/autodiff.md, Known limits)
-        with pytest.raises(ra.errors.InputTypeError, match="does not propagate gradients"):
-            _observable(name, tp)
-        return
     grid = None
     if spec.adaptive:
-        sol = ra.integrate(_field(params), params["y0"], (0.0, T), name, **ADAPTIVE)
-        grid = sol.t  # a single trajectory saves every accepted step
+        tol = STIFF if getattr(spec, "stiff", False) and name != "auto" else ADAPTIVE
+        sol = ra.integrate(_field(tp), tp["y0"], (0.0, T), name, project=True, raise_on_failure=True, **tol)
+        grid = np.asarray(sol.t, dtype=float)  # a single trajectory saves every accepted step
         assert len(grid) >= 6
-    value = _observable(name, tp)
+        value = misalignment(sol.y[-1]).sum()
+    else:
+        value = _observable(name, tp)
     grads = dict(zip(tp, (g.numpy() for g in torch.autograd.grad(value, list(tp.values())))))
-    assert abs(float(value.detach()) - float(_observable(name, params, grid))) < 1e-12
+    modes = []
+    assert abs(float(value.detach()) - float(misalignment(_grid_solve(spec, _field(params), params["y0"], grid, modes)).sum()
+                                             if grid is not None else _observable(name, params))) < 1e-12
+    if name == "auto":
+        assert len(modes) == len(grid) - 1 and not np.any(modes)  # explicit on every step
     errors = _fd_check(lambda p: float(_observable(name, p, grid)), params, grads)
     assert max(errors.values()) <= RTOL, errors
 
