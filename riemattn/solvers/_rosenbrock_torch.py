@@ -8,14 +8,12 @@ method depends on the parameters also through ``J = dG/dx`` (its derivative invo
 derivatives of the field), and finite differences of the discrete map see that dependence.
 
 The lifted field ``G(t, x) = |x|_W F(t, pi_W x)`` is differentiated by reverse mode at the step's
-start ``y``: one evaluation of G on the whole batch, then the ``l d`` rows of every trajectory's
-Jacobian at once by a batched vector-Jacobian product (``torch.autograd.grad(...,
-is_grads_batched=True)``: the cotangent ``e_k`` on every trajectory gives row ``k`` of each
-trajectory's Jacobian, the trajectories being independent), with ``create_graph`` so that J stays
-in the graph. At ``|y|_W = 1`` this is ``J_G = DF (I - y y^T W) + F (W y)^T``, the matrix the NumPy
+start ``y`` with ``create_graph``, so that J stays in the graph (:func:`lifted_jacobian_torch`:
+one evaluation of G, the field's own torch code as for the explicit steppers, then ``l d``
+vector-Jacobian products batched over the cotangents). At ``|y|_W = 1`` this is ``J_G = DF (I - y y^T W) + F (W y)^T``, the matrix the NumPy
 path builds from the closed-form ``DF``. The linear systems ``(I / (h gamma) - J) U_i = rhs_i``
-share one batched LU factorisation (``torch.linalg.lu_factor_ex``, then ``lu_solve`` per stage),
-both differentiable. The stage formulas, the forward difference in t for time-dependent fields,
+share one batched inverse (``torch.linalg.inv_ex``, as the NumPy path's ``numpy.linalg.inv``; its
+backward is a few matrix products). The stage formulas, the forward difference in t for time-dependent fields,
 the retraction, the embedded error, ``k_next`` and the dense output are those of the NumPy path.
 
 Step sizes and the method choice of ``"auto"`` (its mode and counter, ``StepResult.state``) are
@@ -61,12 +59,18 @@ def _lifted(field, t, x):
 
 def lifted_jacobian_torch(field, t, y):
     """J_G at tokens ``y`` (torch), shape (..., l d, l d), by reverse-mode autodiff of the lifted
-    field; differentiable (with respect to y and the field's parameters) when grad mode is on."""
+    field; differentiable (with respect to y and the field's parameters) when grad mode is on.
+
+    One evaluation of G on the whole batch, then ``l d`` vector-Jacobian products batched over
+    the cotangents (``torch.autograd.grad(..., is_grads_batched=True, create_graph=True)``): the
+    cotangent ``e_k`` on every trajectory gives row ``k`` of each trajectory's Jacobian, the
+    trajectories being independent.
+    """
     torch = _torch()
     create = torch.is_grad_enabled()
     batch, (l, d) = tuple(y.shape[:-2]), tuple(y.shape[-2:])
     n = l * d
-    with torch.enable_grad():
+    with torch.enable_grad():  # also under no_grad (the forward pass of reentrant checkpointing)
         x = y if (y.requires_grad and create) else y.detach().requires_grad_(True)
         G = _lifted(field, t, x)
         eye = torch.eye(n, dtype=y.dtype, device=y.device).reshape((n,) + (1,) * len(batch) + (l, d))
@@ -114,7 +118,7 @@ def rosenbrock_step(stepper, field, t, y, h, k1=None):
     hg = hc * tab.gamma  # a float or (..., 1, 1)
     eye = torch.eye(n, dtype=y.dtype, device=y.device)
     M = eye / hg - J
-    LU, pivots, _ = torch.linalg.lu_factor_ex(M)  # singular rows give inf / NaN, reported by integrate
+    Minv, _ = torch.linalg.inv_ex(M)  # as the NumPy path; a singular row gives inf / NaN, reported by integrate
     Ft = None
     if not is_autonomous(field):  # forward difference in t, step per trajectory
         if torch.is_tensor(t):
@@ -142,7 +146,7 @@ def rosenbrock_step(stepper, field, t, y, h, k1=None):
                 rhs = rhs + extra / hc
         if Ft is not None and tab.d[i] != 0.0:
             rhs = rhs + (hc * float(tab.d[i])) * Ft
-        Us.append(torch.linalg.lu_solve(LU, pivots, rhs.reshape(flat)).reshape(shape))
+        Us.append((Minv @ rhs.reshape(flat)).reshape(shape))
     x1 = _plus(y, _combine(tab.m, Us))
     y_new, r = normalize(x1)
     e = field.manifold.tangent(y_new, _combine(tab.m - tab.m_hat, Us))
