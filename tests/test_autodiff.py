@@ -375,6 +375,38 @@ def test_gradients_through_a_stiff_solve(name):
     assert max(errors.values()) <= RTOL, errors  # measured: 1e-8 to 5e-8
 
 
+def test_auto_mixed_batch_gradients_are_each_trajectorys(monkeypatch):
+    """A batch in which one trajectory (beta = 9) runs rodas4p while the other (beta = 4) is still
+    with dopri5 (the mixed path: each group stepped on its own field, results put back in place):
+    the gradients equal those of each trajectory solved alone, which never mixes (measured:
+    relative differences 2e-9 for beta, 1e-12 for P; the batch's rounding differs from a lone
+    trajectory's and the stiff trajectory amplifies it)."""
+    from riemattn.solvers import _rosenbrock_torch
+
+    mixed = []
+    inner = _rosenbrock_torch._mixed
+    monkeypatch.setattr(_rosenbrock_torch, "_mixed", lambda *a: mixed.append(1) or inner(*a))
+    rng = np.random.default_rng(1)
+    y0 = project(np.array([1.0, 0.0, 0.0]) + 0.3 * rng.normal(size=(2, 4, 3)))
+    C = torch.tensor(rng.normal(size=(4, 3)))
+    betas, T, tol = np.array([4.0, 9.0]), 3.0, dict(rtol=1e-6, atol=1e-6)
+
+    def grads(y, beta):
+        q = _torch_params({"y0": y, "beta": beta, "P": np.eye(3)})
+        field = ra.AttentionField(q["P"], beta=q["beta"], normalization="mean")
+        sol = ra.integrate(field, q["y0"], (0.0, T), "auto", saveat=[T / 2, T], raise_on_failure=True, **tol)
+        return torch.autograd.grad((sol.y[-1] * C).sum(), [q["y0"], q["beta"], q["P"]])
+
+    batch = grads(y0, betas)
+    assert len(mixed) >= 3  # measured 5 mixed steps
+    alone = [grads(y0[k], betas[k]) for k in range(2)]
+    for k in range(2):
+        np.testing.assert_allclose(batch[0][k].numpy(), alone[k][0].numpy(), rtol=0, atol=1e-12)
+        assert abs(float(batch[1][k]) - float(alone[k][1])) <= 1e-7 * abs(float(alone[k][1]))
+    P_alone = alone[0][2] + alone[1][2]
+    assert float((batch[2] - P_alone).norm() / P_alone.norm()) <= 1e-9
+
+
 def test_the_jacobians_dependence_on_the_parameters_is_differentiated(monkeypatch):
     """The discrete map of a Rosenbrock step depends on the parameters through J too: with J
     detached, the gradient misses that part and disagrees with the finite differences (measured
@@ -444,17 +476,19 @@ def test_checkpointed_solve_gives_the_plain_solve_and_its_gradient(stepper):
         assert float((value.grad - g).norm() / g.norm()) < 1e-12, key
 
 
-def test_checkpointed_adaptive_segments_match_unsegmented_autograd():
+@pytest.mark.parametrize("stepper, tol", [("dopri5", ADAPTIVE), ("rodas4p", STIFF)], ids=["dopri5", "rodas4p"])
+def test_checkpointed_adaptive_segments_match_unsegmented_autograd(stepper, tol):
     """Adaptive: each segment is its own adaptive solve; the checkpointed gradient equals the
-    gradient of the same segmented solves kept in one graph."""
+    gradient of the same segmented solves kept in one graph. (rodas4p: the checkpoint's forward
+    pass runs without grad mode, and its steps must be those of the recomputation.)"""
     params = _problem(())
     tp = _torch_params(params)
     y = tp["y0"]
     for a, b in zip(np.linspace(0, T, 4)[:-1], np.linspace(0, T, 4)[1:]):
-        y = ra.integrate(_field(tp), y, (a, b), "dopri5", saveat=[a, b], project=a == 0, **ADAPTIVE).y[-1]
+        y = ra.integrate(_field(tp), y, (a, b), stepper, saveat=[a, b], project=a == 0, **tol).y[-1]
     expected = torch.autograd.grad(misalignment(y).sum(), list(tp.values()))
-    sol = ra.integrate_checkpointed(_field(tp), tp["y0"], (0.0, T), "dopri5", segments=3, project=True,
-                                    **ADAPTIVE)
+    sol = ra.integrate_checkpointed(_field(tp), tp["y0"], (0.0, T), stepper, segments=3, project=True,
+                                    **tol)
     torch.testing.assert_close(sol.y[-1], y, rtol=0, atol=1e-14)
     misalignment(sol.y[-1]).sum().backward()
     for (key, value), g in zip(tp.items(), expected):
