@@ -7,14 +7,17 @@ flows through all of it, **including the Jacobian**: the discrete map ``y0 -> y1
 method depends on the parameters also through ``J = dG/dx`` (its derivative involves second
 derivatives of the field), and finite differences of the discrete map see that dependence.
 
-The lifted field ``G(t, x) = |x|_W F(t, pi_W x)`` is differentiated by reverse mode at the step's
-start ``y`` with ``create_graph``, so that J stays in the graph (:func:`lifted_jacobian_torch`:
-one evaluation of G, the field's own torch code as for the explicit steppers, then ``l d``
-vector-Jacobian products batched over the cotangents). At ``|y|_W = 1`` this is ``J_G = DF (I - y y^T W) + F (W y)^T``, the matrix the NumPy
-path builds from the closed-form ``DF``. The linear systems ``(I / (h gamma) - J) U_i = rhs_i``
-share one batched inverse (``torch.linalg.inv_ex``, as the NumPy path's ``numpy.linalg.inv``; its
-backward is a few matrix products). The stage formulas, the forward difference in t for time-dependent fields,
-the retraction, the embedded error, ``k_next`` and the dense output are those of the NumPy path.
+The lifted field ``G(t, x) = |x|_W F(t, pi_W x)`` is differentiated by reverse mode at the
+step's start ``y`` with ``create_graph``, so that J stays in the graph
+(:func:`lifted_jacobian_torch`: one evaluation of G, the field's own torch code as for the
+explicit steppers, then ``l d`` vector-Jacobian products batched over the cotangents). At
+``|y|_W = 1`` this is ``J_G = DF (I - y y^T W) + F (W y)^T``, the matrix the NumPy path builds
+from the closed-form ``DF``. The linear systems ``(I / (h gamma) - J) U_i = rhs_i`` share one
+batched inverse (``torch.linalg.inv_ex``, as the NumPy path's ``numpy.linalg.inv``; its backward
+is a few matrix products). The stage formulas, the forward difference in t for time-dependent
+fields, the retraction, the embedded error, ``k_next`` and the dense output are those of the
+NumPy path. The Jacobian's evaluation of G is not counted in ``nfev`` (nor is the NumPy path's
+closed-form Jacobian).
 
 Step sizes and the method choice of ``"auto"`` (its mode and counter, ``StepResult.state``) are
 decided on detached values: they are constants of the differentiated map, as the step sizes of
@@ -35,8 +38,8 @@ from .._backend import _torch, requires_grad
 from ..dynamics.jacobians import is_autonomous
 from .steppers import Interpolant, StepResult, per_trajectory, shifted_time
 
-__all__ = ["differentiated", "lifted_jacobian_torch", "rosenbrock_step", "rosenbrock_interpolant", "auto_step",
-           "auto_interpolant"]
+__all__ = ["auto_interpolant", "auto_step", "differentiated", "lifted_jacobian_torch",
+           "rosenbrock_interpolant", "rosenbrock_step"]
 
 DT_FACTOR = float(np.sqrt(np.finfo(float).eps))
 
@@ -118,7 +121,7 @@ def rosenbrock_step(stepper, field, t, y, h, k1=None):
     hg = hc * tab.gamma  # a float or (..., 1, 1)
     eye = torch.eye(n, dtype=y.dtype, device=y.device)
     M = eye / hg - J
-    Minv, _ = torch.linalg.inv_ex(M)  # as the NumPy path; a singular row gives inf / NaN, reported by integrate
+    Minv, _ = torch.linalg.inv_ex(M)  # as the NumPy path; a singular row: inf / NaN, reported by integrate
     Ft = None
     if not is_autonomous(field):  # forward difference in t, step per trajectory
         if torch.is_tensor(t):
@@ -182,9 +185,12 @@ def _rms(x):
     return x.square().mean(dim=(-2, -1)).sqrt()
 
 
-def _abs_h(h):
+def _abs_h(h, like):
+    """|h| (a float, array or tensor) as a detached tensor of ``like``'s dtype and device."""
     torch = _torch()
-    return h.detach().abs() if torch.is_tensor(h) else abs(float(h)) if np.ndim(h) == 0 else np.abs(np.asarray(h, dtype=float))
+    if torch.is_tensor(h):
+        return h.detach().abs().to(like.dtype)
+    return torch.as_tensor(np.abs(np.asarray(h, dtype=float)), dtype=like.dtype, device=like.device)
 
 
 def _explicit(auto, field, t, y, h, k1, rules):
@@ -194,20 +200,15 @@ def _explicit(auto, field, t, y, h, k1, rules):
     K = res.stages[0].detach()
     tab = auto.explicit.tableau
     dx = per_trajectory(h, y) * _combine(tab.b_ - tab.A_[5], K)
-    h_abs = _abs_h(h)
-    h_abs = torch.as_tensor(h_abs, dtype=y.dtype, device=y.device) if not torch.is_tensor(h_abs) else h_abs.to(y.dtype)
-    rho = h_abs * _rms(K[6] - K[5]) / _rms(dx.detach())
+    rho = _abs_h(h, K) * _rms(K[6] - K[5]) / _rms(dx.detach())
     return res, torch.isfinite(rho) & (rho > rules[1])
 
 
 def _stiff(auto, field, t, y, h, k1, rules):
     """RODAS4P step (torch path) and its flag: not (h |J|_inf < rules[2])."""
-    torch = _torch()
     res = rosenbrock_step(auto.stiff, field, t, y, h, k1)
     norm = res.stages[2].detach().abs().sum(dim=-1).amax(dim=-1)
-    h_abs = _abs_h(h)
-    h_abs = torch.as_tensor(h_abs, dtype=norm.dtype, device=norm.device) if not torch.is_tensor(h_abs) else h_abs.to(norm.dtype)
-    return res, ~(h_abs * norm < rules[2])
+    return res, ~(_abs_h(h, norm) * norm < rules[2])
 
 
 def _rows(a, idx):
@@ -223,8 +224,11 @@ def auto_step(auto, field, t, y, h, k1, state, rules):
     step or :func:`rosenbrock_step`; ``rules = (SWITCH_AFTER, rho_stiff, rho_back)``."""
     torch = _torch()
     batch = tuple(y.shape[:-2])
-    f64 = dict(dtype=torch.float64, device=y.device)
-    state = torch.zeros(batch + (2,), **f64) if state is None else torch.as_tensor(state).detach().to(**f64).reshape(batch + (2,))
+    f64 = {"dtype": torch.float64, "device": y.device}
+    if state is None:
+        state = torch.zeros(batch + (2,), **f64)
+    else:
+        state = torch.as_tensor(state).detach().to(**f64).reshape(batch + (2,))
     mode, count = state[..., 0] > 0.5, state[..., 1]
     groups = None
     if not bool(mode.any()):
@@ -258,13 +262,14 @@ def _mixed(auto, field, t, y, h, k1, mode, rules):
         if sub is None:  # the field cannot be restricted: both methods on every row, then select
             groups = None
             break
-        r, s = method(auto, sub, _rows(t, idx), yf[idx], _rows(h, idx), None if k1f is None else k1f[idx], rules)
-        groups.append((idx, sub, _rows(t, idx), yf[idx], _rows(h, idx), r, s))
+        ts, ys, hs = _rows(t, idx), yf[idx], _rows(h, idx)
+        r, s = method(auto, sub, ts, ys, hs, None if k1f is None else k1f[idx], rules)
+        groups.append((idx, sub, ts, ys, hs, r, s))
     if groups is None:
         (re, se), (rs, ss) = (m(auto, field, t, y, h, k1, rules) for m in (_explicit, _stiff))
         keep = mode[..., None, None]
-        res = StepResult(torch.where(keep, rs.y, re.y), torch.where(keep, rs.error, re.error), re.nfev + rs.nfev,
-                         torch.where(keep, rs.k_next, re.k_next))
+        res = StepResult(torch.where(keep, rs.y, re.y), torch.where(keep, rs.error, re.error),
+                         re.nfev + rs.nfev, torch.where(keep, rs.k_next, re.k_next))
         groups = [(None, field, t, y, h, re, se), (None, field, t, y, h, rs, ss)]
         return res, torch.where(mode, ss.expand(mode.shape), se.expand(mode.shape)), groups
     inv = torch.argsort(torch.cat([g[0] for g in groups]))
