@@ -127,6 +127,10 @@ def rosenbrock_step(stepper, field, t, y, h, k1=None):
         if torch.is_tensor(t):
             dt = DT_FACTOR * torch.clamp(torch.abs(t), min=1.0)
             t_dt = t + dt
+        elif np.ndim(t):
+            tt = np.asarray(t, dtype=float)
+            dt = DT_FACTOR * np.maximum(1.0, np.abs(tt))
+            t_dt = tt + dt
         else:
             dt = DT_FACTOR * max(1.0, abs(float(t)))
             t_dt = float(t) + dt
