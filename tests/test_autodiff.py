@@ -372,15 +372,15 @@ def test_gradients_through_a_stiff_solve(name):
         return float(np.sum(y * C))
 
     errors = _fd_check(replay, params, grads)
-    assert max(errors.values()) <= RTOL, errors  # measured: 1e-8 to 5e-8
+    assert max(errors.values()) <= RTOL, errors  # measured: 9e-9 to 5e-8
 
 
 def test_auto_mixed_batch_gradients_are_each_trajectorys(monkeypatch):
     """A batch in which one trajectory (beta = 9) runs rodas4p while the other (beta = 4) is still
     with dopri5 (the mixed path: each group stepped on its own field, results put back in place):
-    the gradients equal those of each trajectory solved alone, which never mixes (measured:
-    relative differences 2e-9 for beta, 1e-12 for P; the batch's rounding differs from a lone
-    trajectory's and the stiff trajectory amplifies it)."""
+    the gradients equal those of each trajectory solved alone, which never mixes, up to rounding
+    that the stiff trajectory amplifies (measured relative differences: y0 1e-12, beta 6e-9, P
+    2e-12)."""
     from riemattn.solvers import _rosenbrock_torch
 
     mixed = []
@@ -401,7 +401,7 @@ def test_auto_mixed_batch_gradients_are_each_trajectorys(monkeypatch):
     assert len(mixed) >= 3  # measured 5 mixed steps
     alone = [grads(y0[k], betas[k]) for k in range(2)]
     for k in range(2):
-        np.testing.assert_allclose(batch[0][k].numpy(), alone[k][0].numpy(), rtol=0, atol=1e-12)
+        assert float((batch[0][k] - alone[k][0]).norm()) <= 1e-9 * float(alone[k][0].norm())
         assert abs(float(batch[1][k]) - float(alone[k][1])) <= 1e-7 * abs(float(alone[k][1]))
     P_alone = alone[0][2] + alone[1][2]
     assert float((batch[2] - P_alone).norm() / P_alone.norm()) <= 1e-9
