@@ -26,6 +26,8 @@ FD_EPS = 1e-5
 RTOL = 1e-6
 #: tolerances of the adaptive runs (6 to 18 accepted steps on [0, T])
 ADAPTIVE = dict(rtol=1e-10, atol=1e-12)
+#: the stiff steppers (order 4, a dense Jacobian by autodiff per step): 19 accepted steps on [0, T]
+STIFF = dict(rtol=1e-7, atol=1e-9)
 
 
 def _problem(batch):
@@ -43,14 +45,21 @@ def _field(p):
     return ra.AttentionField(p["P"], p["U"], W=p["W"], beta=p["beta"])
 
 
-def _grid_solve(stepper, field, y0, grid):
-    """The stepper's steps over the fixed grid of times (an adaptive run's accepted steps)."""
+def _grid_solve(stepper, field, y0, grid, modes=None):
+    """The stepper's steps over the fixed grid of times (an adaptive run's accepted steps).
+
+    A stepper that carries a state across steps (``"auto"``: its mode and counter per trajectory)
+    gets it from step to step as in ``integrate``, so the replay takes the run's method choices;
+    ``modes`` (a list) receives each step's ``state[..., 0]`` (1: the stiff method)."""
     field = field._unchecked()
     y = field.manifold.projection(y0)
     k1 = field(grid[0], y) if stepper.fsal else None
+    state = None
     for t, h in zip(grid[:-1], np.diff(grid)):
-        res = stepper.step(field, float(t), y, float(h), k1)
-        y, k1 = res.y, (res.k_next if stepper.fsal else None)
+        res = stepper.step(field, float(t), y, float(h), k1, **({} if state is None else {"state": state}))
+        if modes is not None and res.state is not None:
+            modes.append(np.asarray(res.stages[0], dtype=float).copy())
+        y, k1, state = res.y, (res.k_next if stepper.fsal else None), res.state
     return y
 
 
@@ -104,26 +113,31 @@ def test_gradients_match_finite_differences(name):
     """d(misalignment at T)/d(y0, P, U, beta, W) for every stepper, rel. error <= 1e-6.
 
     Fixed steps: a batch of two trajectories with one beta each. Adaptive: one trajectory; the
-    finite differences replay the accepted steps of the run as a fixed grid (step sizes are
-    constants of the differentiated map, as in torchdiffeq and diffrax).
+    finite differences replay the accepted steps of the differentiated run as a fixed grid (step
+    sizes are constants of the differentiated map, as in torchdiffeq and diffrax). The stiff
+    steppers (``"rodas4"``, ``"rodas4p"``, ``"auto"``) take their differentiable torch path here;
+    the replay is their NumPy path. ``"auto"`` replays its method choices too (the state carried
+    from step to step), and the finite differences must take the same ones: on this non-stiff
+    problem it stays with Dormand--Prince on every step (checked).
     """
     spec = get_stepper(name)
     params = _problem(() if spec.adaptive else (2,))
     tp = _torch_params(params)
-    if getattr(spec, "stiff", False):
-        # the stiff steppers step on the host (dense NumPy linear algebra): not differentiable,
-        # and they say so instead of silently cutting the graph (docs/autodiff.md, Known limits)
-        with pytest.raises(ra.errors.InputTypeError, match="does not propagate gradients"):
-            _observable(name, tp)
-        return
     grid = None
     if spec.adaptive:
-        sol = ra.integrate(_field(params), params["y0"], (0.0, T), name, **ADAPTIVE)
-        grid = sol.t  # a single trajectory saves every accepted step
+        tol = STIFF if getattr(spec, "stiff", False) and name != "auto" else ADAPTIVE
+        sol = ra.integrate(_field(tp), tp["y0"], (0.0, T), name, project=True, raise_on_failure=True, **tol)
+        grid = np.asarray(sol.t, dtype=float)  # a single trajectory saves every accepted step
         assert len(grid) >= 6
-    value = _observable(name, tp)
+        value = misalignment(sol.y[-1]).sum()
+    else:
+        value = _observable(name, tp)
     grads = dict(zip(tp, (g.numpy() for g in torch.autograd.grad(value, list(tp.values())))))
-    assert abs(float(value.detach()) - float(_observable(name, params, grid))) < 1e-12
+    modes = []
+    assert abs(float(value.detach()) - float(misalignment(_grid_solve(spec, _field(params), params["y0"], grid, modes)).sum()
+                                             if grid is not None else _observable(name, params))) < 1e-12
+    if name == "auto":
+        assert len(modes) == len(grid) - 1 and not np.any(modes)  # explicit on every step
     errors = _fd_check(lambda p: float(_observable(name, p, grid)), params, grads)
     assert max(errors.values()) <= RTOL, errors
 
@@ -249,9 +263,10 @@ def test_gradcheck_field():
     assert torch.autograd.gradcheck(fn, _gradcheck_inputs())
 
 
-@pytest.mark.parametrize("name", ["rk4", "cf4"])
+@pytest.mark.parametrize("name", ["rk4", "cf4", "rodas4p"])
 def test_gradcheck_one_step(name):
-    """One projected stepper (rk4) and one Lie-group stepper (cf4), one step on the sphere."""
+    """One projected stepper (rk4), one Lie-group stepper (cf4) and one stiff stepper (rodas4p,
+    its Jacobian by autodiff in the graph), one step on the sphere."""
     stepper = get_stepper(name)
 
     def fn(y, P, U, beta):
@@ -259,6 +274,155 @@ def test_gradcheck_one_step(name):
         return stepper.step(field, 0.0, y / y.norm(dim=-1, keepdim=True), 0.2).y
 
     assert torch.autograd.gradcheck(fn, _gradcheck_inputs())
+
+
+# --- the stiff steppers' torch path ----------------------------------------------------------
+def _stiff_fields(p, time_dependent):
+    """An attention field on the ellipsoid W with one beta per trajectory, P constant or P(t)."""
+    P = (lambda t: p["P"] * (1.0 + 0.5 * np.sin(t))) if time_dependent else p["P"]
+    return ra.AttentionField(P, p["U"], W=p["W"], beta=p["beta"])._unchecked()
+
+
+@pytest.mark.parametrize("name", ["rodas4", "rodas4p"])
+@pytest.mark.parametrize("time_dependent", [False, True])
+def test_stiff_torch_path_equals_the_numpy_path(name, time_dependent):
+    """Three steps (per-trajectory step sizes, then a row kept still with h = 0) of the torch path
+    against the NumPy path: tokens, error, k_next, Jacobian and dense output to 1e-12. For P(t),
+    both paths take G_t as the forward difference (G(t + dt) - G(t)) / dt with dt = 1.5e-8: field
+    values that differ by rounding (2e-16 |G|) differ by 1.5e-8 |G| in G_t, which enters the stages
+    as h d_i G_t (h <= 0.2, |d_i| <= 0.5, |G| < 1): the bound there is 3e-9 (measured: 3e-12 for
+    the tokens, 1.3e-10 for the error estimate)."""
+    stepper = get_stepper(name)
+    params = _problem((2,))
+    tp = _torch_params(params)
+    fn, ft = _stiff_fields(params, time_dependent), _stiff_fields(tp, time_dependent)
+    atol = 3e-9 if time_dependent else 1e-12
+    y, yt, k, kt = params["y0"], tp["y0"], None, None
+    t = np.zeros(2)
+    for h in (np.array([0.1, 0.07]), np.array([0.2, 0.15]), np.array([0.1, 0.0])):  # per trajectory
+        r, rt = stepper.step(fn, t, y, h, k), stepper.step(ft, torch.tensor(t), yt, torch.tensor(h), kt)
+        assert rt.y.requires_grad and torch.is_tensor(rt.stages[0])  # the torch path, in the graph
+        for a, b in [(r.y, rt.y), (r.error, rt.error), (r.k_next, rt.k_next), (r.stages[2], rt.stages[2])]:
+            np.testing.assert_allclose(b.detach().numpy(), a, rtol=0, atol=atol)
+        theta = np.array([0.4, 0.8])
+        u = stepper.interpolant(fn, t, y, h, r)(theta)
+        ut = stepper.interpolant(ft, torch.tensor(t), yt, torch.tensor(h), rt)(torch.tensor(theta))
+        np.testing.assert_allclose(ut.detach().numpy(), u, rtol=0, atol=atol)
+        y_prev, y, yt, k, kt, t = yt, r.y, rt.y, r.k_next, rt.k_next, t + h
+    assert torch.equal(rt.y[1], y_prev[1]) and not rt.error[1].any()  # the row with h = 0 kept still
+
+
+@pytest.mark.parametrize("modes", [[0.0, 1.0], [1.0, 1.0]])
+def test_auto_torch_path_equals_the_numpy_path(modes):
+    """``"auto"`` on differentiated tensors, a mixed batch (one row explicit, one stiff) and an
+    all-stiff one: values, the new state and the dense output equal the NumPy path's."""
+    stepper = get_stepper("auto")
+    params = _problem((2,))
+    tp = _torch_params(params)
+    fn, ft = _stiff_fields(params, False), _stiff_fields(tp, False)
+    state = np.array([[m, 3.0] for m in modes])
+    h = np.array([0.1, 0.05])
+    r = stepper.step(fn, 0.0, params["y0"], h, state=state)
+    rt = stepper.step(ft, 0.0, tp["y0"], torch.tensor(h), state=torch.tensor(state))
+    assert rt.y.requires_grad and torch.is_tensor(rt.state)
+    for a, b in [(r.y, rt.y), (r.error, rt.error), (r.k_next, rt.k_next)]:
+        np.testing.assert_allclose(b.detach().numpy(), a, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(rt.state.numpy(), r.state)
+    theta = np.array([0.3, 0.9])
+    u = stepper.interpolant(fn, 0.0, params["y0"], h, r)(theta)
+    ut = stepper.interpolant(ft, 0.0, tp["y0"], torch.tensor(h), rt)(torch.tensor(theta))
+    np.testing.assert_allclose(ut.detach().numpy(), u, rtol=0, atol=1e-12)
+
+
+def _clustered_usa(P):
+    """GLPR's USA at beta = 9 (normalization "mean", P = I to start with) and 4 tokens gathered
+    near a pole: stiff from the start (dopri5 needs 747 steps on [0, 0.3] at tolerance 1e-6)."""
+    return ra.AttentionField(P, beta=9.0, normalization="mean")
+
+
+@pytest.mark.parametrize("name", ["rodas4p", "auto"])
+def test_gradients_through_a_stiff_solve(name):
+    """d(C . y(T))/d(y0, P) (C fixed: a direction of the consensus point) on a stiff problem
+    against central differences of the replayed grid, rel. error <= 1e-6; rodas4p takes steps far
+    beyond the explicit stability limit, auto switches to it during the solve, and the finite
+    differences replay the same method on every step (checked)."""
+    rng = np.random.default_rng(1)
+    y0 = project(np.array([1.0, 0.0, 0.0]) + 0.3 * rng.normal(size=(4, 3)))
+    C = rng.normal(size=(4, 3))
+    T, tol = 0.3, dict(rtol=1e-6, atol=1e-6)
+    params = {"y0": y0, "P": np.eye(3)}
+    tp = _torch_params(params)
+    sol = ra.integrate(_clustered_usa(tp["P"]), tp["y0"], (0.0, T), name, project=True, raise_on_failure=True, **tol)
+    value = (sol.y[-1] * torch.tensor(C)).sum()
+    grads = dict(zip(tp, (g.numpy() for g in torch.autograd.grad(value, list(tp.values())))))
+    grid = np.asarray(sol.t, dtype=float)
+    assert len(grid) - 1 <= 40  # measured 28 (rodas4p) and 33 (auto) against 747 for dopri5
+    stepper = get_stepper(name)
+    modes = []
+    y_replay = _grid_solve(stepper, _clustered_usa(params["P"]), y0, grid, modes)
+    assert abs(float(value.detach()) - float(np.sum(y_replay * C))) < 1e-12
+    if name == "auto":
+        modes = np.ravel(modes)
+        assert modes[0] == 0 and modes[-1] == 1  # started explicit, switched to rodas4p (measured: 6 stiff steps)
+
+    def replay(p):
+        seen = []
+        y = _grid_solve(stepper, _clustered_usa(p["P"]), p["y0"], grid, seen)
+        assert np.array_equal(np.ravel(seen), np.ravel(modes))  # the same method on every step
+        return float(np.sum(y * C))
+
+    errors = _fd_check(replay, params, grads)
+    assert max(errors.values()) <= RTOL, errors  # measured: 9e-9 to 5e-8
+
+
+def test_auto_mixed_batch_gradients_are_each_trajectorys(monkeypatch):
+    """A batch in which one trajectory (beta = 9) runs rodas4p while the other (beta = 4) is still
+    with dopri5 (the mixed path: each group stepped on its own field, results put back in place):
+    the gradients equal those of each trajectory solved alone, which never mixes, up to rounding
+    that the stiff trajectory amplifies (measured relative differences: y0 1e-12, beta 6e-9, P
+    2e-12)."""
+    from riemattn.solvers import _rosenbrock_torch
+
+    mixed = []
+    inner = _rosenbrock_torch._mixed
+    monkeypatch.setattr(_rosenbrock_torch, "_mixed", lambda *a: mixed.append(1) or inner(*a))
+    rng = np.random.default_rng(1)
+    y0 = project(np.array([1.0, 0.0, 0.0]) + 0.3 * rng.normal(size=(2, 4, 3)))
+    C = torch.tensor(rng.normal(size=(4, 3)))
+    betas, T, tol = np.array([4.0, 9.0]), 3.0, dict(rtol=1e-6, atol=1e-6)
+
+    def grads(y, beta):
+        q = _torch_params({"y0": y, "beta": beta, "P": np.eye(3)})
+        field = ra.AttentionField(q["P"], beta=q["beta"], normalization="mean")
+        sol = ra.integrate(field, q["y0"], (0.0, T), "auto", saveat=[T / 2, T], raise_on_failure=True, **tol)
+        return torch.autograd.grad((sol.y[-1] * C).sum(), [q["y0"], q["beta"], q["P"]])
+
+    batch = grads(y0, betas)
+    assert len(mixed) >= 3  # measured 5 mixed steps
+    alone = [grads(y0[k], betas[k]) for k in range(2)]
+    for k in range(2):
+        assert float((batch[0][k] - alone[k][0]).norm()) <= 1e-9 * float(alone[k][0].norm())
+        assert abs(float(batch[1][k]) - float(alone[k][1])) <= 1e-7 * abs(float(alone[k][1]))
+    P_alone = alone[0][2] + alone[1][2]
+    assert float((batch[2] - P_alone).norm() / P_alone.norm()) <= 1e-9
+
+
+def test_the_jacobians_dependence_on_the_parameters_is_differentiated(monkeypatch):
+    """The discrete map of a Rosenbrock step depends on the parameters through J too: with J
+    detached, the gradient misses that part and disagrees with the finite differences (measured
+    7e-4 for P, against 1e-10 with J in the graph: test_gradients_match_finite_differences)."""
+    from riemattn.solvers import _rosenbrock_torch
+
+    jac = _rosenbrock_torch.lifted_jacobian_torch
+    monkeypatch.setattr(_rosenbrock_torch, "lifted_jacobian_torch", lambda f, t, y: jac(f, t, y).detach())
+    params = _problem(())
+    tp = _torch_params(params)
+    sol = ra.integrate(_field(tp), tp["y0"], (0.0, T), "rodas4p", project=True, **STIFF)
+    grid = np.asarray(sol.t, dtype=float)
+    (gP,) = torch.autograd.grad(misalignment(sol.y[-1]).sum(), [tp["P"]])
+    err = _fd_check(lambda p: float(_observable("rodas4p", dict(params, **p), grid)), {"P": params["P"]},
+                    {"P": gP.numpy()})
+    assert err["P"] > 1e-5, err
 
 
 # --- requires_grad inputs at documented entry points: no raw torch / NumPy errors -----------------
@@ -312,17 +476,19 @@ def test_checkpointed_solve_gives_the_plain_solve_and_its_gradient(stepper):
         assert float((value.grad - g).norm() / g.norm()) < 1e-12, key
 
 
-def test_checkpointed_adaptive_segments_match_unsegmented_autograd():
+@pytest.mark.parametrize("stepper, tol", [("dopri5", ADAPTIVE), ("rodas4p", STIFF)], ids=["dopri5", "rodas4p"])
+def test_checkpointed_adaptive_segments_match_unsegmented_autograd(stepper, tol):
     """Adaptive: each segment is its own adaptive solve; the checkpointed gradient equals the
-    gradient of the same segmented solves kept in one graph."""
+    gradient of the same segmented solves kept in one graph. (rodas4p: the checkpoint's forward
+    pass runs without grad mode, and its steps must be those of the recomputation.)"""
     params = _problem(())
     tp = _torch_params(params)
     y = tp["y0"]
     for a, b in zip(np.linspace(0, T, 4)[:-1], np.linspace(0, T, 4)[1:]):
-        y = ra.integrate(_field(tp), y, (a, b), "dopri5", saveat=[a, b], project=a == 0, **ADAPTIVE).y[-1]
+        y = ra.integrate(_field(tp), y, (a, b), stepper, saveat=[a, b], project=a == 0, **tol).y[-1]
     expected = torch.autograd.grad(misalignment(y).sum(), list(tp.values()))
-    sol = ra.integrate_checkpointed(_field(tp), tp["y0"], (0.0, T), "dopri5", segments=3, project=True,
-                                    **ADAPTIVE)
+    sol = ra.integrate_checkpointed(_field(tp), tp["y0"], (0.0, T), stepper, segments=3, project=True,
+                                    **tol)
     torch.testing.assert_close(sol.y[-1], y, rtol=0, atol=1e-14)
     misalignment(sol.y[-1]).sum().backward()
     for (key, value), g in zip(tp.items(), expected):

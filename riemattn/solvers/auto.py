@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import is_torch, to_numpy
+from ._rosenbrock_torch import auto_interpolant, auto_step, differentiated
 from .dormand_prince import ProjectedDormandPrince
 from .rosenbrock import ProjectedRodas4P, host_interpolant, host_step
 from .steppers import Interpolant, StepResult, Stepper, _check_field, register
@@ -89,6 +90,8 @@ class AutoSwitch(Stepper):
     def step(self, field, t, y, h, k1=None, state=None):
         field = _check_field(field)
         if is_torch(y):
+            if differentiated(field, y):  # modes decided on detached values, steps in the graph
+                return auto_step(self, field, t, y, h, k1, state, (SWITCH_AFTER, _RHO_STIFF, _RHO_BACK))
             return host_step(self, field, t, y, h, k1, state=None if state is None else to_numpy(state))
         batch = y.shape[:-2]
         if state is None:
@@ -145,6 +148,8 @@ class AutoSwitch(Stepper):
 
     def interpolant(self, field, t, y, h, res):
         if is_torch(y):
+            if is_torch(res.stages[0]):  # a step of the differentiable torch path
+                return auto_interpolant(self, field, t, y, h, res)
             return host_interpolant(self, field, t, y, h, res)
         mode, stages, groups = res.stages
         if groups is None:

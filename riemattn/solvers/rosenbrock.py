@@ -45,11 +45,12 @@ import math
 
 import numpy as np
 
-from .._backend import convert, is_torch, namespace, requires_grad, to_numpy
+from .._backend import convert, is_torch, namespace, to_numpy
 from ..errors import InputTypeError
 from ..dynamics.attention import AttentionField
 from ..dynamics.jacobians import is_autonomous, jacobian, lifted_attention_jacobian
 from ..geometry._fast import _FastMixin
+from ._rosenbrock_torch import differentiated, rosenbrock_interpolant, rosenbrock_step
 from .rosenbrock_tableaux import RODAS4, RODAS4P, RosenbrockTableau
 from .steppers import Interpolant, Stepper, StepResult, _check_field, per_trajectory, register, shifted_time
 
@@ -96,6 +97,8 @@ class ProjectedRosenbrock(Stepper):
     def step(self, field, t, y, h, k1=None):
         field = _check_field(field)
         if is_torch(y):
+            if differentiated(field, y):  # every operation in the graph, the Jacobian included
+                return rosenbrock_step(self, field, t, y, h, k1)
             return host_step(self, field, t, y, h, k1)
         tab = self.tableau
         normalize = field.manifold.normalize
@@ -160,6 +163,8 @@ class ProjectedRosenbrock(Stepper):
 
     def interpolant(self, field, t, y, h, res):
         if is_torch(y):
+            if is_torch(res.stages[0]):  # a step of the differentiable torch path
+                return rosenbrock_interpolant(self, field, t, y, h, res)
             return host_interpolant(self, field, t, y, h, res)
         U, x1, _ = res.stages
         H = self.tableau.H
@@ -177,27 +182,17 @@ def _host(x):
     return np.asarray(to_numpy(x), dtype=float) if is_torch(x) else x
 
 
-def _differentiated(field, y) -> bool:
-    """Whether the tokens or a tensor parameter of the field (P, U, beta, W) require gradients."""
-    if requires_grad(y):
-        return True
-    parts = [getattr(field, "beta", None), getattr(getattr(field, "manifold", None), "_W_param", None)]
-    parts += [getattr(getattr(field, name, None), "param", None) for name in ("_P", "_U")]
-    return any(requires_grad(p) for p in parts if p is not None)
-
-
 def host_step(stepper, field, t, y, h, k1=None, **kw):
-    """``stepper.step`` for tensors: computed on the host in float64 (the dense linear algebra of
-    the stiff steppers is NumPy's), the results moved back to the tokens' device and dtype.
-
-    Not differentiable: tokens or field parameters that require gradients raise an
-    :class:`~riemattn.errors.InputTypeError` (the host step would silently cut the graph).
+    """``stepper.step`` for tensors that nothing differentiates: computed on the host in float64
+    (the dense linear algebra of the stiff steppers is NumPy's), the results moved back to the
+    tokens' device and dtype. Tokens or field parameters that require gradients take the torch
+    path instead (``riemattn.solvers._rosenbrock_torch``); a host step would cut the graph, so
+    it refuses them with an :class:`~riemattn.errors.InputTypeError`.
     """
-    if _differentiated(field, y):
+    if differentiated(field, y):
         raise InputTypeError(
-            f"stepper {stepper.name!r} steps on the host (NumPy) and does not propagate gradients; "
-            f"the tokens or the field's parameters require grad. Use an explicit stepper "
-            f"(e.g. 'dopri5', 'dop853', 'rk4', 'cf4') to differentiate (docs/autodiff.md)."
+            f"stepper {stepper.name!r}: the host (NumPy) step does not propagate gradients; the "
+            f"tokens or the field's parameters require grad (docs/autodiff.md)."
         )
     res = stepper.step(field, _host(t), _host(y), _host(h), None if k1 is None else _host(k1), **kw)
     back = lambda a: None if a is None else convert(a, y)  # noqa: E731
