@@ -35,10 +35,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import _torch, requires_grad
+from ..dynamics.attention import AttentionField
 from ..dynamics.jacobians import is_autonomous
 from .steppers import Interpolant, StepResult, per_trajectory, shifted_time
 
-__all__ = ["auto_interpolant", "auto_step", "differentiated", "lifted_jacobian_torch",
+__all__ = ["auto_interpolant", "auto_step", "differentiated", "torch_path", "lifted_jacobian_torch",
            "rosenbrock_interpolant", "rosenbrock_step"]
 
 DT_FACTOR = float(np.sqrt(np.finfo(float).eps))
@@ -51,6 +52,14 @@ def differentiated(field, y) -> bool:
     parts = [getattr(field, "beta", None), getattr(getattr(field, "manifold", None), "_W_param", None)]
     parts += [getattr(getattr(field, name, None), "param", None) for name in ("_P", "_U")]
     return any(requires_grad(p) for p in parts if p is not None)
+
+
+def torch_path(field, y) -> bool:
+    """Whether a step on tensors ``y`` takes this module's torch path: when something requires
+    gradients (:func:`differentiated`), or when the field is a user's field (anything but the
+    attention field, whose NumPy evaluation on the host is known to be the same map): a user's
+    field is written for the tokens' kind and may close over tensors that require grad."""
+    return differentiated(field, y) or not isinstance(field, AttentionField)
 
 
 def _lifted(field, t, x):

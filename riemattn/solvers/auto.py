@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import is_torch, to_numpy
-from ._rosenbrock_torch import auto_interpolant, auto_step, differentiated
+from ._rosenbrock_torch import auto_interpolant, auto_step, torch_path
 from .dormand_prince import ProjectedDormandPrince
 from .rosenbrock import ProjectedRodas4P, host_interpolant, host_step
 from .steppers import Interpolant, StepResult, Stepper, _check_field, register
@@ -90,7 +90,7 @@ class AutoSwitch(Stepper):
     def step(self, field, t, y, h, k1=None, state=None):
         field = _check_field(field)
         if is_torch(y):
-            if differentiated(field, y):  # modes decided on detached values, steps in the graph
+            if torch_path(field, y):  # modes decided on detached values, steps in the graph
                 return auto_step(self, field, t, y, h, k1, state, (SWITCH_AFTER, _RHO_STIFF, _RHO_BACK))
             return host_step(self, field, t, y, h, k1, state=None if state is None else to_numpy(state))
         batch = y.shape[:-2]

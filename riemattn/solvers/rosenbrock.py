@@ -50,7 +50,7 @@ from ..errors import InputTypeError
 from ..dynamics.attention import AttentionField
 from ..dynamics.jacobians import is_autonomous, jacobian, lifted_attention_jacobian
 from ..geometry._fast import _FastMixin
-from ._rosenbrock_torch import differentiated, rosenbrock_interpolant, rosenbrock_step
+from ._rosenbrock_torch import differentiated, rosenbrock_interpolant, rosenbrock_step, torch_path
 from .rosenbrock_tableaux import RODAS4, RODAS4P, RosenbrockTableau
 from .steppers import Interpolant, Stepper, StepResult, _check_field, per_trajectory, register, shifted_time
 
@@ -97,7 +97,7 @@ class ProjectedRosenbrock(Stepper):
     def step(self, field, t, y, h, k1=None):
         field = _check_field(field)
         if is_torch(y):
-            if differentiated(field, y):  # every operation in the graph, the Jacobian included
+            if torch_path(field, y):  # every operation in the graph, the Jacobian included
                 return rosenbrock_step(self, field, t, y, h, k1)
             return host_step(self, field, t, y, h, k1)
         tab = self.tableau
