@@ -158,35 +158,52 @@ def lifted_attention_jacobian(field: AttentionField, t, y, F=None) -> np.ndarray
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
     """
-    A = np.moveaxis(field._attention(t, y), -2, -3)  # (..., h, i, j); may be a work buffer: used at once
+    batch, (l, d) = y.shape[:-2], y.shape[-2:]
+    A = np.moveaxis(field._attention(t, y), -2, -3)  # (..., hP, i, k); may be a work buffer: used at once
+    A = np.broadcast_to(A, batch + (field.h, l, l))  # heads of P and U paired as in the field
     P = field.P(t)
     s = {"paper": math.sqrt(field.d), "softmax": 1.0, "mean": 0.0}[field.normalization]
-    l, d = y.shape[-2:]
+    n = l * d
+    U = None if field._U is None else field.U(t)
     p = np.einsum("...hab,...jb->...hja", P, y)  # P y_j
     q = np.einsum("...hba,...ib->...hia", P, y)  # P^T y_i
-    if field._U is None:
-        u = y[..., None, :, :]
-        Df = np.einsum("...hik,...hka,...hib->...iakb", A, u, q)
-        np.einsum("...iaka->...ika", Df)[...] += (A.sum(axis=-3) if A.shape[-3] > 1 else A[..., 0, :, :])[..., None]
+    u = y[..., None, :, :] if U is None else np.einsum("...hab,...jb->...hja", U, y)  # U y_j
+    fh = np.einsum("...hij,...hja->...hia", A, u)  # per-head update f_i
+    # Layout: J[..., i, a, K] with K = (k, b) flattened, so that every broadcast below runs along
+    # a last axis of length l d (numpy's per-inner-loop cost dominates with a last axis of d).
+    # Df[i, a, (k, b)] = sum_eta A_ik q_ib (u_k - s f_i)_a  [+ A_ik U_ab]  [+ delta_ik D_i[a, b]]
+    J = np.zeros(batch + (l, d, n))
+    for e in range(A.shape[-3]):
+        Aq = np.repeat(A[..., e, :, :], d, axis=-1) * np.tile(q[..., e, :, :], l)  # (..., i, K): A_ik q_ib
+        uK = np.repeat(np.swapaxes(np.broadcast_to(u[..., min(e, u.shape[-3] - 1), :, :], batch + (l, d)), -1, -2), d, axis=-1)  # (.., a, K)
+        J += Aq[..., :, None, :] * uK[..., None, :, :]
+        if s:
+            J -= s * fh[..., e, :, :, None] * Aq[..., :, None, :]
+    J5 = J.reshape(batch + (l, d, l, d))
+    if U is None:
+        np.einsum("...iaka->...ika", J5)[...] += (A.sum(axis=-3) if A.shape[-3] > 1 else A[..., 0, :, :])[..., None]
     else:
-        U = field.U(t)
-        u = np.einsum("...hab,...jb->...hja", U, y)
-        Df = np.einsum("...hik,...hka,...hib->...iakb", A, u, q)
-        Df += np.einsum("...hik,...hab->...iakb", A, U)
-    diag = np.einsum("...iaib->...iab", Df)  # a writeable view of the diagonal blocks
-    diag += np.einsum("...hij,...hja,...hjb->...iab", A, u, p)
-    fh = np.einsum("...hij,...hja->...hia", A, u)
+        J5 += np.einsum("...hik,...hab->...iakb", A, np.broadcast_to(U, A.shape[:-2] + (d, d)))
+    # D_i = sum_eta [sum_j A_ij u_j p_j^T - s f_i g_i^T], g_i = sum_j A_ij p_j
+    up = (u[..., :, :, None] * p[..., :, None, :]).reshape(p.shape[:-1] + (d * d,))  # (..., h, j, d d)
+    D = np.einsum("...hij,...hjm->...im", A, up).reshape(batch + (l, d, d))
     if s:
-        Df -= s * np.einsum("...hik,...hia,...hib->...iakb", A, fh, q)
-        diag -= s * np.einsum("...hia,...hij,...hjb->...iab", fh, A, p)
+        g = np.einsum("...hij,...hjb->...hib", A, p)
+        D -= s * np.einsum("...hia,...hib->...iab", fh, g)
+    np.einsum("...iaib->...iab", J5)[...] += D
     f = fh.sum(axis=-3)
     Wy, Wf = _tangent_terms(field, y, f)
-    Df -= y[..., :, :, None, None] * np.einsum("...ia,...iakb->...ikb", Wy, Df)[..., :, None, :, :]  # Pi_i Df
-    Df -= np.einsum("...iakb,...kb->...iak", Df, y)[..., None] * Wy[..., None, None, :, :]  # (.) Pi_k
+    # Pi_i Df Pi_k: rows (W y_i)^T Df_i removed along y_i, then columns Df y_k along W y_k
+    J -= y[..., :, :, None] * np.einsum("...ia,...iam->...im", Wy, J)[..., :, None, :]
+    J2 = J.reshape(batch + (n, n))
+    r = np.einsum("...Ikb,...kb->...Ik", J.reshape(batch + (n, l, d)), y)  # (..., I, k)
+    J2 -= np.repeat(r, d, axis=-1) * Wy.reshape(batch + (1, n))
+    # the lifting and the tangent projection's own derivative: + f_i Wy_i^T - y_i Wf_i^T - c_i Pi_i
     c = np.einsum("...ia,...ia->...i", y, Wf)[..., None, None]
+    diag = np.einsum("...iaib->...iab", J5)  # a writeable view of the diagonal blocks
     diag += f[..., :, None] * Wy[..., None, :] - y[..., :, None] * Wf[..., None, :] - c * np.eye(d)
     diag += (c * y[..., :, None]) * Wy[..., None, :]
-    return Df.reshape(y.shape[:-2] + (l * d, l * d))
+    return J2
 
 
 def jvp(field, t, y, v) -> np.ndarray:
