@@ -153,6 +153,33 @@ def test_auto_switch_rule_per_trajectory():
     assert np.array_equal(state[:, 0], [0.0, 0.0])
 
 
+def test_auto_probes_the_stiff_method_after_many_elevated_explicit_steps():
+    """Explicit steps with 0.5 < rho <= 1.2 are not stability-limited by the test, but after
+    PROBE_AFTER of them the trajectory tries the stiff method (lam h = 0.8 here: rho ~ 0.8); one
+    with rho ~ 0.3 (lam h = 0.3) never does."""
+    from riemattn.solvers.auto import PROBE_AFTER, SWITCH_AFTER, AutoSwitch
+
+    stepper = AutoSwitch()
+    field = ra.VectorField(lambda t, y: -np.array([800.0, 300.0])[:, None, None] * y, ra.Euclidean(1))
+    y = np.ones((2, 1, 1))
+    state = None
+    for k in range(PROBE_AFTER):
+        state = stepper.step(field, 0.0, y, 1e-3, state=state).state
+        assert np.all(state[:, 1] < SWITCH_AFTER)  # never a stability-limited step in a row
+        assert np.array_equal(state[:, 0], [float(k == PROBE_AFTER - 1), 0.0]), k
+
+
+def test_auto_does_not_stay_explicit_on_a_stiff_problem_at_a_loose_tolerance():
+    """USA beta = 16, 16 causal tokens, tolerance 1e-2: the explicit steps sit just below the
+    stability limit with rho ~ 0.3-1.3, so the in-a-row test alone never fired (dopri5 needs
+    about 2.5e5 steps per unit time here); the probe switches it."""
+    rng = np.random.default_rng(2)
+    y0 = _tokens(rng, (16, 3))
+    sol = ra.integrate(ra.usa(16.0, 3, mask="causal"), y0, (0.0, 0.5), stepper="auto", rtol=1e-2,
+                       atol=1e-2, max_steps=3000)
+    assert sol.success
+
+
 def test_auto_equals_dopri5_while_nothing_is_stiff():
     rng = np.random.default_rng(5)
     field = ra.AttentionField(rng.normal(size=(3, 3)), beta=1.0)

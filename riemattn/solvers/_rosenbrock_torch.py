@@ -214,14 +214,15 @@ def _explicit(auto, field, t, y, h, k1, rules):
     tab = auto.explicit.tableau
     dx = per_trajectory(h, y) * _combine(tab.b_ - tab.A_[5], K)
     rho = _abs_h(h, K) * _rms(K[6] - K[5]) / _rms(dx.detach())
-    return res, torch.isfinite(rho) & (rho > rules[1])
+    signal = (rho > rules[1]).to(rho.dtype) + (rho > rules[3]).to(rho.dtype)  # 2 stiff, 1 elevated
+    return res, torch.where(torch.isfinite(rho), signal, torch.zeros_like(rho))
 
 
 def _stiff(auto, field, t, y, h, k1, rules):
     """RODAS4P step (torch path) and its flag: not (h |J|_inf < rules[2])."""
     res = rosenbrock_step(auto.stiff, field, t, y, h, k1)
     norm = res.stages[2].detach().abs().sum(dim=-1).amax(dim=-1)
-    return res, ~(_abs_h(h, norm) * norm < rules[2])
+    return res, 2.0 * (~(_abs_h(h, norm) * norm < rules[2])).to(norm.dtype)
 
 
 def _rows(a, idx):
@@ -234,28 +235,34 @@ def _rows(a, idx):
 def auto_step(auto, field, t, y, h, k1, state, rules):
     """:meth:`riemattn.solvers.auto.AutoSwitch.step` on differentiated tensors: the modes and
     counters (``state``) are decided on detached values, the steps are the differentiable explicit
-    step or :func:`rosenbrock_step`; ``rules = (SWITCH_AFTER, rho_stiff, rho_back)``."""
+    step or :func:`rosenbrock_step`; ``rules = (SWITCH_AFTER, rho_stiff, rho_back, rho_elevated,
+    PROBE_AFTER)``."""
     torch = _torch()
     batch = tuple(y.shape[:-2])
     f64 = {"dtype": torch.float64, "device": y.device}
     if state is None:
-        state = torch.zeros(batch + (2,), **f64)
+        state = torch.zeros(batch + (3,), **f64)
     else:
-        state = torch.as_tensor(state).detach().to(**f64).reshape(batch + (2,))
-    mode, count = state[..., 0] > 0.5, state[..., 1]
+        state = torch.as_tensor(state).detach().to(**f64).reshape(batch + (-1,))
+        if state.shape[-1] == 2:  # (mode, count) as before the probe counter
+            state = torch.cat([state, torch.zeros(batch + (1,), **f64)], dim=-1)
+    mode, count, elevated = state[..., 0] > 0.5, state[..., 1], state[..., 2]
     groups = None
     if not bool(mode.any()):
-        res, stiff_now = _explicit(auto, field, t, y, h, k1, rules)
+        res, signal = _explicit(auto, field, t, y, h, k1, rules)
     elif bool(mode.all()):
-        res, stiff_now = _stiff(auto, field, t, y, h, k1, rules)
+        res, signal = _stiff(auto, field, t, y, h, k1, rules)
     else:
-        res, stiff_now, groups = _mixed(auto, field, t, y, h, k1, mode, rules)
-    stiff_now = stiff_now.expand(batch)
+        res, signal, groups = _mixed(auto, field, t, y, h, k1, mode, rules)
+    signal = signal.expand(batch)
+    stiff_now = signal >= 2.0
     other = torch.where(mode, ~stiff_now, stiff_now)
-    count = torch.where(other, count + 1, torch.zeros_like(count))
-    switch = count >= rules[0]
+    zero = torch.zeros_like(count)
+    count = torch.where(other, count + 1, zero)
+    elevated = torch.where(~mode & (signal >= 1.0), elevated + 1, elevated)
+    switch = (count >= rules[0]) | (~mode & (elevated >= rules[4]))
     new_state = torch.stack([torch.where(switch, ~mode, mode).to(torch.float64),
-                             torch.where(switch, torch.zeros_like(count), count)], dim=-1)
+                             torch.where(switch, zero, count), torch.where(switch, zero, elevated)], dim=-1)
     return StepResult(res.y, res.error, res.nfev, res.k_next, (mode, res.stages, groups), new_state)
 
 

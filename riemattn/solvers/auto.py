@@ -16,6 +16,13 @@ loop). Detection rule, per trajectory, on every attempted step:
   its spectral radius. A step with ``h |J|_inf < 0.6`` (the explicit method would be stable,
   with margin, at the step size the stiff method is taking) counts as non-stiff, any other resets
   the count; after ``SWITCH_AFTER`` in a row the trajectory goes back to ``"dopri5"``.
+* probe: at loose tolerances (about 1e-2) the explicit steps of a stiff problem can sit just
+  below the stability limit with ``rho`` between 0.3 and 1.3, so the in-a-row test never fires
+  (USA at beta = 16 with 16 causal tokens: dopri5 took about 2.5e5 steps per unit time), while
+  accuracy alone at such tolerances also gives ``rho`` near 1. So explicit steps with ``rho > 0.5``
+  are counted (not necessarily in a row); after ``PROBE_AFTER`` (= 300) of them the trajectory
+  tries ``"rodas4p"``, and comes back by the rule above if it is not stiff. At tolerance 1e-6
+  accuracy keeps ``rho`` below 0.3, so a non-stiff problem is never probed there.
 
 Trajectories in different modes are stepped in two groups (the field restricted with
 :meth:`~riemattn.dynamics.fields.Field.take`; a field without it steps all rows with both methods
@@ -40,15 +47,27 @@ from .dormand_prince import ProjectedDormandPrince
 from .rosenbrock import ProjectedRodas4P, host_interpolant, host_step
 from .steppers import Interpolant, StepResult, Stepper, _check_field, register
 
-__all__ = ["AutoSwitch", "SWITCH_AFTER"]
+__all__ = ["AutoSwitch", "SWITCH_AFTER", "PROBE_AFTER"]
 
 #: Consecutive steps that must agree before a trajectory changes method.
 SWITCH_AFTER = 15
-_RHO_STIFF, _RHO_BACK = 1.2, 0.6
+#: Explicit steps with rho > 0.5 (counted, not necessarily in a row) after which a trajectory
+#: tries the stiff method anyway (it comes back by the usual rule if it is not stiff).
+PROBE_AFTER = 300
+_RHO_STIFF, _RHO_BACK, _RHO_ELEVATED = 1.2, 0.6, 0.5
 
 
 def _rms(x):
     return np.sqrt(np.mean(np.square(x), axis=(-2, -1)))
+
+
+def _state(state, batch):
+    """The per-trajectory state (mode, count, elevated), shape batch + (3,); a state of two
+    columns (mode, count), as before the probe, gets a zero third column."""
+    if state is None:
+        return np.zeros(batch + (3,))
+    state = np.asarray(state, dtype=float).reshape(batch + (-1,))
+    return state if state.shape[-1] == 3 else np.concatenate([state, np.zeros(batch + (1,))], axis=-1)
 
 
 def _rows(a, idx):
@@ -79,37 +98,42 @@ class AutoSwitch(Stepper):
         dx = hc * np.einsum("j,j...->...", b6, K)
         with np.errstate(all="ignore"):
             rho = np.abs(hc[..., 0, 0] if np.ndim(h) else h) * _rms(K[6] - K[5]) / _rms(dx)
-        return res, np.where(np.isfinite(rho), rho > _RHO_STIFF, False)
+            signal = np.where(rho > _RHO_STIFF, 2.0, np.where(rho > _RHO_ELEVATED, 1.0, 0.0))
+        return res, np.where(np.isfinite(rho), signal, 0.0)
 
     def _stiff(self, field, t, y, h, k1):
         res = self.stiff.step(field, t, y, h, k1)
         J = res.stages[2]
         norm = np.max(np.sum(np.abs(J), axis=-1), axis=-1)
-        return res, ~(np.abs(np.asarray(h, dtype=float)) * norm < _RHO_BACK)
+        return res, np.where(np.abs(np.asarray(h, dtype=float)) * norm < _RHO_BACK, 0.0, 2.0)
 
     def step(self, field, t, y, h, k1=None, state=None):
         field = _check_field(field)
         if is_torch(y):
             if torch_path(field, y):  # modes decided on detached values, steps in the graph
-                return auto_step(self, field, t, y, h, k1, state, (SWITCH_AFTER, _RHO_STIFF, _RHO_BACK))
+                return auto_step(self, field, t, y, h, k1, state,
+                                 (SWITCH_AFTER, _RHO_STIFF, _RHO_BACK, _RHO_ELEVATED, PROBE_AFTER))
             return host_step(self, field, t, y, h, k1, state=None if state is None else to_numpy(state))
         batch = y.shape[:-2]
-        if state is None:
-            state = np.zeros(batch + (2,))
-        mode, count = state[..., 0] > 0.5, state[..., 1]
+        state = _state(state, batch)
+        mode, count, elevated = state[..., 0] > 0.5, state[..., 1], state[..., 2]
         if not mode.any():
-            res, stiff_now = self._explicit(field, t, y, h, k1)
+            res, signal = self._explicit(field, t, y, h, k1)
             groups = None
         elif mode.all():
-            res, stiff_now = self._stiff(field, t, y, h, k1)
+            res, signal = self._stiff(field, t, y, h, k1)
             groups = None
         else:
-            res, stiff_now, groups = self._mixed(field, t, y, h, k1, mode)
-        # count steps that call for the other method; switch after SWITCH_AFTER in a row
+            res, signal, groups = self._mixed(field, t, y, h, k1, mode)
+        # count steps that call for the other method; switch after SWITCH_AFTER in a row, or probe
+        # the stiff method after PROBE_AFTER explicit steps with rho > 0.5
+        stiff_now = signal >= 2.0
         other = np.where(mode, ~stiff_now, stiff_now)
         count = np.where(other, count + 1, 0)
-        switch = count >= SWITCH_AFTER
-        new_state = np.stack([np.where(switch, ~mode, mode).astype(float), np.where(switch, 0, count)], axis=-1)
+        elevated = np.where(~mode & (signal >= 1.0), elevated + 1, elevated)
+        switch = (count >= SWITCH_AFTER) | (~mode & (elevated >= PROBE_AFTER))
+        new_state = np.stack([np.where(switch, ~mode, mode).astype(float), np.where(switch, 0, count),
+                              np.where(switch, 0, elevated)], axis=-1)
         stages = (mode, res.stages, groups)
         return StepResult(res.y, res.error, res.nfev, res.k_next, stages, new_state)
 
@@ -133,7 +157,7 @@ class AutoSwitch(Stepper):
             out[stiff] = (idx, r, s.reshape(-1))
             groups.append((idx, sub, ts, ys, hs, r))
         y_new, err, k_next = np.empty_like(yf), np.empty_like(yf), np.empty_like(yf)
-        stiff_now = np.empty(n, dtype=bool)
+        stiff_now = np.empty(n)
         for stiff in (False, True):
             idx, r, s = out[stiff]
             sel = idx[flat[idx] == stiff] if len(idx) == n else idx
