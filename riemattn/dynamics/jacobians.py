@@ -138,7 +138,7 @@ def jacobian(field, t, y) -> np.ndarray:
     return Df
 
 
-def lifted_attention_jacobian(field: AttentionField, t, y, F=None) -> np.ndarray:
+def lifted_attention_jacobian(field: AttentionField, t, y) -> np.ndarray:
     r"""Jacobian of the lifted attention field ``G(x) = |x|_W F(t, pi_W x)`` at tokens on the
     manifold, shape (..., l d, l d), in one pass (the matrix the stiff steppers linearise).
 
@@ -151,8 +151,7 @@ def lifted_attention_jacobian(field: AttentionField, t, y, F=None) -> np.ndarray
     which is :func:`jacobian` composed with the lifting ``DF (I - y y^T W) + F (W y)^T`` (the
     generic route of :func:`riemattn.solvers.rosenbrock.lifted_jacobian`), with the projections
     applied once and the diagonal blocks written through a view. ``y`` must be checked NumPy
-    tokens on the manifold (``|y_i|_W = 1``); ``F`` is unused (the update is recomputed with the
-    attention, which this formula needs anyway).
+    tokens on the manifold (``|y_i|_W = 1``).
 
     References
     ----------
@@ -168,6 +167,7 @@ def lifted_attention_jacobian(field: AttentionField, t, y, F=None) -> np.ndarray
     p = np.einsum("...hab,...jb->...hja", P, y)  # P y_j
     q = np.einsum("...hba,...ib->...hia", P, y)  # P^T y_i
     u = y[..., None, :, :] if U is None else np.einsum("...hab,...jb->...hja", U, y)  # U y_j
+    u = np.broadcast_to(u, A.shape[:-1] + (d,))  # one per head (U = I: the same for every head)
     fh = np.einsum("...hij,...hja->...hia", A, u)  # per-head update f_i
     # Layout: J[..., i, a, K] with K = (k, b) flattened, so that every broadcast below runs along
     # a last axis of length l d (numpy's per-inner-loop cost dominates with a last axis of d).
@@ -175,7 +175,7 @@ def lifted_attention_jacobian(field: AttentionField, t, y, F=None) -> np.ndarray
     J = np.zeros(batch + (l, d, n))
     for e in range(A.shape[-3]):
         Aq = np.repeat(A[..., e, :, :], d, axis=-1) * np.tile(q[..., e, :, :], l)  # (..., i, K): A_ik q_ib
-        uK = np.repeat(np.swapaxes(np.broadcast_to(u[..., min(e, u.shape[-3] - 1), :, :], batch + (l, d)), -1, -2), d, axis=-1)  # (.., a, K)
+        uK = np.repeat(np.swapaxes(u[..., e, :, :], -1, -2), d, axis=-1)  # (..., a, K): u_ka
         J += Aq[..., :, None, :] * uK[..., None, :, :]
         if s:
             J -= s * fh[..., e, :, :, None] * Aq[..., :, None, :]
