@@ -320,7 +320,7 @@ def test_auto_torch_path_equals_the_numpy_path(modes):
     params = _problem((2,))
     tp = _torch_params(params)
     fn, ft = _stiff_fields(params, False), _stiff_fields(tp, False)
-    state = np.array([[m, 3.0] for m in modes])
+    state = np.array([[m, 3.0, 0.0] for m in modes])
     h = np.array([0.1, 0.05])
     r = stepper.step(fn, 0.0, params["y0"], h, state=state)
     rt = stepper.step(ft, 0.0, tp["y0"], torch.tensor(h), state=torch.tensor(state))

@@ -148,7 +148,7 @@ def test_auto_switch_rule_per_trajectory():
         state = res.state
         assert np.array_equal(state[:, 0], [float(k == SWITCH_AFTER - 1), 0.0])
     for k in range(SWITCH_AFTER):  # lam h = 0.3 in stiff mode: counts as non-stiff
-        res = stepper.step(field, 0.0, y, 3e-4, state=np.array([[1.0, 0.0]] * 2) if k == 0 else state)
+        res = stepper.step(field, 0.0, y, 3e-4, state=np.array([[1.0, 0.0, 0.0]] * 2) if k == 0 else state)
         state = res.state
     assert np.array_equal(state[:, 0], [0.0, 0.0])
 

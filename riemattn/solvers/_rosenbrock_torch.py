@@ -243,9 +243,7 @@ def auto_step(auto, field, t, y, h, k1, state, rules):
     if state is None:
         state = torch.zeros(batch + (3,), **f64)
     else:
-        state = torch.as_tensor(state).detach().to(**f64).reshape(batch + (-1,))
-        if state.shape[-1] == 2:  # (mode, count) as before the probe counter
-            state = torch.cat([state, torch.zeros(batch + (1,), **f64)], dim=-1)
+        state = torch.as_tensor(state).detach().to(**f64).reshape(batch + (3,))
     mode, count, elevated = state[..., 0] > 0.5, state[..., 1], state[..., 2]
     groups = None
     if not bool(mode.any()):

@@ -61,15 +61,6 @@ def _rms(x):
     return np.sqrt(np.mean(np.square(x), axis=(-2, -1)))
 
 
-def _state(state, batch):
-    """The per-trajectory state (mode, count, elevated), shape batch + (3,); a state of two
-    columns (mode, count), as before the probe, gets a zero third column."""
-    if state is None:
-        return np.zeros(batch + (3,))
-    state = np.asarray(state, dtype=float).reshape(batch + (-1,))
-    return state if state.shape[-1] == 3 else np.concatenate([state, np.zeros(batch + (1,))], axis=-1)
-
-
 def _rows(a, idx):
     return a if np.ndim(a) == 0 else np.asarray(a).reshape(-1)[idx]
 
@@ -115,7 +106,8 @@ class AutoSwitch(Stepper):
                                  (SWITCH_AFTER, _RHO_STIFF, _RHO_BACK, _RHO_ELEVATED, PROBE_AFTER))
             return host_step(self, field, t, y, h, k1, state=None if state is None else to_numpy(state))
         batch = y.shape[:-2]
-        state = _state(state, batch)
+        if state is None:  # per trajectory: mode (1 = stiff), steps in a row calling for the other
+            state = np.zeros(batch + (3,))  # method, explicit steps with rho > 0.5
         mode, count, elevated = state[..., 0] > 0.5, state[..., 1], state[..., 2]
         if not mode.any():
             res, signal = self._explicit(field, t, y, h, k1)
