@@ -77,21 +77,29 @@ def reference(field, y0, T, tol=1e-13):
     Jacobian only speeds up convergence: Radau's solution is fixed by its collocation equations
     and the tolerance; a wrong Jacobian would slow or stop it, not bias it). Cached under
     benchmarks/.cache/, keyed by the field's repr, y0, T and tol."""
+    key = repr(field).encode() + y0.tobytes() + np.array([T, tol]).tobytes()
+    return cached("stiff_ref", key, lambda: solve_with_jacobian(field, y0, T, "Radau", tol))
+
+
+def cached(prefix, key: bytes, compute):
+    """``compute()`` (an array), stored as benchmarks/.cache/<prefix>_<sha1 of key>.npy and loaded
+    from there when present."""
     import hashlib
 
-    key = hashlib.sha1(repr(field).encode() + y0.tobytes() + np.array([T, tol]).tobytes()).hexdigest()[:16]
-    path = os.path.join(CACHE, f"stiff_ref_{key}.npy")
+    path = os.path.join(CACHE, f"{prefix}_{hashlib.sha1(key).hexdigest()[:16]}.npy")
     if os.path.exists(path):
         return np.load(path)
-    y = _radau(field, y0, T, tol)
+    value = compute()
     os.makedirs(CACHE, exist_ok=True)
-    np.save(path, y)
-    return y
+    np.save(path, value)
+    return value
 
 
-def _radau(field, y0, T, tol):
+def solve_with_jacobian(field, y0, T, method, tol):
+    """y(T) by SciPy ``method`` at rtol = atol = ``tol``, given riemattn's closed-form Jacobian,
+    renormalised."""
     shape, n = y0.shape, y0.size
-    sol = solve_ivp(lambda t, x: field(t, x.reshape(shape)).ravel(), (0.0, T), y0.ravel(), method="Radau",
+    sol = solve_ivp(lambda t, x: field(t, x.reshape(shape)).ravel(), (0.0, T), y0.ravel(), method=method,
                     rtol=tol, atol=tol, jac=lambda t, x: jacobian(field, t, x.reshape(shape)).reshape(n, n))
     assert sol.success, sol.message
     y = sol.y[:, -1].reshape(shape)
@@ -181,30 +189,13 @@ def floor(field, y0, T, out):
 def batch_references(betas, y0, T):
     """LSODA at rtol = atol = 1e-12 with riemattn's closed-form Jacobian, per trajectory, cached
     in benchmarks/.cache/ (keyed by the problem's data)."""
-    import hashlib
+    def compute():
+        t0 = time.perf_counter()
+        refs = np.stack([solve_with_jacobian(ra.usa(b, 3), y0[k], T, "LSODA", 1e-12) for k, b in enumerate(betas)])
+        print(f"  references (LSODA 1e-12 with the Jacobian, looped): {time.perf_counter() - t0:.1f} s", flush=True)
+        return refs
 
-    from riemattn.dynamics.jacobians import jacobian
-
-    key = hashlib.sha1(np.concatenate([betas, y0.ravel(), [T]]).tobytes()).hexdigest()[:16]
-    path = os.path.join(CACHE, f"stiff_C_{len(betas)}_{key}.npy")
-    if os.path.exists(path):
-        print(f"  references: cached ({path})", flush=True)
-        return np.load(path)
-    t0 = time.perf_counter()
-    refs = np.empty_like(y0)
-    for k, b in enumerate(betas):
-        f, y = ra.usa(b, 3), y0[k]
-        n = y.size
-        sol = solve_ivp(lambda t, x, f=f, y=y: f(t, x.reshape(y.shape)).ravel(), (0.0, T), y.ravel(),
-                        method="LSODA", rtol=1e-12, atol=1e-12,
-                        jac=lambda t, x, f=f, y=y, n=n: jacobian(f, t, x.reshape(y.shape)).reshape(n, n))
-        assert sol.success, sol.message
-        z = sol.y[:, -1].reshape(y.shape)
-        refs[k] = z / np.linalg.norm(z, axis=-1, keepdims=True)
-    os.makedirs(CACHE, exist_ok=True)
-    np.save(path, refs)
-    print(f"  references (LSODA 1e-12 with the Jacobian, looped): {time.perf_counter() - t0:.1f} s", flush=True)
-    return refs
+    return cached(f"stiff_C_{len(betas)}", np.concatenate([betas, y0.ravel(), [T]]).tobytes(), compute)
 
 
 def batch_case(B, quick):
