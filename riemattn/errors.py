@@ -7,7 +7,8 @@ the argument, what was expected and what was received. They subclass the built-i
 
 from __future__ import annotations
 
-__all__ = ["RiemattnError", "ValidationError", "InputTypeError", "IntegrationError", "MissingDependencyError"]
+__all__ = ["RiemattnError", "ValidationError", "InputTypeError", "IntegrationError", "MissingDependencyError",
+           "UnsupportedByEngine"]
 
 
 class RiemattnError(Exception):
@@ -30,3 +31,10 @@ class MissingDependencyError(RiemattnError, ImportError):
     """An optional dependency is not installed; the message names the extra that installs it.
 
     An ``ImportError``, so ``pytest.importorskip`` and ``except ImportError`` treat it as one."""
+
+
+class UnsupportedByEngine(ValidationError):
+    """``integrate(..., engine="compiled")`` was asked for a call the compiled engine cannot run.
+
+    The message names what is unsupported (a Python field, a callable weight, a ``save_fn``, a user
+    event, ...). Only ``engine="auto"`` falls back to the NumPy engine silently."""
