@@ -14,6 +14,7 @@ import pytest
 
 import riemattn as ra
 from riemattn import gradient_flow as gf
+from riemattn.analysis.events import cluster_merges
 from riemattn.analysis.hessians import energy_hessian
 from riemattn.dynamics.circle import CircleField, to_points
 from riemattn.dynamics.jacobians import jacobian
@@ -203,3 +204,52 @@ def test_rescaled_forms_on_tensors_match_numpy():
         np.testing.assert_allclose(f(0.0, torch.tensor(y)).numpy(), f(0.0, y), rtol=REL, atol=4 * np.finfo(float).eps)
         np.testing.assert_allclose(gf.energy(torch.tensor(y), beta, rescaled=True).numpy(),
                                    gf.energy(y, beta, rescaled=True), rtol=REL)
+
+
+def _radau_merge_time(th0, beta, tol, rtol):
+    """SciPy Radau on the rescaled angle equations with their exact Jacobian, and the merge event
+    computed independently (largest edge of SciPy's minimum spanning tree of chord lengths)."""
+    from scipy.integrate import solve_ivp
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
+    n = len(th0)
+
+    def rhs(t, th):
+        d = th[None, :] - th[:, None]
+        return np.sum(np.exp(beta * (np.cos(d) - 1.0)) * np.sin(d), axis=1) / n
+
+    def jac(t, th):  # d/dtheta_j of e^{beta (cos d - 1)} sin d, d = theta_j - theta_i
+        d = th[None, :] - th[:, None]
+        M = np.exp(beta * (np.cos(d) - 1.0)) * (np.cos(d) - beta * np.sin(d) ** 2) / n
+        np.fill_diagonal(M, 0.0)
+        return M - np.diag(M.sum(axis=1))
+
+    def merged(t, th):
+        x = np.stack([np.cos(th), np.sin(th)], -1)
+        return minimum_spanning_tree(np.linalg.norm(x[:, None] - x[None], axis=-1)).toarray().max() - tol
+
+    merged.terminal, merged.direction = True, -1
+    r = solve_ivp(rhs, (0.0, 1e9), th0, method="Radau", jac=jac, rtol=rtol, atol=1e-2 * rtol, events=merged)
+    return float(r.t_events[0][0])
+
+
+def test_two_cluster_merge_at_beta_1000_auto_against_radau():
+    """Two clusters of two tokens on S^1 at beta = 1000 (rescaled time): the in-cluster modes relax
+    at rate ~1, the gap closes at rate ~e^{-beta delta^2 / 2}; the plateaus last 1.4e3 and 1.0e5.
+    "auto" crosses them in a few hundred steps (measured 294 at rtol 1e-8; time: benchmarks/
+    low_temperature.py) and the merge event, per trajectory, agrees with Radau to 1e-6 relative
+    (measured 7e-9; Radau at rtol 1e-9 is within 1e-11 of its rtol 1e-13 value)."""
+    beta, tol = 1000.0, 0.01
+    th0 = np.array([[0.0, 0.01, 0.17, 0.185], [0.0, 0.01, 0.14, 0.155]])
+    sol = ra.integrate(ra.usa(beta, 2, rescaled=True), to_points(th0), (0.0, 1e9), "auto", rtol=1e-8,
+                       atol=1e-10, event_tol=1e-9, events=cluster_merges(tol, [2, 1], terminal_at=1))
+    assert sol.success and sol.n_steps <= 400
+    assert sol.events.names == ("merge_to_2", "merge_to_1")
+    np.testing.assert_array_equal(sol.events.which, [[0, 1], [0, 1]])
+    t_merge = sol.events.t[:, 1]
+    assert 1e5 <= t_merge[0] <= 1.1e5 and 1e3 <= t_merge[1] <= 2e3  # long plateaus, different per trajectory
+    for b in range(2):
+        ref = _radau_merge_time(th0[b], beta, tol, 1e-9)
+        assert abs(t_merge[b] - ref) <= 1e-6 * ref
+    # the first merges (inside each cluster) come at rescaled time ~1
+    assert np.all(sol.events.t[:, 0] < 2.0)
