@@ -302,11 +302,14 @@ def level(fn, value: float, *, direction=0, terminal=False, name=None) -> Event:
                  name=name or f"{getattr(fn, '__name__', 'level')}_level")
 
 
-def energy_level(beta: float, value: float, *, direction=1, terminal=False, name=None) -> Event:
+def energy_level(beta: float, value: float, *, direction=1, terminal=False, name=None,
+                 rescaled: bool = False, log: bool = False) -> Event:
     """Event: GLPR's energy E_beta(y) = 1/(2 beta l^2) sum_{i,j} e^{beta <y_i, y_j>} crosses ``value``.
 
     Default direction up: E_beta is non-decreasing along (SA) and (USA) (they are its gradient
     ascent in suitable metrics). Computed on the host (:func:`riemattn.analysis.gradients.energy`).
+    ``rescaled=True`` compares e^{-beta} E_beta with ``value`` and ``log=True`` log E_beta (or
+    log e^{-beta} E_beta): finite at every beta (the same options as ``energy``).
 
     References
     ----------
@@ -314,9 +317,10 @@ def energy_level(beta: float, value: float, *, direction=1, terminal=False, name
     eq. (3.5), section 3.4.
     """
     beta = check_nonnegative(beta, "beta")
+    energy(np.eye(2)[None], beta, rescaled=rescaled, log=log)  # the options checked now, not at the first step
 
     def e(y):
-        return energy(to_numpy(y) if is_torch(y) else y, beta)
+        return energy(to_numpy(y) if is_torch(y) else y, beta, rescaled=rescaled, log=log)
 
     return level(e, value, direction=direction, terminal=terminal, name=name or "energy_level")
 
