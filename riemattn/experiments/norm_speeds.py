@@ -92,11 +92,11 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
     }
     if smoke or quick:
         base["eq"] = {**base["eq"], "n": 16, "n_save": 81, "rtol": 1e-11, "atol": 1e-13}
-        base["heat"] = {**base["heat"], "n": 32, "heads": 4, "n_beta": 10, "configurations": 8,
+        base["heat"] = {**base["heat"], "n": 32, "heads": 2, "n_beta": 8, "configurations": 8,
                         "replicates": 1, "t1": 30.0, "save_every": 1.0}
     if smoke:
         base["eq"] = {**base["eq"], "n": 8, "n_save": 41, "betas": [0.0, 1.0, 2.0]}
-        base["heat"] = {**base["heat"], "n": 16, "heads": 2, "n_beta": 6, "configurations": 4}
+        base["heat"] = {**base["heat"], "n": 16, "n_beta": 6, "configurations": 4}
         base["sf"] = {**base["sf"], "configurations": 4, "betas": [0.1, 5.0, 10.0]}
     return base
 
