@@ -42,6 +42,7 @@ from ..dynamics.glpr import sa
 from ..dynamics.layernorm import PLACEMENTS, layernorm
 from ..solvers.integrate import integrate
 from . import _simuformer
+from .glpr_equiangular import orthonormal_frame
 
 NAME = "norm-speeds"
 PAPER = "KGPR"
@@ -101,14 +102,13 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
     return base
 
 
+def _options(placement, cfg):
+    """nGPT's alpha and Mix-LN's switch, for the placements that take them."""
+    return {"alpha": cfg["alpha"]} if placement == "ngpt" else {"switch": cfg["switch"]} if placement == "mix" else {}
+
+
 def _model(field, placement, cfg):
-    kw = {"alpha": cfg["alpha"]} if placement == "ngpt" else {"switch": cfg["switch"]} if placement == "mix" else {}
-    return layernorm(field, placement, **kw)
-
-
-def _orthonormal(rng, n):
-    Q, R = np.linalg.qr(rng.standard_normal((n, n)))
-    return Q * np.sign(np.diag(R))  # n pairwise orthogonal unit vectors in R^n, Haar-rotated
+    return layernorm(field, placement, **_options(placement, cfg))
 
 
 def _sphere(rng, shape):
@@ -124,7 +124,7 @@ def _random_P(rng, heads, d):
 def _equiangular(cfg, rng):
     eq = cfg["eq"]
     n, betas = eq["n"], np.array(eq["betas"], dtype=float)
-    x0 = np.broadcast_to(_orthonormal(rng, n), (len(betas), n, n))
+    x0 = np.broadcast_to(orthonormal_frame(rng, n, n), (len(betas), n, n))
     t = np.union1d(np.linspace(0.0, eq["t1"], eq["n_save"]), [cfg["t_early"]])
     iu = np.triu_indices(n, k=1)
     shape = (len(PLACEMENTS), len(betas), len(t))
@@ -138,9 +138,8 @@ def _equiangular(cfg, rng):
         out["rho_spread"][a] = np.ptp(G, axis=-1).T
         out["r_simulated"][a] = r.mean(-1).T
         out["r_spread"][a] = np.ptp(r, axis=-1).T
-        kw = {"alpha": cfg["alpha"]} if p == "ngpt" else {"switch": cfg["switch"]} if p == "mix" else {}
         for b, beta in enumerate(betas):
-            out["rho_ode"][a, b], out["r_ode"][a, b] = equiangular_placement(t, beta, n, p, **kw)
+            out["rho_ode"][a, b], out["r_ode"][a, b] = equiangular_placement(t, beta, n, p, **_options(p, cfg))
     dims = ("placement", "beta_eq", "time_eq")
     return {k: (dims, v) for k, v in out.items()}, {"beta_eq": betas, "time_eq": t}
 
