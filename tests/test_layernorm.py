@@ -269,3 +269,22 @@ def test_radius_and_direction_diagnostics():
     assert ra.diagnostics.clustered_fraction(z, 0.999)[0] == pytest.approx(2 / 6)
     with pytest.raises(ValidationError, match="zero token"):
         ra.diagnostics.directions(np.zeros((1, 2, 3)))
+
+
+def test_edges_coincident_tokens_huge_beta_and_one_block_over_the_horizon():
+    """Coincident tokens under SA: A = theta, so Pre-LN/Peri-LN radii grow exactly as 1 + t and the
+    directions stay; one block as long as the horizon gives the same; beta = 1e6 is finite."""
+    theta = np.tile(np.array([0.6, 0.0, 0.8]), (4, 1))
+    for beta in (0.0, 1e6):
+        for p in ("pre", "peri", "mix"):
+            model = ra.layernorm(ra.sa(beta, 3), p, **KW.get(p, {}))
+            for kw in ({"stepper": "layer", "dt": 2.0}, {"stepper": "rk4", "dt": 0.5}):
+                if p == "mix" and kw["stepper"] == "rk4":
+                    continue  # a step across the switch mixes the two fields (tested elsewhere)
+                y = ra.integrate(model, theta, (0.0, 2.0), **kw).y[-1]
+                r_want = 1.0 if p == "mix" else 3.0  # mix: one block at t = 0 < switch, radius kept
+                np.testing.assert_allclose(ra.diagnostics.radii(y), r_want, rtol=1e-14)
+                np.testing.assert_allclose(ra.diagnostics.directions(y), theta, atol=1e-15)
+    # antipodal pair on the circle with W = I under nGPT: an equilibrium (A along each token)
+    y = np.array([[1.0, 0.0], [-1.0, 0.0]])
+    np.testing.assert_allclose(ra.layernorm(ra.sa(1.0, 2), "ngpt").block(0.0, y, 1.0), y, atol=1e-15)
