@@ -20,6 +20,11 @@ take NumPy arrays only.
 * :func:`cluster_count` -- tokens within a distance tolerance (transitively) form one cluster.
 * :func:`consensus_distance`, :func:`is_consensus`, :func:`field_norm`, :func:`is_equilibrium`.
 * :func:`wendel_probability` -- Wendel's probability that random points lie in a hemisphere.
+* :func:`radii`, :func:`directions`, :func:`clustered_fraction` -- the radius |y_i|_W and the
+  direction N_W(y_i) of residual-stream tokens (the state of :func:`riemattn.layernorm`'s
+  Pre-LN, Peri-LN and Mix-LN models), and the fraction of pairs whose directions nearly agree.
+  Direction diagnostics of such states act on ``directions(y)``: ``cluster_count(directions(y),
+  tol)``; :func:`misalignment` already normalizes each token.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from .._validation import (
     check_finite,
     check_nonnegative,
     check_nonzero_tokens,
+    check_real,
+    check_spd,
     check_token_array,
     check_vector,
 )
@@ -53,6 +60,9 @@ __all__ = [
     "field_norm",
     "is_equilibrium",
     "wendel_probability",
+    "radii",
+    "directions",
+    "clustered_fraction",
 ]
 
 
@@ -305,3 +315,73 @@ def wendel_probability(n_points, dim):
             raise ValidationError(f"{name} must be >= {lo}, got {int(a.min())}{which}.")
     out = np.vectorize(_wendel_scalar, otypes=[float])(N, dm)
     return float(out) if out.ndim == 0 else out
+
+
+def _W_norm(y, W):
+    """|y_i|_W over the last axis, for checked tokens; W None is the identity."""
+    if W is None:
+        return _norm_last(y)
+    xp = namespace(y)
+    Wm = check_spd(W, "W", y.shape[-1])
+    Wm = Wm if type(y) is np.ndarray else convert(Wm, y)
+    return xp.sqrt(xp.sum(y * (y @ Wm), axis=-1))
+
+
+def radii(y, W=None):
+    """Radii r_i = |y_i|_W = sqrt(y_i^T W y_i) of the tokens, shape (..., l).
+
+    Parameters
+    ----------
+    y : array_like or tensor, shape (..., l, d)
+    W : array_like, shape (d, d), optional
+        SPD matrix of the layer normalization (None: the Euclidean norm).
+
+    References
+    ----------
+    Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in attention dynamics", NeurIPS 2025,
+    section 2 (x = r theta).
+    """
+    return _W_norm(check_token_array(y, "y"), W)
+
+
+def directions(y, W=None):
+    """Directions theta_i = N_W(y_i) = y_i / |y_i|_W on E_W, shape (..., l, d).
+
+    Raises ValidationError for a token at the origin (it has no direction).
+
+    References
+    ----------
+    Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in attention dynamics", NeurIPS 2025,
+    section 2 (x = r theta).
+    """
+    y = check_nonzero_tokens(check_token_array(y, "y"), "y")
+    return y / _W_norm(y, W)[..., None]
+
+
+def clustered_fraction(y, threshold: float = 0.999, W=None):
+    """Fraction of pairs i < j whose directions satisfy <theta_i, theta_j>_W > threshold, shape (...).
+
+    The clustering statistic of GLPR section 6.3 (with threshold 1 - eps) and of the phase
+    diagrams of Karagodin et al. (threshold 0.999); 0 for a single token. Acts on the directions,
+    so radii do not matter.
+
+    References
+    ----------
+    Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
+    section 6.3; Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in attention dynamics",
+    NeurIPS 2025 (phase diagrams).
+    """
+    threshold = check_real(threshold, "threshold")
+    th = directions(y, W)
+    xp = namespace(th)
+    n = th.shape[-2]
+    if W is not None:
+        Wm = check_spd(W, "W", th.shape[-1])
+        G = th @ ((Wm if type(th) is np.ndarray else convert(Wm, th)) @ th.swapaxes(-1, -2))
+    else:
+        G = th @ th.swapaxes(-1, -2)
+    if n < 2:
+        return xp.zeros_like(th[..., 0, 0])
+    iu = np.triu_indices(n, k=1)
+    upper = G[..., iu[0], iu[1]] if xp is np else G[..., convert(iu[0], th, xp.int64), convert(iu[1], th, xp.int64)]
+    return xp.mean(xp.astype(upper > float(threshold), th.dtype), axis=-1)
