@@ -13,8 +13,8 @@ Guarantees (each is itself a property test, tests/test_testing.py):
 * :func:`points` -- ``|y_i^T W y_i - 1| <= 1e-12`` for every token (Sphere, Ellipsoid);
 * :func:`hemisphere_points` -- on the manifold, and ``v^T y_i >= min_margin`` for every token;
 * :func:`tangent_vectors` -- ``|y_i^T W u_i|`` at rounding level;
-* :func:`head_matrices` -- entries within ``[-scale, scale]`` per term, spectral norms at most
-  ``bound`` for all times;
+* :func:`head_matrices` -- entries within ``[-scale, scale]`` at every time (exactly symmetric
+  with ``symmetric=True``), spectral norms at most ``bound`` for all times;
 * :func:`betas` -- finite, within ``[min_value, max_value]``.
 
 References
@@ -241,17 +241,22 @@ def tangent_vectors(draw, manifold, base_point, *, scale=1.0):
 # attention
 @st.composite
 def head_matrices(draw, h, d, *, symmetric=False, time_varying=False, scale=1.0, max_terms=2, max_omega=6.0):
-    """Head matrices P_eta (or U_eta): entries in [-scale, scale].
+    """Head matrices P_eta (or U_eta) whose entries lie in [-scale, scale] at every time.
 
     Parameters
     ----------
     h, d : int or strategy of int
     symmetric : bool
-        Symmetric matrices (M + M^T) / 2 (entries stay in [-scale, scale]).
+        Exactly symmetric matrices, (M + M^T) / 2, at every time (entries stay in
+        [-scale, scale]).
     time_varying : bool or None
         False: an ndarray of shape (h, d, d) (its spectral norms are at most d * scale).
-        True: a :class:`TimeVaryingHeads` with 0..max_terms sinusoids of frequency
-        <= max_omega and its ``bound``. None: either.
+        True: a :class:`TimeVaryingHeads` P(t) = B + sum_k A_k sin(omega_k t + phi_k) with
+        K in 0..max_terms sinusoids of frequency <= max_omega and its ``bound``; B and the A_k
+        have entries in [-c, c], c = scale (1 - (K + 2) eps) / (K + 1), so that every entry of
+        P(t), as computed, lies in [-scale, scale] for every t. None: either.
+    scale : float
+        The entry bound.
 
     Shrinks toward constant zero matrices of one head.
     """
@@ -259,15 +264,23 @@ def head_matrices(draw, h, d, *, symmetric=False, time_varying=False, scale=1.0,
     scale = _positive(scale, "scale")
     if time_varying is None:
         time_varying = draw(st.booleans())
-    B = draw(_matrix((h, d, d), -scale, scale))
-    B = _sym(B) if symmetric else B
     if not time_varying:
-        return B
+        B = draw(_matrix((h, d, d), -scale, scale))
+        return _sym(B) if symmetric else B  # the average of two entries of [-scale, scale] stays in it
     K = draw(st.integers(0, max_terms))
-    A = draw(_matrix((K, h, d, d), -scale, scale))
+    # |P(t)_ij| <= |B_ij| + sum_k |A_k,ij| |sin| <= (K + 1) c in exact arithmetic; the computed sum
+    # of K + 1 products (any order, FMA or not: a dot product of length K plus B) is within
+    # gamma_{K+2} = (K + 2) u / (1 - (K + 2) u) (u = eps / 2, Higham, Accuracy and Stability,
+    # eq. 3.5) of the sum of the absolute terms, so (1 + gamma_{K+2}) (1 - (K + 2) eps) < 1 keeps
+    # it <= scale; the final (M + M^T) / 2 of a symmetric draw does not exceed its two entries.
+    c = scale if K == 0 else scale * (1.0 - (K + 2) * np.finfo(float).eps) / (K + 1)
+    B = draw(_matrix((h, d, d), -c, c))
+    A = draw(_matrix((K, h, d, d), -c, c))
     omega = draw(hnp.arrays(np.float64, (K,), elements=_floats(0.0, max_omega)))
     phi = draw(hnp.arrays(np.float64, (K,), elements=_floats(0.0, 2 * np.pi)))
-    return TimeVaryingHeads(B, _sym(A) if symmetric else A, omega, phi)
+    if symmetric:
+        return TimeVaryingHeads(_sym(B), _sym(A), omega, phi, symmetric=True)
+    return TimeVaryingHeads(B, A, omega, phi)
 
 
 @st.composite
