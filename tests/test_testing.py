@@ -343,3 +343,13 @@ def test_bad_arguments_raise_the_package_errors():
         find(rs.manifolds(kinds=("torus",)), lambda _: True)
     with pytest.raises(ValidationError, match="max_condition must be >= 1"):
         find(rs.spd_matrices(2, max_condition=0.5), lambda _: True)
+
+
+def test_checkers_accept_an_empty_batch():
+    """Found by tests/test_edges.py: assert_on_manifold and assert_tangent raised ValueError
+    (argmax of an empty sequence) on an empty batch, which integrate returns for y0 of shape (0, l, d)."""
+    S = ra.Sphere(2)
+    empty = np.zeros((0, 2, 3))
+    rt.assert_on_manifold(S, empty)
+    rt.assert_on_manifold(S, np.zeros((3, 0, 2, 3)), times=np.arange(3.0))
+    rt.assert_tangent(ra.AttentionField(np.eye(3)), empty)
