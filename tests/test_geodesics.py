@@ -64,7 +64,7 @@ def _dop853_steps(E, x0, v0, t1):
     from riemattn.solvers.integrate import integrate
 
     M = E.metric
-    sol = integrate(M._field, np.stack([x0, v0]), (0.0, t1), stepper="dop853", rtol=M.rtol, atol=M.atol,
+    sol = integrate(M._field, np.stack([x0, v0], axis=-2), (0.0, t1), stepper="dop853", rtol=M.rtol, atol=M.atol,
                     saveat=[t1])
     return sol.n_steps
 
@@ -83,9 +83,13 @@ def test_triaxial_geodesics_keep_joachimsthal_integral_and_constraint(d, cond):
     # Joachimsthal's first integral of geodesics on quadrics: |W x|^2 (v^T W v)
     joach = np.einsum("...i,...i->...", X @ W, X @ W) * np.einsum("...i,...i->...", V, V @ W)
     assert np.abs(joach - joach[0]).max() < 1e-9 * np.abs(joach[0]).max()
-    assert np.abs(np.einsum("...i,ij,...j->...", X, W, X) - 1.0).max() < 1e-12
+    # rounding accumulated over the DOP853 steps, as in the Clairaut test: 13 sqrt(d) eps per step and
+    # component, times 2 |W|_2 max|x|^2 for the constraint and max|v| for the speed
+    n = _dop853_steps(E, x0, v0, times[-1])
+    rx, wn = float(np.abs(X).max()), float(np.linalg.norm(W, 2))
+    assert np.abs(np.einsum("...i,ij,...j->...", X, W, X) - 1.0).max() <= eps_bound(n * 13 * np.sqrt(d), 2 * wn, rx ** 2)
     speed = np.linalg.norm(V, axis=-1)
-    assert np.abs(speed - speed[0]).max() < 1e-12 * speed[0].max()
+    assert np.abs(speed - speed[0]).max() <= eps_bound(n * 13 * np.sqrt(d), 1.0, float(np.abs(V).max()))
     np.testing.assert_allclose(E.metric.exp(v0, x0), E.metric.geodesic_states(v0, x0, [0.0, 1.0])[0][-1], atol=1e-14)
     # the stated accuracy: an independent integrator (scipy's DOP853) of the same equation
     import scipy.integrate
