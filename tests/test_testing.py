@@ -353,3 +353,33 @@ def test_checkers_accept_an_empty_batch():
     rt.assert_on_manifold(S, empty)
     rt.assert_on_manifold(S, np.zeros((3, 0, 2, 3)), times=np.arange(3.0))
     rt.assert_tangent(ra.AttentionField(np.eye(3)), empty)
+
+
+@given(data=st.data())
+def test_token_configurations_guarantees(data):
+    M = data.draw(rs.manifolds(kinds=rs.MANIFOLD_KINDS))
+    kinds = data.draw(st.lists(st.sampled_from(rs.CONFIGURATIONS), min_size=1, unique=True))
+    batch = data.draw(st.sampled_from([(), (3,), (2, 2), (0,)]))
+    y = data.draw(rs.token_configurations(M, batch_shape=batch, kinds=kinds))
+    assert y.shape[:-2] == batch and y.shape[-1] == M.ambient_dim and np.all(np.isfinite(y))
+    if not isinstance(M, ra.Euclidean):
+        assert np.max(np.abs(_wnorm2(y, M.W) - 1), initial=0) <= ROUND
+    for config in y.reshape((-1,) + y.shape[-2:]):
+        same = np.all(config == config[0])
+        anti = np.all((config == config[0]) | (config == -config[0]))
+        if kinds == ["coincident"]:
+            assert same
+        if kinds == ["antipodal"]:
+            assert anti and np.array_equal(config[1::2], -np.broadcast_to(config[0], config[1::2].shape))
+
+
+@given(data=st.data(), T=st.floats(1e-12, 1e3), max_steps=st.integers(1, 40))
+def test_step_sizes_from_the_whole_horizon_down(data, T, max_steps):
+    dt = data.draw(rs.step_sizes((1.0, 1.0 + T), max_steps=max_steps))
+    span = (1.0 + T) - 1.0
+    assert span / max_steps * (1 - ROUND) <= dt <= 4 * span * (1 + ROUND)
+
+
+def test_step_sizes_shrink_to_one_step_over_the_span():
+    assert find(rs.step_sizes((0.0, 2.5)), lambda _: True) == 2.5
+    assert find(rs.step_sizes((2.0, 2.0)), lambda _: True) == 1.0
