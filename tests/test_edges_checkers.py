@@ -3,8 +3,8 @@ edges too (issue 34). ``CASES`` maps each public checker (``assert_*``, ``check_
 ``riemattn.testing.__all__``, discovered) to a right and a planted-wrong case; a new checker
 without cases fails ``test_every_checker_has_cases``.
 
-Degenerate points where a checker fails correct code today (issue 34 item 4, fixed on branch
-edges-analysis) are in ``test_checkers_at_degenerate_points``, strict xfails.
+The degenerate points where the checkers used to fail correct code (issue 34 item 4) are
+``test_checkers_at_degenerate_points``.
 """
 
 from __future__ import annotations
@@ -190,14 +190,7 @@ def test_checker_fails_planted_bugs(name):
     run()
 
 
-_ITEM4 = "issue 34 item 4: checkers fail correct code at degenerate points; fixed on branch edges-analysis"
-
-
-@pytest.mark.parametrize("case", [
-    pytest.param("gradient at a critical point", marks=pytest.mark.xfail(strict=True, reason=_ITEM4)),
-    pytest.param("constant cost", marks=pytest.mark.xfail(strict=True, reason=_ITEM4)),
-    pytest.param("order at an equilibrium", marks=pytest.mark.xfail(strict=True, reason=_ITEM4)),
-])
+@pytest.mark.parametrize("case", ["gradient at a critical point", "constant cost", "order at an equilibrium"])
 def test_checkers_at_degenerate_points(case):
     """The reproductions of issue 34 item 4: a right gradient at a point where the first-order
     model's second-order term vanishes, a constant cost (exact gradient 0, errors exactly 0), and
