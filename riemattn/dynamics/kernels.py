@@ -1,0 +1,157 @@
+r"""Compiled field kernels (numba): the attention family's value, update and lifted Jacobian.
+
+The compiled engine's half of "one algorithm, two executions" (docs/architecture.md): the same
+formulas as :class:`~riemattn.dynamics.attention.AttentionField` and
+:func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian`, evaluated for ONE trajectory per
+call inside compiled code, so that a compiled stepping loop (:mod:`riemattn.solvers.compiled`)
+runs each trajectory to its end without returning to Python.
+
+A field is first packed into plain arrays by :func:`pack_field` (configuration as run-time
+data: a handful of kernels, compiled once and cached on disk, cover every mask, normalization,
+head layout, manifold, U, beta and time dependence). Four ``@numba.njit(cache=True, nogil=True)``
+functions, callable from Python (tests; a few microseconds of dispatch per call) and from other
+compiled code:
+
+=================================================================  ==============================
+``evaluate(op, t, y, b, ints, floats, per, work, out)``            one field operation, ``op``:
+``op = RHS``                                                       ``out = F(t, y)``, tangent at y
+``op = UPDATE``                                                    ``out = f(t, y)``, the
+                                                                   un-normalised update (the
+                                                                   ``"layer"`` step)
+``op = LIFTED_JAC``                                                ``out = dG/dx`` (l d, l d),
+                                                                   ``G = |x|_W F(t, pi_W x)``
+``op = TIME_DERIVATIVE``                                           ``out = dG/dt`` (0 if
+                                                                   ``pack.autonomous``)
+``project(x, ints, floats, out)``                                  ``out_i = pi_W(x_i)``
+``to_tangent(v, y, ints, floats, out)``                            ``out_i = (I - y_i y_i^T W) v_i``
+``wnorm(x, ints, floats, out_l)``                                  ``out_l[i] = |x_i|_W``
+=================================================================  ==============================
+
+One entry point with the operation as data, not one kernel per operation: numba optimises a
+kernel again inside every compiled function that calls it, so each extra entry point would cost
+another compilation of the whole field code (seconds) in every loop that calls it.
+
+``t`` float; ``b`` the trajectory's row in ``per`` (any value when ``per`` has one row); ``y``,
+``x``, ``v``: C-contiguous float64 arrays of shape (l, d); ``out``: C-contiguous (l, d), or (l d,
+l d) for the Jacobian, with row ``i d + a`` and column ``k d + c`` the derivative of component a
+of token i along component c of token k; ``work``: float64 of length ``pack.work``; ``out_l``:
+(l,). ``LIFTED_JAC`` expects ``y`` on the manifold, as
+:func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian` does. On flat space (the circle
+form: angles as tokens of dimension 1) ``project`` and ``to_tangent`` copy, ``wnorm`` gives 1
+(the lifting's scale) and ``LIFTED_JAC`` is the plain Jacobian.
+
+Overflow: where the NumPy field raises (scores beyond the float range, "mean" weights
+``e^{score} / l`` above ~1.8e308, USA on the circle past beta ~ 709), the kernels return inf or
+NaN, which a compiled loop reports as a non-finite trajectory.
+
+References
+----------
+Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
+Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", (SA),
+(USA) and eq. (7.1).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ._kernel_attention import attention, jit
+from ._kernel_circle import circle
+from ._kernel_dtime import dtime
+from ._kernel_layout import KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, W_OFF
+from ._kernel_layout import OP_LIFTED_JAC as LIFTED_JAC
+from ._kernel_layout import OP_RHS as RHS
+from ._kernel_layout import OP_TIME_DERIVATIVE as TIME_DERIVATIVE
+from ._kernel_layout import OP_UPDATE as UPDATE
+from ._kernel_pack import KernelPack, pack_field
+
+# The operation codes RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE (0..3) are module attributes
+# documented above, not in __all__ (small ints are shared objects: the API reference would take
+# them for re-exports of other modules' constants of the same value).
+__all__ = ["KernelPack", "pack_field", "evaluate", "project", "to_tangent", "wnorm"]
+
+
+@jit
+def evaluate(op, t, y, b, ints, floats, per, work, out):
+    """One operation of the packed field at ``(t, y)`` into ``out`` (see the module docstring).
+
+    ``op``: :data:`RHS` (the tangent field F, (l, d)), :data:`UPDATE` (the un-normalised update f,
+    (l, d)), :data:`LIFTED_JAC` (dG/dx, (l d, l d); y on the manifold), :data:`TIME_DERIVATIVE`
+    (dG/dt, (l, d); y on the manifold or not).
+    """
+    if ints[KIND] == KIND_CIRCLE:
+        circle(op, t, y, b, ints, floats, per, work, out)
+    elif op == TIME_DERIVATIVE:
+        dtime(t, y.reshape(y.size), b, ints, floats, per, work, out.reshape(out.size))
+    else:
+        attention(op, t, y, b, ints, floats, per, work, out)
+
+
+@jit
+def wnorm(x, ints, floats, out_l):
+    """|x_i|_W per token into ``out_l`` (l,); 1 on flat space."""
+    l, d = x.shape
+    man = ints[MANIFOLD]
+    w0 = ints[W_OFF]
+    for i in range(l):
+        if man == MAN_FLAT:
+            out_l[i] = 1.0
+            continue
+        acc = 0.0
+        for a in range(d):
+            if man == MAN_ELLIPSOID:
+                wa = 0.0
+                for c in range(d):
+                    wa += floats[w0 + a * d + c] * x[i, c]
+                acc += x[i, a] * wa
+            else:
+                acc += x[i, a] * x[i, a]
+        out_l[i] = math.sqrt(acc)
+
+
+@jit
+def project(x, ints, floats, out):
+    """pi_W(x_i) = x_i / |x_i|_W per token into ``out`` (l, d) (may be x); a copy on flat space."""
+    l, d = x.shape
+    flat = ints[MANIFOLD] == MAN_FLAT
+    man = ints[MANIFOLD]
+    w0 = ints[W_OFF]
+    for i in range(l):
+        r = 1.0
+        if not flat:
+            acc = 0.0
+            for a in range(d):
+                if man == MAN_ELLIPSOID:
+                    wa = 0.0
+                    for c in range(d):
+                        wa += floats[w0 + a * d + c] * x[i, c]
+                    acc += x[i, a] * wa
+                else:
+                    acc += x[i, a] * x[i, a]
+            r = math.sqrt(acc)
+        for a in range(d):
+            out[i, a] = x[i, a] / r
+
+
+@jit
+def to_tangent(v, y, ints, floats, out):
+    """(I - y_i y_i^T W) v_i per token into ``out`` (l, d) (may be v); a copy on flat space."""
+    l, d = y.shape
+    man = ints[MANIFOLD]
+    w0 = ints[W_OFF]
+    for i in range(l):
+        if man == MAN_FLAT:
+            for a in range(d):
+                out[i, a] = v[i, a]
+            continue
+        c = 0.0
+        for a in range(d):
+            if man == MAN_ELLIPSOID:
+                wa = 0.0
+                for c2 in range(d):
+                    wa += floats[w0 + a * d + c2] * v[i, c2]
+                c += y[i, a] * wa
+            else:
+                c += y[i, a] * v[i, a]
+        for a in range(d):
+            out[i, a] = v[i, a] - c * y[i, a]
