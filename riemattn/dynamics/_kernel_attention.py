@@ -34,42 +34,40 @@ import math
 import numba as nb
 
 from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, MASK,
-                             OP_LIFTED_JAC, OP_UPDATE, MASK_CAUSAL, MEAN_DIRECT_MAX, NORM, NORM_MEAN, NORM_PAPER, P_HEADS,
+                             OP_LIFTED_JAC,
+                             MASK_CAUSAL, MEAN_DIRECT_MAX, NORM, NORM_MEAN, NORM_PAPER, P_HEADS,
                              P_KIND, P_LOC, P_OFF, P_TERMS, SRC_CONST, SRC_IDENTITY, SRC_SCALAR,
                              SRC_SINES, SRC_STEPS, U_HEADS, U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
 
 jit = nb.njit(cache=True, nogil=True)
 
 
+# Calls between jitted functions pass no literal constants (a slot index, 0, True): numba
+# compiles a separate copy of the callee for every literal argument value.
 @jit
-def source(ints, floats, per, b, loc_slot):
-    """The array a datum lives in: ``floats`` or the trajectory's row of ``per``."""
-    if ints[loc_slot] == LOC_PER:
+def source(loc, floats, per, b):
+    """The array a datum lives in (``loc`` = ints[*_LOC]): ``floats`` or the trajectory's row of ``per``."""
+    if loc == LOC_PER:
         return per[b if per.shape[0] > 1 else 0]
     return floats
 
 
 @jit
-def heads_at(t, kind, src, off, nh, terms, d, scale, out, oo, deriv):
-    """out[oo:oo + nh d d] = scale M(t) (deriv: scale dM/dt) for a source of kind SRC_CONST/SINES/STEPS."""
+def heads_at(t, kind, src, off, nh, terms, d, scale, out, oo):
+    """out[oo:oo + nh d d] = scale M(t) for a source of kind SRC_CONST, SRC_SINES or SRC_STEPS."""
     m = nh * d * d
     if kind == SRC_SINES:
         a_off = off + m
         w_off = a_off + terms * m
         for e in range(m):
-            out[oo + e] = 0.0 if deriv else src[off + e]
+            out[oo + e] = src[off + e]
         for k in range(terms):
-            arg = src[w_off + k] * t + src[w_off + terms + k]
-            w = src[w_off + k] * math.cos(arg) if deriv else math.sin(arg)
+            w = math.sin(src[w_off + k] * t + src[w_off + terms + k])
             base = a_off + k * m
             for e in range(m):
                 out[oo + e] += w * src[base + e]
         for e in range(m):
             out[oo + e] *= scale
-        return
-    if deriv:  # constant and piecewise-constant sources
-        for e in range(m):
-            out[oo + e] = 0.0
         return
     base = off
     if kind == SRC_STEPS:
@@ -85,16 +83,33 @@ def heads_at(t, kind, src, off, nh, terms, d, scale, out, oo, deriv):
 
 
 @jit
+def heads_rate(t, kind, src, off, nh, terms, d, scale, out, oo):
+    """out[oo:oo + nh d d] = scale dM/dt (0 unless SRC_SINES)."""
+    m = nh * d * d
+    for e in range(m):
+        out[oo + e] = 0.0
+    if kind != SRC_SINES:
+        return
+    a_off = off + m
+    w_off = a_off + terms * m
+    for k in range(terms):
+        w = scale * src[w_off + k] * math.cos(src[w_off + k] * t + src[w_off + terms + k])
+        base = a_off + k * m
+        for e in range(m):
+            out[oo + e] += w * src[base + e]
+
+
+@jit
 def offsets(l, d, h):
     """Offsets in the scratch vector (layout of _kernel_layout.work_length):
     Pt, Ut, dPt, dUt (h d d); p, q, u, fh, dfh (h l d); A, dA (h l l); f, Wy, Wf, yn, df, row (l d); c (l)."""
     hdd, hld, hll, ld = h * d * d, h * l * d, h * l * l, l * d
-    oP = 0
+    oP = 0 * h  # an int64, not the literal 0 (which would compile callees once more)
     oU = oP + hdd
     odP = oU + hdd
     odU = odP + hdd
-    op = odU + hdd
-    oq = op + hld
+    opy = odU + hdd
+    oq = opy + hld
     ou = oq + hld
     ofh = ou + hld
     odfh = ofh + hld
@@ -107,7 +122,7 @@ def offsets(l, d, h):
     odf = oyn + ld
     orow = odf + ld
     oc = orow + ld
-    return oP, oU, odP, odU, op, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc
+    return oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc
 
 
 @jit
@@ -136,37 +151,37 @@ def apply_W(ints, floats, x, ox, out, oo, l, d):
 
 
 @jit
-def forward(t, y, b, ints, floats, per, w, need_q):
+def forward(op, t, y, b, ints, floats, per, w):
     """Attention A (h, l, l), values u = U y (h, l, d), per-head updates fh and the update f in
-    the scratch vector w; p = P y_j (and q = P^T y_i if need_q). y: flat (l d). Returns the
-    factor of a scalar U (c I), else 0."""
+    the scratch vector w; p = P y_j (and q = P^T y_i for op = OP_LIFTED_JAC). y: flat (l d).
+    Returns the factor of a scalar U (c I), else 0."""
+    need_q = op == OP_LIFTED_JAC
     l, d, h = ints[L], ints[D], ints[H]
-    oP, oU, odP, odU, op, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
-    beta = source(ints, floats, per, b, BETA_LOC)[ints[BETA_OFF]]
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+    beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
     pk, uk, hP, hU = ints[P_KIND], ints[U_KIND], ints[P_HEADS], ints[U_HEADS]
-    srcP = source(ints, floats, per, b, P_LOC)
+    srcP = source(ints[P_LOC], floats, per, b)
     cP = 0.0
     if pk == SRC_SCALAR:
         cP = beta * srcP[ints[P_OFF]]
     else:
-        heads_at(t, pk, srcP, ints[P_OFF], hP, ints[P_TERMS], d, beta, w, oP, False)
+        heads_at(t, pk, srcP, ints[P_OFF], hP, ints[P_TERMS], d, beta, w, oP)
     cU = 0.0
     if uk == SRC_SCALAR:
-        cU = source(ints, floats, per, b, U_LOC)[ints[U_OFF]]
+        cU = source(ints[U_LOC], floats, per, b)[ints[U_OFF]]
     elif uk != SRC_IDENTITY:
-        heads_at(t, uk, source(ints, floats, per, b, U_LOC), ints[U_OFF], hU, ints[U_TERMS], d, 1.0,
-                 w, oU, False)
+        heads_at(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], d, 1.0, w, oU)
     causal = ints[MASK] == MASK_CAUSAL
     nrm = ints[NORM]
     s = norm_scale(ints)
     hld, hll = l * d, l * l
     for e in range(h):
-        pe, Ae = op + e * hld, oA + e * hll
+        pe, Ae = opy + e * hld, oA + e * hll
         if e > 0 and hP == 1:  # one P shared by the U heads: the same attention
             for m in range(hll):
                 w[Ae + m] = w[oA + m]
             for m in range(hld):
-                w[pe + m] = w[op + m]
+                w[pe + m] = w[opy + m]
                 w[oq + e * hld + m] = w[oq + m]
             continue
         qe, Pe = oq + e * hld, oP + e * d * d
@@ -255,16 +270,16 @@ def tangent_rows(ints, floats, y, v, ov, w, oWv, out, l, d):
 
 @jit
 def update_jacobian(ints, y, w, cU, J):
-    """J (n, n) = Df, the Jacobian of the update (after forward(..., need_q=True))."""
+    """J (n, n) = Df, the Jacobian of the update (after forward with op = OP_LIFTED_JAC)."""
     l, d, h = ints[L], ints[D], ints[H]
-    oP, oU, odP, odU, op, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
     uk, hU = ints[U_KIND], ints[U_HEADS]
     causal = ints[MASK] == MASK_CAUSAL
     s = norm_scale(ints)
     J[:, :] = 0.0
     hld, hll = l * d, l * l
     for e in range(h):
-        pe, qe, ue, fe = op + e * hld, oq + e * hld, ou + e * hld, ofh + e * hld
+        pe, qe, ue, fe = opy + e * hld, oq + e * hld, ou + e * hld, ofh + e * hld
         Ae, Ue = oA + e * hll, oU + (e if hU > 1 else 0) * d * d
         for i in range(l):
             kmax = i + 1 if causal else l
@@ -308,9 +323,11 @@ def update_jacobian(ints, y, w, cU, J):
 def lift(ints, floats, y, w, J):
     """J <- Pi Df Pi + diag[f (W y)^T - y (W f)^T - c Pi] (sphere, ellipsoid), in place."""
     l, d, h = ints[L], ints[D], ints[H]
-    oP, oU, odP, odU, op, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
     n = l * d
-    apply_W(ints, floats, y, 0, w, oWy, l, d)
+    for m in range(n):  # y into the scratch (its offset is then a run-time value)
+        w[oyn + m] = y[m]
+    apply_W(ints, floats, w, oyn, w, oWy, l, d)
     apply_W(ints, floats, w, of, w, oWf, l, d)
     for i in range(l):  # rows: minus y_i (W y_i)^T Df_i
         for m in range(n):
@@ -339,25 +356,3 @@ def lift(ints, floats, y, w, J):
                 J[i * d + a, i * d + c] += (fa * w[oWy + i * d + c] - ya * w[oWf + i * d + c]
                                             + ci * ya * w[oWy + i * d + c])
             J[i * d + a, i * d + a] -= ci
-
-
-@jit
-def attention(op, t, y, b, ints, floats, per, w, out):
-    """One kernel operation (OP_RHS, OP_UPDATE, OP_LIFTED_JAC) of the attention field at the
-    tokens y (l, d); out is (l, d), or (l d, l d) for the Jacobian."""
-    l, d = ints[L], ints[D]
-    y1 = y.reshape(l * d)
-    cU = forward(t, y1, b, ints, floats, per, w, op == OP_LIFTED_JAC)
-    of = offsets(l, d, ints[H])[11]
-    flat = ints[MANIFOLD] == MAN_FLAT
-    if op == OP_LIFTED_JAC:
-        update_jacobian(ints, y1, w, cU, out)
-        if not flat:
-            lift(ints, floats, y1, w, out)
-        return
-    o1 = out.reshape(l * d)
-    if op == OP_UPDATE or flat:
-        for m in range(l * d):
-            o1[m] = w[of + m]
-    else:
-        tangent_rows(ints, floats, y1, w, of, w, of + 2 * l * d, o1, l, d)  # W f into the Wf slot

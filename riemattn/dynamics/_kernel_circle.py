@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 
 from ._kernel_attention import jit, source
-from ._kernel_layout import BETA_LOC, BETA_OFF, L, MASK, MASK_CAUSAL, MODEL, MODEL_USA, OP_LIFTED_JAC, OP_TIME_DERIVATIVE
+from ._kernel_layout import BETA_LOC, BETA_OFF, L, MASK, MASK_CAUSAL, MODEL, MODEL_USA
 
 
 @jit
 def circle_rhs(t, y, b, ints, floats, per, work, out):
     l = ints[L]
-    beta = source(ints, floats, per, b, BETA_LOC)[ints[BETA_OFF]]
+    beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
     usa = ints[MODEL] == MODEL_USA
     causal = ints[MASK] == MASK_CAUSAL
     for i in range(l):
@@ -51,7 +51,7 @@ def circle_rhs(t, y, b, ints, floats, per, work, out):
 @jit
 def circle_jac(t, y, b, ints, floats, per, work, J):
     l = ints[L]
-    beta = source(ints, floats, per, b, BETA_LOC)[ints[BETA_OFF]]
+    beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
     usa = ints[MODEL] == MODEL_USA
     causal = ints[MASK] == MASK_CAUSAL
     J[:, :] = 0.0
@@ -78,14 +78,3 @@ def circle_jac(t, y, b, ints, floats, per, work, J):
             J[i, k] = jik
             diag += jik
         J[i, i] = -diag
-
-
-@jit
-def circle(op, t, y, b, ints, floats, per, work, out):
-    """One kernel operation of the circle form: the field (OP_RHS and OP_UPDATE), its Jacobian, dG/dt = 0."""
-    if op == OP_LIFTED_JAC:
-        circle_jac(t, y, b, ints, floats, per, work, out)
-    elif op == OP_TIME_DERIVATIVE:
-        out[:, :] = 0.0
-    else:
-        circle_rhs(t, y, b, ints, floats, per, work, out)

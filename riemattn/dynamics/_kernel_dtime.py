@@ -15,25 +15,30 @@ from __future__ import annotations
 
 import math
 
-from ._kernel_attention import apply_W, forward, heads_at, jit, norm_scale, offsets, source, tangent_rows
+from ._kernel_attention import apply_W, heads_rate, jit, norm_scale, offsets, source, tangent_rows
 from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, MAN_FLAT, MANIFOLD, MASK, MASK_CAUSAL, P_HEADS,
                              P_KIND, P_LOC, P_OFF, P_TERMS, SRC_SINES, U_HEADS, U_KIND, U_LOC, U_OFF,
                              U_TERMS)
 
 
 @jit
-def dtime(t, x, b, ints, floats, per, w, out):
-    """dG/dt at x (flat, on the manifold or not): |x|_W Pi_y df/dt at y = pi_W(x)."""
+def dtime_start(x, ints, floats, w, out):
+    """First half of dG/dt: out = pi_W(x) (flat x, on the manifold or not), |x_i|_W in the
+    scratch. Returns False (out = 0, done) when the weights do not depend on t smoothly.
+
+    The caller then runs ``forward`` at out (not called from here: see kernels.evaluate) and
+    :func:`dtime_finish`."""
     l, d, h = ints[L], ints[D], ints[H]
-    pk, uk = ints[P_KIND], ints[U_KIND]
-    if pk != SRC_SINES and uk != SRC_SINES:
+    if ints[P_KIND] != SRC_SINES and ints[U_KIND] != SRC_SINES:
         for m in range(l * d):
             out[m] = 0.0
-        return
-    oP, oU, odP, odU, op, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+        return False
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
     flat = ints[MANIFOLD] == MAN_FLAT
-    apply_W(ints, floats, x, 0, w, oWy, l, d)
-    for i in range(l):  # yn = pi_W(x), c_i = |x_i|_W
+    for m in range(l * d):  # x into the scratch (its offset is then a run-time value)
+        w[oyn + m] = x[m]
+    apply_W(ints, floats, w, oyn, w, oWy, l, d)
+    for i in range(l):  # pi_W(x), c_i = |x_i|_W
         ci = 1.0
         if not flat:
             acc = 0.0
@@ -42,19 +47,24 @@ def dtime(t, x, b, ints, floats, per, w, out):
             ci = math.sqrt(acc)
         w[oc + i] = ci
         for a in range(d):
-            w[oyn + i * d + a] = x[i * d + a] / ci
-    yn = out  # pi_W(x) is kept in out (a C-contiguous vector like x, so forward compiles once)
-    for m in range(l * d):
-        yn[m] = w[oyn + m]
-    forward(t, yn, b, ints, floats, per, w, False)
-    beta = source(ints, floats, per, b, BETA_LOC)[ints[BETA_OFF]]
+            out[i * d + a] = x[i * d + a] / ci
+    return True
+
+
+@jit
+def dtime_finish(t, b, ints, floats, per, w, out):
+    """Second half of dG/dt: out (holding y = pi_W(x), with forward run at y) <- dG/dt."""
+    l, d, h = ints[L], ints[D], ints[H]
+    pk, uk = ints[P_KIND], ints[U_KIND]
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+    flat = ints[MANIFOLD] == MAN_FLAT
+    yn = out
+    beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
     hP, hU = ints[P_HEADS], ints[U_HEADS]
     if pk == SRC_SINES:
-        heads_at(t, pk, source(ints, floats, per, b, P_LOC), ints[P_OFF], hP, ints[P_TERMS], d, beta,
-                 w, odP, True)
+        heads_rate(t, pk, source(ints[P_LOC], floats, per, b), ints[P_OFF], hP, ints[P_TERMS], d, beta, w, odP)
     if uk == SRC_SINES:
-        heads_at(t, uk, source(ints, floats, per, b, U_LOC), ints[U_OFF], hU, ints[U_TERMS], d, 1.0,
-                 w, odU, True)
+        heads_rate(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], d, 1.0, w, odU)
     causal = ints[MASK] == MASK_CAUSAL
     s = norm_scale(ints)
     for m in range(l * d):

@@ -28,8 +28,10 @@ compiled code:
 =================================================================  ==============================
 
 One entry point with the operation as data, not one kernel per operation: numba optimises a
-kernel again inside every compiled function that calls it, so each extra entry point would cost
-another compilation of the whole field code (seconds) in every loop that calls it.
+callee's code again inside every compiled function that calls it (its LLVM module is linked in
+and optimised with the caller's), so each extra entry point, and each extra level of calls,
+would cost another optimisation of the whole field code (seconds) -- also in every loop that
+calls it. ``evaluate`` therefore calls the helpers of the private modules directly.
 
 ``t`` float; ``b`` the trajectory's row in ``per`` (any value when ``per`` has one row); ``y``,
 ``x``, ``v``: C-contiguous float64 arrays of shape (l, d); ``out``: C-contiguous (l, d), or (l d,
@@ -55,10 +57,10 @@ from __future__ import annotations
 
 import math
 
-from ._kernel_attention import attention, jit
-from ._kernel_circle import circle
-from ._kernel_dtime import dtime
-from ._kernel_layout import KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, W_OFF
+from ._kernel_attention import forward, jit, lift, offsets, tangent_rows, update_jacobian
+from ._kernel_circle import circle_jac, circle_rhs
+from ._kernel_dtime import dtime_finish, dtime_start
+from ._kernel_layout import H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, W_OFF
 from ._kernel_layout import OP_LIFTED_JAC as LIFTED_JAC
 from ._kernel_layout import OP_RHS as RHS
 from ._kernel_layout import OP_TIME_DERIVATIVE as TIME_DERIVATIVE
@@ -79,12 +81,36 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
     (l, d)), :data:`LIFTED_JAC` (dG/dx, (l d, l d); y on the manifold), :data:`TIME_DERIVATIVE`
     (dG/dt, (l, d); y on the manifold or not).
     """
-    if ints[KIND] == KIND_CIRCLE:
-        circle(op, t, y, b, ints, floats, per, work, out)
-    elif op == TIME_DERIVATIVE:
-        dtime(t, y.reshape(y.size), b, ints, floats, per, work, out.reshape(out.size))
-    else:
-        attention(op, t, y, b, ints, floats, per, work, out)
+    if ints[KIND] == KIND_CIRCLE:  # (every branch calls the helpers directly: see above)
+        if op == LIFTED_JAC:
+            circle_jac(t, y, b, ints, floats, per, work, out)
+        elif op == TIME_DERIVATIVE:
+            out[:, :] = 0.0
+        else:
+            circle_rhs(t, y, b, ints, floats, per, work, out)
+        return
+    l, d = y.shape
+    y1 = y.reshape(l * d)
+    if op == TIME_DERIVATIVE:  # forward at pi_W(y), kept in out
+        o1 = out.reshape(l * d)
+        if dtime_start(y1, ints, floats, work, o1):
+            forward(op, t, o1, b, ints, floats, per, work)
+            dtime_finish(t, b, ints, floats, per, work, o1)
+        return
+    cU = forward(op, t, y1, b, ints, floats, per, work)
+    flat = ints[MANIFOLD] == MAN_FLAT
+    if op == LIFTED_JAC:
+        update_jacobian(ints, y1, work, cU, out)
+        if not flat:
+            lift(ints, floats, y1, work, out)
+        return
+    of = offsets(l, d, ints[H])[11]  # the update f
+    o1 = out.reshape(l * d)
+    if op == UPDATE or flat:
+        for m in range(l * d):
+            o1[m] = work[of + m]
+    else:  # F = (I - y y^T W) f, W f into the scratch slot after f and W y
+        tangent_rows(ints, floats, y1, work, of, work, of + 2 * l * d, o1, l, d)
 
 
 @jit
