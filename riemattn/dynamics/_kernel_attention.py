@@ -31,15 +31,12 @@ from __future__ import annotations
 
 import math
 
-import numba as nb
-
+from ._kernel_cache import jit
 from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, MASK,
                              OP_LIFTED_JAC,
                              MASK_CAUSAL, MEAN_DIRECT_MAX, NORM, NORM_MEAN, NORM_PAPER, P_HEADS,
                              P_KIND, P_LOC, P_OFF, P_TERMS, SRC_CONST, SRC_IDENTITY, SRC_SCALAR,
                              SRC_SINES, SRC_STEPS, U_HEADS, U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
-
-jit = nb.njit(cache=True, nogil=True)
 
 
 # Calls between jitted functions pass no literal constants (a slot index, 0, True): numba
