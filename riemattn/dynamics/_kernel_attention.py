@@ -242,14 +242,16 @@ def forward(op, t, y, b, ints, floats, per, w):
                     for c in range(d):
                         acc += w[Ue + a * d + c] * y[j * d + c]
                     w[ue + j * d + a] = acc
-        for i in range(l):
+        for i in range(l):  # fh_i = sum_j A_ij u_j: rows of u added in j order (contiguous in a)
             jmax = i + 1 if causal else l
             for a in range(d):
-                acc = 0.0
-                for j in range(jmax):
-                    acc += w[Ae + i * l + j] * w[ue + j * d + a]
-                w[fe + i * d + a] = acc
-                w[of + i * d + a] += acc
+                w[fe + i * d + a] = 0.0
+            for j in range(jmax):
+                a_ij = w[Ae + i * l + j]
+                for a in range(d):
+                    w[fe + i * d + a] += a_ij * w[ue + j * d + a]
+            for a in range(d):
+                w[of + i * d + a] += w[fe + i * d + a]
     return cU
 
 
