@@ -114,70 +114,44 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
 
 
 @jit
+def _winner(x, v, i, man, floats, w0):
+    """x_i^T W v_i (W = I on the sphere)."""
+    d = x.shape[1]
+    acc = 0.0
+    for a in range(d):
+        if man == MAN_ELLIPSOID:
+            wa = 0.0
+            for c in range(d):
+                wa += floats[w0 + a * d + c] * v[i, c]
+            acc += x[i, a] * wa
+        else:
+            acc += x[i, a] * v[i, a]
+    return acc
+
+
+@jit
 def wnorm(x, ints, floats, out_l):
     """|x_i|_W per token into ``out_l`` (l,); 1 on flat space."""
-    l, d = x.shape
-    man = ints[MANIFOLD]
-    w0 = ints[W_OFF]
-    for i in range(l):
-        if man == MAN_FLAT:
-            out_l[i] = 1.0
-            continue
-        acc = 0.0
-        for a in range(d):
-            if man == MAN_ELLIPSOID:
-                wa = 0.0
-                for c in range(d):
-                    wa += floats[w0 + a * d + c] * x[i, c]
-                acc += x[i, a] * wa
-            else:
-                acc += x[i, a] * x[i, a]
-        out_l[i] = math.sqrt(acc)
+    man, w0 = ints[MANIFOLD], ints[W_OFF]
+    for i in range(x.shape[0]):
+        out_l[i] = 1.0 if man == MAN_FLAT else math.sqrt(_winner(x, x, i, man, floats, w0))
 
 
 @jit
 def project(x, ints, floats, out):
     """pi_W(x_i) = x_i / |x_i|_W per token into ``out`` (l, d) (may be x); a copy on flat space."""
-    l, d = x.shape
-    flat = ints[MANIFOLD] == MAN_FLAT
-    man = ints[MANIFOLD]
-    w0 = ints[W_OFF]
-    for i in range(l):
-        r = 1.0
-        if not flat:
-            acc = 0.0
-            for a in range(d):
-                if man == MAN_ELLIPSOID:
-                    wa = 0.0
-                    for c in range(d):
-                        wa += floats[w0 + a * d + c] * x[i, c]
-                    acc += x[i, a] * wa
-                else:
-                    acc += x[i, a] * x[i, a]
-            r = math.sqrt(acc)
-        for a in range(d):
+    man, w0 = ints[MANIFOLD], ints[W_OFF]
+    for i in range(x.shape[0]):
+        r = 1.0 if man == MAN_FLAT else math.sqrt(_winner(x, x, i, man, floats, w0))
+        for a in range(x.shape[1]):
             out[i, a] = x[i, a] / r
 
 
 @jit
 def to_tangent(v, y, ints, floats, out):
     """(I - y_i y_i^T W) v_i per token into ``out`` (l, d) (may be v); a copy on flat space."""
-    l, d = y.shape
-    man = ints[MANIFOLD]
-    w0 = ints[W_OFF]
-    for i in range(l):
-        if man == MAN_FLAT:
-            for a in range(d):
-                out[i, a] = v[i, a]
-            continue
-        c = 0.0
-        for a in range(d):
-            if man == MAN_ELLIPSOID:
-                wa = 0.0
-                for c2 in range(d):
-                    wa += floats[w0 + a * d + c2] * v[i, c2]
-                c += y[i, a] * wa
-            else:
-                c += y[i, a] * v[i, a]
-        for a in range(d):
+    man, w0 = ints[MANIFOLD], ints[W_OFF]
+    for i in range(y.shape[0]):
+        c = 0.0 if man == MAN_FLAT else _winner(y, v, i, man, floats, w0)
+        for a in range(y.shape[1]):
             out[i, a] = v[i, a] - c * y[i, a]
