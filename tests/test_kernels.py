@@ -371,3 +371,33 @@ def test_cache_is_keyed_on_every_engine_source(tmp_path):
     assert kc.engine_stamp(tmp_path) == before
     (tmp_path / "dynamics" / "_kernel_attention.py").write_text("x = 2\n")
     assert kc.engine_stamp(tmp_path) != before
+
+
+def test_per_trajectory_weights_packed_from_batched_stacks():
+    """pack_field on weights with leading batch axes (constant, and TimeVaryingHeads with batch
+    axes on B and A), as AttentionField holds them with per-trajectory weights: HeadMatrices
+    ``const`` / ``fn`` of shape batch + (h, d, d), here set by hand."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(12)
+    nb, h, l, d, n_terms = 3, 2, 4, 3, 2
+    Ps = rng.normal(size=(nb, 1, h, d, d))  # batch (3, 1) against y's batch (3, 2)
+    omega, phi = np.array([1.0, 2.5]), np.array([0.3, -0.4])
+    Bs, As = rng.normal(size=(nb, 1, h, d, d)), rng.normal(size=(n_terms, nb, 1, h, d, d))
+    y = np.stack([[_sphere_points(rng, l, d) for _ in range(2)] for _ in range(nb)])
+    field = ra.AttentionField(Ps[0, 0], TimeVaryingHeads(Bs[0, 0], As[:, 0, 0], omega, phi), mask="causal")
+    field._P = SimpleNamespace(fn=None, const=Ps, param=None, shape=Ps.shape)
+    field._U = SimpleNamespace(fn=TimeVaryingHeads(Bs, As, omega, phi), const=None, param=None, shape=Bs.shape)
+    pack = kk.pack_field(field, y.shape)
+    assert pack.per.shape[0] == 6 and pack.ints[K.P_LOC] == K.LOC_PER == pack.ints[K.U_LOC]
+    t = 0.8
+    for b in range(6):
+        i, j = divmod(b, 2)
+        single = ra.AttentionField(Ps[i, 0], TimeVaryingHeads(Bs[i, 0], As[:, i, 0], omega, phi), mask="causal")
+        bound_f, bound_J = _scales(single, t, y[i, j])
+        np.testing.assert_allclose(_eval(pack, kk.RHS, t, y[i, j], b), single(t, y[i, j]), rtol=0, atol=bound_f)
+        np.testing.assert_allclose(_eval(pack, kk.LIFTED_JAC, t, y[i, j], b),
+                                   lifted_attention_jacobian(single, t, y[i, j]), rtol=0, atol=bound_J)
+        one = kk.pack_field(single, (l, d))
+        np.testing.assert_allclose(_eval(pack, kk.TIME_DERIVATIVE, t, y[i, j], b),
+                                   _eval(one, kk.TIME_DERIVATIVE, t, y[i, j]), rtol=0, atol=bound_f)

@@ -108,6 +108,8 @@ def _source(builder: _Builder, heads, name: str, hM: int, d: int, ints, slots):
         return True
     if heads.param is not None:
         _unsupported(f"a {name} that requires a gradient (a torch parameter)")
+    if getattr(heads, "rows", None) is not None:  # a field taken to some trajectories: pack the whole one
+        _unsupported(f"a {name} restricted to some trajectories (Field.take); pack the untaken field")
     ints[heads_s] = hM
     if heads.fn is None:
         M = heads.const
@@ -127,10 +129,21 @@ def _source(builder: _Builder, heads, name: str, hM: int, d: int, ints, slots):
         B, A = np.asarray(fn.B, dtype=float), np.asarray(fn.A, dtype=float)
         omega, phi = np.asarray(fn.omega, dtype=float).reshape(-1), np.asarray(fn.phi, dtype=float).reshape(-1)
         n_terms = omega.size
-        if B.size != hM * d * d or A.size != n_terms * hM * d * d or phi.size != n_terms:
-            _unsupported(f"a TimeVaryingHeads {name} with batch axes", f" (B {B.shape}, A {A.shape})")
+        if B.ndim < 2 or A.ndim < 3 or B.shape[-2:] != (d, d) or A.shape[0] != n_terms or phi.size != n_terms:
+            _unsupported(f"a TimeVaryingHeads {name} of shapes B {B.shape}, A {A.shape}")
+        if B.ndim == 2:
+            B, A = B[None], A[:, None]
         ints[kind_s], ints[terms_s] = K.SRC_SINES, n_terms
-        ints[loc_s], ints[off_s] = builder.add_shared(np.concatenate([B.ravel(), A.ravel(), omega, phi]))
+        lead = np.broadcast_shapes(B.shape[:-3], A.shape[1:-3])
+        if not lead:  # one schedule for every trajectory: B, A, omega, phi
+            ints[loc_s], ints[off_s] = builder.add_shared(np.concatenate([B.ravel(), A.ravel(), omega, phi]))
+        else:  # one B_b and A_{k,b} per trajectory (batch axes of B and A), then omega, phi
+            item = (hM, d, d)
+            Bb = np.broadcast_to(B, lead + item)
+            Ab = np.moveaxis(np.broadcast_to(A, (n_terms,) + lead + item), 0, len(lead))  # lead + (K,) + item
+            rows = np.concatenate([Bb.reshape(lead + (-1,)), Ab.reshape(lead + (-1,)),
+                                   np.broadcast_to(np.concatenate([omega, phi]), lead + (2 * n_terms,))], axis=-1)
+            ints[loc_s], ints[off_s] = builder.add_per(rows, rows.shape[-1:], name)
         return False
     if isinstance(fn, PiecewiseConstantHeads):
         if fn.stacks.shape[1:] != (hM, d, d):
@@ -177,9 +190,9 @@ def _pack_attention(field: AttentionField, batch: tuple, l: int, d: int):
     ints[K.MASK] = {"full": K.MASK_FULL, "causal": K.MASK_CAUSAL}[field.mask]
     ints[K.NORM] = {"paper": K.NORM_PAPER, "softmax": K.NORM_SOFTMAX, "mean": K.NORM_MEAN}[field.normalization]
     _pack_beta(builder, field.beta, ints)
-    hP = field._P.shape[0]
+    hP = field._P.shape[-3]
     const_P = _source(builder, field._P, "P", hP, d, ints, (K.P_KIND, K.P_LOC, K.P_OFF, K.P_HEADS, K.P_TERMS))
-    hU = 1 if field._U is None else field._U.shape[0]
+    hU = 1 if field._U is None else field._U.shape[-3]
     const_U = _source(builder, field._U, "U", hU, d, ints, (K.U_KIND, K.U_LOC, K.U_OFF, K.U_HEADS, K.U_TERMS))
     floats, per = builder.arrays()
     autonomous = const_P and const_U
