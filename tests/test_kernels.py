@@ -346,6 +346,13 @@ def test_unsupported_fields_are_named():
         kk.pack_field(ra.AttentionField(P), (2, 4))
     with pytest.raises(ValidationError, match="beta"):
         kk.pack_field(ra.AttentionField(P, beta=np.ones(3)), (2, 2, 3))
+    # the rescaled low-temperature forms have no kernel yet: refused, never packed as the plain form
+    with pytest.raises(UnsupportedByEngine, match="rescaled"):
+        kk.pack_field(ra.usa(800.0, 3, rescaled=True), (2, 3))
+    with pytest.raises(UnsupportedByEngine, match="rescaled"):
+        kk.pack_field(ra.circle.CircleField(800.0, "usa", rescaled=True), (5, 1))
+    with pytest.raises(UnsupportedByEngine, match="LayerNormField"):
+        kk.pack_field(ra.layernorm(ra.usa(1.0, 3), "pre"), (2, 3))
 
 
 def test_unsupported_torch_parameters():

@@ -170,7 +170,14 @@ def _pack_beta(builder: _Builder, beta, ints):
         ints[K.BETA_LOC], ints[K.BETA_OFF] = builder.add_per(beta, (), "beta")
 
 
+def _refuse_rescaled(field):
+    if getattr(field, "rescaled", False):
+        _unsupported(f"a rescaled {type(field).__name__} (rescaled=True)",
+                     " (the rescaled low-temperature form runs on the NumPy engine)")
+
+
 def _pack_attention(field: AttentionField, batch: tuple, l: int, d: int):
+    _refuse_rescaled(field)
     ints = np.zeros(K.N_INTS, dtype=np.int64)
     builder = _Builder(batch)
     ints[K.KIND] = K.KIND_ATTENTION
@@ -202,6 +209,7 @@ def _pack_attention(field: AttentionField, batch: tuple, l: int, d: int):
 def _pack_circle(field: CircleField, batch: tuple, l: int, d: int):
     if d != 1:
         raise ValidationError(f"the circle form's tokens are angles of shape (..., n, 1), got d = {d}.")
+    _refuse_rescaled(field)
     ints = np.zeros(K.N_INTS, dtype=np.int64)
     builder = _Builder(batch)
     ints[K.KIND], ints[K.MANIFOLD] = K.KIND_CIRCLE, K.MAN_FLAT
