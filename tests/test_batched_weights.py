@@ -285,3 +285,22 @@ def test_tensor_tokens_with_compaction_equal_numpy():
     sol = ra.integrate(ra.AttentionField(torch.tensor(P0)), torch.tensor(y0), (0.0, 3.0), **opts)
     np.testing.assert_array_equal(sol.per_trajectory.n_steps, ref.per_trajectory.n_steps)
     np.testing.assert_allclose(sol.y[-1].numpy(), ref.y[-1], rtol=0, atol=1e-12)
+
+
+def test_transformer_layer_with_one_layer_per_system():
+    rng = np.random.default_rng(13)
+    B, n, d, w, h = 3, 4, 3, 2, 2
+    Q, K, V = (rng.standard_normal((B, h, w, d)) for _ in range(3))
+    Wo = rng.standard_normal((h, d, w))  # shared by the systems
+    y = _tokens(rng, (B, n, d))
+    out = ra.TransformerLayer(Q, K, V, Wo)(y)
+    for b in range(B):
+        np.testing.assert_allclose(out[b], ra.TransformerLayer(Q[b], K[b], V[b], Wo)(y[b]), rtol=1e-13, atol=1e-14)
+    Qt = torch.tensor(Q, requires_grad=True)
+    ra.TransformerLayer(Qt, K, V, Wo)(torch.tensor(y)).sum().backward()
+    for b in range(B):
+        Qb = torch.tensor(Q[b], requires_grad=True)
+        ra.TransformerLayer(Qb, K[b], V[b], Wo)(torch.tensor(y[b])).sum().backward()
+        torch.testing.assert_close(Qt.grad[b], Qb.grad, rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValidationError, match="batch axes of Q, K, V and Wo"):
+        ra.TransformerLayer(Q, K[:2], V, Wo)
