@@ -239,18 +239,19 @@ torch = pytest.importorskip("torch")
 def test_gradient_wrt_per_system_p_equals_separate_solves(stepper):
     rng = np.random.default_rng(10)
     B, n, d = 3, 4, 3
-    P0 = rng.standard_normal((B, 1, d, d))
+    P0, U0 = rng.standard_normal((B, 1, d, d)), rng.standard_normal((B, 1, d, d))
     y0 = torch.tensor(_tokens(rng, (B, n, d)))
     opts = dict(stepper=stepper, rtol=1e-6, atol=1e-8)
-    P = torch.tensor(P0, requires_grad=True)
-    sol = ra.integrate(ra.AttentionField(P, normalization="softmax"), y0, (0.0, 1.0), **opts)
+    P, U = torch.tensor(P0, requires_grad=True), torch.tensor(U0, requires_grad=True)
+    sol = ra.integrate(ra.AttentionField(P, U, normalization="softmax"), y0, (0.0, 1.0), **opts)
     (sol.y[-1] ** 3).sum().backward()
     for b in range(B):
-        Pb = torch.tensor(P0[b], requires_grad=True)
-        own = ra.integrate(ra.AttentionField(Pb, normalization="softmax"), y0[b], (0.0, 1.0), **opts)
+        Pb, Ub = torch.tensor(P0[b], requires_grad=True), torch.tensor(U0[b], requires_grad=True)
+        own = ra.integrate(ra.AttentionField(Pb, Ub, normalization="softmax"), y0[b], (0.0, 1.0), **opts)
         (own.y[-1] ** 3).sum().backward()
         # the same steps; the gradients are the same sums in another grouping
         torch.testing.assert_close(P.grad[b], Pb.grad, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(U.grad[b], Ub.grad, rtol=1e-10, atol=1e-12)
 
 
 def test_gradient_wrt_per_system_p_matches_finite_differences_with_fixed_steps():
@@ -304,3 +305,17 @@ def test_transformer_layer_with_one_layer_per_system():
         torch.testing.assert_close(Qt.grad[b], Qb.grad, rtol=1e-12, atol=1e-13)
     with pytest.raises(ValidationError, match="batch axes of Q, K, V and Wo"):
         ra.TransformerLayer(Q, K[:2], V, Wo)
+
+
+@pytest.mark.parametrize("time_vectorized", [None, True, False])
+def test_time_dependent_per_system_heads_on_tensors_equal_numpy(time_vectorized):
+    rng = np.random.default_rng(14)
+    B, n, d, h, K = 4, 3, 3, 2, 2
+    tv = TimeVaryingHeads(rng.standard_normal((B, h, d, d)), rng.standard_normal((K, B, h, d, d)),
+                          rng.uniform(1, 3, K), rng.uniform(0, 3, K))
+    y0 = _tokens(rng, (B, n, d))
+    opts = dict(stepper="dopri5", rtol=1e-8, atol=1e-10)
+    ref = ra.integrate(ra.AttentionField(tv), y0, (0.0, 2.0), **opts)
+    sol = ra.integrate(ra.AttentionField(tv, time_vectorized=time_vectorized), torch.tensor(y0), (0.0, 2.0), **opts)
+    np.testing.assert_array_equal(sol.per_trajectory.n_steps, ref.per_trajectory.n_steps)
+    np.testing.assert_allclose(sol.y[-1].numpy(), ref.y[-1], rtol=0, atol=1e-12)

@@ -30,7 +30,7 @@ import numpy as np
 from .._backend import convert, is_torch, like_param, namespace, requires_grad
 from ..errors import ValidationError
 
-__all__ = ["beta_factor", "broadcast_rows", "check_batch", "select_rows", "take", "weight_rows"]
+__all__ = ["batch_of", "beta_factor", "broadcast_rows", "check_batch", "select_rows", "take", "weight_rows"]
 
 
 def _mismatch(name: str, shape: tuple, batch_shape: tuple) -> ValidationError:
@@ -68,6 +68,14 @@ def select_rows(out, rows, lead: int):
     if is_torch(out):
         rows = convert(rows, out, namespace(out).int64)
     return flat[(slice(None),) * lead + (rows,)]
+
+
+def batch_of(t, heads) -> tuple:
+    """The batch shape of per-trajectory times ``t`` broadcast with the stacks ``heads``'s."""
+    try:
+        return np.broadcast_shapes(np.shape(t), heads.batch)
+    except ValueError:
+        raise _mismatch(heads.name, heads.shape, np.shape(t)) from None
 
 
 def check_batch(field, batch: tuple) -> None:
@@ -108,6 +116,7 @@ def take(field, index, batch_shape: tuple):
     if field.weights_batch:
         new._P = field._P.take(index, batch_shape)
         new._U = None if field._U is None else field._U.take(index, batch_shape)
+        new.weights_batch = (new._P.shape if new._P.batch else new._U.shape)[:1]
         new._set_columns()
     # converted copies of the per-trajectory constants belong to the whole batch
     new._consts = {k: v for k, v in field._consts.items() if k[0] not in _PER_TRAJECTORY}

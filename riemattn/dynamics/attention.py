@@ -155,7 +155,7 @@ class AttentionField(Field):
     def P(self, t=0.0) -> np.ndarray:
         """beta * P_eta(t): shape (h, d, d), with the shapes of an array t, of beta and the batch
         shape of per-trajectory P in front (broadcast)."""
-        Pt = self._P.at(t, np.broadcast_shapes(np.shape(t), self._P.batch)) if np.ndim(t) else self._P(float(t))
+        Pt = self._P.at(t, _batch.batch_of(t, self._P)) if np.ndim(t) else self._P(float(t))
         Pt = np.broadcast_to(Pt, Pt.shape[:-3] + (self.h,) + Pt.shape[-2:])
         return to_numpy(self.beta)[(...,) + (None,) * 3] * Pt
 
@@ -164,7 +164,7 @@ class AttentionField(Field):
         array t and the batch shape of per-trajectory U in front."""
         if self._U is None:
             return np.broadcast_to(np.eye(self.d), (self.h, self.d, self.d))
-        Ut = self._U.at(t, np.broadcast_shapes(np.shape(t), self._U.batch)) if np.ndim(t) else self._U(float(t))
+        Ut = self._U.at(t, _batch.batch_of(t, self._U)) if np.ndim(t) else self._U(float(t))
         return np.broadcast_to(Ut, Ut.shape[:-3] + (self.h,) + Ut.shape[-2:])
 
     def _check_y(self, y) -> np.ndarray:

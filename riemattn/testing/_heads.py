@@ -15,10 +15,13 @@ class TimeVaryingHeads:
     ``bound[eta]`` bounds the spectral norm of M_eta(t) for all t (the sum of the Frobenius norms
     of B_eta and of the A_{eta,k}). Called with a float t it returns (h, d, d); with an array of
     k times, (k, h, d, d) (so it also serves ``AttentionField(..., time_vectorized=True)``).
+    With batch axes (``B`` of shape (..., h, d, d), ``A`` of shape (K, ..., h, d, d)) it is one
+    stack per trajectory (per-trajectory weights, docs/index.md): (..., h, d, d) at a float t,
+    (k, ..., h, d, d) at k times; ``bound`` then has shape (..., h).
     """
 
-    B: np.ndarray  # (h, d, d)
-    A: np.ndarray  # (K, h, d, d)
+    B: np.ndarray  # (h, d, d) or (..., h, d, d)
+    A: np.ndarray  # (K, h, d, d) or (K, ..., h, d, d)
     omega: np.ndarray  # (K,)
     phi: np.ndarray  # (K,)
 
