@@ -10,7 +10,7 @@ over B calls. This script measures, in one run, each in a fresh process (``pytho
 
 Systems: n tokens on S^{d-1}, one head, P = Q^T K / sqrt(d) with Q, K i.i.d. N(0, 1) and
 V = G G^T / d (the authors' law, as riemattn's glpr-fig5), beta = 1, plain softmax, t in [0, T],
-stepper dopri5 at rtol = atol = tol (``--stepper`` for others). Equal work: the script checks that
+stepper dopri5 at rtol = atol = tol (``--stepper`` for others; ``--dt`` for fixed steps). Equal work: the script checks that
 the batched call took the same steps per system as the loop (n_steps, n_rejected) and that the
 final states agree to within 10 x tol (the measured error of the two runs is the same, not just
 their tolerance). Each side is timed ``--reps`` times in its process (best time reported), the
@@ -43,7 +43,8 @@ P = np.swapaxes(Q, -1, -2) @ K / np.sqrt(d)
 U = G @ np.swapaxes(G, -1, -2) / d
 y0 = rng.standard_normal((B, n, d))
 y0 /= np.linalg.norm(y0, axis=-1, keepdims=True)
-opts = dict(stepper=cfg["stepper"], rtol=tol, atol=tol, saveat=[0.0, T])
+opts = dict(stepper=cfg["stepper"], saveat=[0.0, T])
+opts.update(dict(rtol=tol, atol=tol) if ra.STEPPERS[cfg["stepper"]].adaptive else dict(dt=cfg["dt"]))
 
 
 def run():
@@ -70,7 +71,7 @@ print(json.dumps({{"best": min(times), "times": times, "load": os.getloadavg(), 
 
 def child(mode, args, out):
     cfg = dict(mode=mode, B=args.B, n=args.n, d=args.d, tol=args.tol, T=args.T, seed=args.seed,
-               stepper=args.stepper, reps=args.reps, out=out)
+               stepper=args.stepper, dt=args.dt, reps=args.reps, out=out)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     code = CHILD.format(root=root, cfg=json.dumps(cfg))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -87,6 +88,7 @@ def main(argv=None):
     ap.add_argument("--T", type=float, default=10.0, help="horizon")
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--stepper", default="dopri5")
+    ap.add_argument("--dt", type=float, default=0.05, help="step of a fixed-step stepper")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="B = 32, T = 3, one repetition")
@@ -102,7 +104,8 @@ def main(argv=None):
     print(f"riemattn {riemattn.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs")
     print(f"B = {args.B} systems, n = {args.n} tokens, d = {args.d}, one head, random P = Q^T K / sqrt(d), "
-          f"V = G G^T / d, softmax, t in [0, {args.T}], {args.stepper} rtol = atol = {args.tol:g}")
+          f"V = G G^T / d, softmax, t in [0, {args.T}], {args.stepper} "
+          + (f"rtol = atol = {args.tol:g}" if riemattn.STEPPERS[args.stepper].adaptive else f"dt = {args.dt:g}"))
     with tempfile.TemporaryDirectory() as tmp:
         res = {}
         for mode in ("loop", "batched"):
