@@ -2,7 +2,7 @@
 
 GLPR's published phase-diagram code (github borjanG/2023-transformers-rotf) draws one Q^T K and
 one V per system. With per-trajectory weights (``AttentionField(P, U)`` with P, U of shape
-(B, h, d, d), docs/attention.md) the B systems are one ``integrate`` call; before, a user looped
+(B, h, d, d), docs/index.md) the B systems are one ``integrate`` call; before, a user looped
 over B calls. This script measures, in one run, each in a fresh process (``python -c``):
 
 * **loop**: B calls ``integrate(AttentionField(P[b], U[b], ...), y0[b], ...)``;

@@ -2,7 +2,7 @@
 
 Private helper of :mod:`riemattn.dynamics.attention` and :mod:`riemattn.dynamics._heads`.
 
-The rule (docs/attention.md, "Per-trajectory weights"): the last three axes of P and U are always
+The rule (docs/index.md, "Per-trajectory weights"): the last three axes of P and U are always
 (h, d, d) -- a (d, d) matrix is one head -- and a stack of that shape is shared by every
 trajectory. Axes before them are **batch axes**: P of shape ``S + (h, d, d)`` holds one stack per
 trajectory, ``S`` broadcasting against the batch shape ``B = y.shape[:-2]`` of the tokens the

@@ -45,7 +45,7 @@ class AttentionField(Field):
         are batch axes: one stack per trajectory, broadcasting against the batch shape
         ``y.shape[:-2]`` of the tokens like an array ``beta`` (right-aligned); (d, d) and
         (h, d, d) are shared by every trajectory. One single-head matrix per trajectory is
-        ``(n, 1, d, d)`` (a (n, d, d) array is n heads). See docs/attention.md.
+        ``(n, 1, d, d)`` (a (n, d, d) array is n heads). See docs/index.md, "Per-trajectory weights".
     U : array_like or callable, optional
         Value matrices U_eta (d, d), (h, d, d) or (..., h, d, d) (batch axes as for P); a single
         (d, d) (or (..., 1, d, d)) is shared by all heads. None (default) means the identity for
