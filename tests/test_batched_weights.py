@@ -86,7 +86,10 @@ def test_time_dependent_per_system_heads_at_per_trajectory_times():
     tv = TimeVaryingHeads(base, amp, omega, phi)  # (B, h, d, d) at a float t, (k, B, h, d, d) at k times
     y = _tokens(rng, (B, n, d))
     t = np.array([0.0, 0.5, 0.5, 2.0])
-    scalar = lambda s: tv(float(s))  # noqa: E731 - a callable that is not vectorised
+
+    def scalar(s):  # a callable that is not vectorised
+        return tv(float(s))
+
     for field in (ra.AttentionField(tv), ra.AttentionField(tv, time_vectorized=True),
                   ra.AttentionField(scalar, time_vectorized=False)):
         F = field(t, y)
