@@ -236,7 +236,7 @@ def test_one_time_per_trajectory(vectorized):
         (dict(P=np.eye(3), mask="diagonal"), ValidationError, ["mask", "causal"]),
         (dict(P=np.eye(3), normalization="l2"), ValidationError, ["normalization", "softmax"]),
         (dict(P=np.ones((3, 2))), ValidationError, ["P", "(d, d)"]),
-        (dict(P=np.ones((2, 2, 3, 3))), ValidationError, ["P", "(h, d, d)"]),
+        (dict(P=np.ones((2, 2, 3, 4))), ValidationError, ["P", "(..., h, d, d)", "(2, 2, 3, 4)"]),
         (dict(P=np.eye(3), U=np.eye(4)), ValidationError, ["U", "R^3"]),
         (dict(P=np.eye(3), W=np.eye(4)), ValidationError, ["W must have shape (3, 3)", "P", "(4, 4)"]),
         (dict(P=np.eye(3), W=-np.eye(3)), ValidationError, ["W", "positive definite"]),

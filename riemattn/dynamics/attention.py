@@ -20,7 +20,8 @@ import threading
 
 import numpy as np
 
-from .._backend import constant, convert, device_of, is_torch, like_param, namespace, requires_grad, size, to_numpy
+from .._backend import constant, device_of, namespace, requires_grad, size, to_numpy
+from . import _batch
 from ._heads import HeadMatrices, bmm, stack_columns
 from ._softmax import overflow_message, rescaled_scores, weights, weights_device
 from .._validation import check_beta_batch, check_choice, check_points, check_rescaled
@@ -39,12 +40,17 @@ class AttentionField(Field):
 
     Parameters
     ----------
-    P : array_like, shape (d, d) or (h, d, d), or callable t -> such an array
+    P : array_like, shape (d, d), (h, d, d) or (..., h, d, d), or callable t -> such an array
         Query-key products P_eta = Q_eta^T K_eta. A callable is evaluated once at t = 0 to fix the
-        number of heads h and d; later calls must return the same shape.
+        number of heads h and d; later calls must return the same shape. Axes before (h, d, d)
+        are batch axes: one stack per trajectory, broadcasting against the batch shape
+        ``y.shape[:-2]`` of the tokens like an array ``beta`` (right-aligned); (d, d) and
+        (h, d, d) are shared by every trajectory. One single-head matrix per trajectory is
+        ``(n, 1, d, d)`` (a (n, d, d) array is n heads). See docs/index.md, "Per-trajectory weights".
     U : array_like or callable, optional
-        Value matrices U_eta (d, d) or (h, d, d); a single (d, d) is shared by all heads.
-        None (default) means the identity for every head (and a faster path).
+        Value matrices U_eta (d, d), (h, d, d) or (..., h, d, d) (batch axes as for P); a single
+        (d, d) (or (..., 1, d, d)) is shared by all heads. None (default) means the identity for
+        every head (and a faster path).
     W : array_like, shape (d, d), optional
         SPD matrix of the ellipsoid E_W the tokens live on; None means the sphere S^(d-1).
     mask : {"full", "causal"}
@@ -67,6 +73,8 @@ class AttentionField(Field):
         None: detected at construction by calling them on an array of times and comparing with
         scalar calls (``lambda t: np.cos(t) * P`` is detected as vectorised); see
         :class:`riemattn.dynamics._heads.HeadMatrices` for what is detected and how it can fail.
+        A callable returning per-trajectory stacks S + (h, d, d) returns (k,) + S + (h, d, d)
+        for k times.
 
     Notes
     -----
@@ -74,6 +82,9 @@ class AttentionField(Field):
     un-normalised update ``sum_eta sum_j alpha_ij^eta U_eta y_j``; ``field.attention(t, y)`` returns
     alpha, shape (..., h, l, l). ``t`` is a float or an array of one time per trajectory (shape
     ``y.shape[:-2]``). The softmax subtracts the largest score, so scores of any size are safe.
+    Per-trajectory P and U (batch axes) are carried by every stepper, the adaptive loop's
+    compaction (:meth:`take`), the closed-form Jacobians of the stiff steppers, events, tensors
+    and gradients; W is shared by all trajectories (one manifold).
 
     References
     ----------
@@ -91,31 +102,43 @@ class AttentionField(Field):
         self._P = HeadMatrices(P, "P", None, self.time_vectorized)
         d = self._P.shape[-1]
         self._U = None if U is None else HeadMatrices(U, "U", d, self.time_vectorized)
-        if self._U is not None and self._U.shape[0] not in (1, self._P.shape[0]):
-            if self._P.shape[0] != 1:
-                raise ValidationError(
-                    f"U has {self._U.shape[0]} heads but P has {self._P.shape[0]}; give one U per "
-                    "head or a single (d, d) U shared by all heads."
-                )
+        hU = 1 if self._U is None else self._U.h
+        if hU not in (1, self._P.h) and self._P.h != 1:
+            raise ValidationError(
+                f"U has {hU} heads but P has {self._P.h}; give one U per head or a single (d, d) U "
+                "shared by all heads."
+            )
+        try:  # the batch shape of per-trajectory weights (() when shared)
+            self.weights_batch = np.broadcast_shapes(self._P.batch, () if self._U is None else self._U.batch)
+        except ValueError:
+            raise ValidationError(
+                f"P of shape {self._P.shape} and U of shape {self._U.shape} have per-trajectory batch "
+                f"shapes {self._P.batch} and {self._U.batch} that do not broadcast against each other."
+            ) from None
         self.manifold = manifold_for(W, d, f"P of shape {self._P.shape[-2:]}")
         self.W = None if W is None else self.manifold.W
-        self.h = max(self._P.shape[0], 1 if self._U is None else self._U.shape[0])
+        self.h = max(self._P.h, hU)
         # a scalar beta is folded into constant P; an array beta scales the scores per trajectory
         self._bscale = self.beta if isinstance(self.beta, float) and not self.rescaled else 1.0
         const = self._P.const
         self._scalar_P = None  # P = c I (GLPR's SA/USA): scores are c y y^T
-        if const is not None and const.shape[0] == 1:
+        if const is not None and const.shape[:-2] == (1,):
             c = const[0, 0, 0]
             if np.array_equal(const[0], c * np.eye(d)):
                 self._scalar_P = self._bscale * c
-        self._Pcols = None if const is None else stack_columns(self._bscale * const)
-        self._Ucols = None
-        if self._U is not None and self._U.const is not None:
-            self._Ucols = stack_columns(np.swapaxes(self._U.const, -1, -2))
+        self._set_columns()
+        self._batch_ok = None  # the last token batch shape the per-trajectory weights were checked against
         self._tril = {}
         self._consts = {}  # the constants above on other devices / dtypes (see _backend.constant)
         self._work = threading.local()  # per-thread work buffers of the hot path (see _buffer)
         self._checked = True  # public calls validate y; integrate() steps an unchecked copy
+
+    def _set_columns(self):
+        """The constant P and U as the column blocks of the hot path's products (or None)."""
+        self._Pcols = None if self._P.const is None else stack_columns(self._bscale * self._P.const)
+        self._Ucols = None
+        if self._U is not None and self._U.const is not None:
+            self._Ucols = stack_columns(np.swapaxes(self._U.const, -1, -2))
 
     def _unchecked(self):
         """This field's twin whose calls skip the token checks (made once, then cached).
@@ -135,16 +158,18 @@ class AttentionField(Field):
 
     # ------------------------------------------------------------------------------------------
     def P(self, t=0.0) -> np.ndarray:
-        """beta * P_eta(t): shape (h, d, d), with the shapes of an array t and beta in front."""
-        Pt = self._P.at(t, np.shape(t)) if np.ndim(t) else self._P(float(t))
+        """beta * P_eta(t): shape (h, d, d), with the shapes of an array t, of beta and the batch
+        shape of per-trajectory P in front (broadcast)."""
+        Pt = self._P.at(t, _batch.batch_of(t, self._P)) if np.ndim(t) else self._P(float(t))
         Pt = np.broadcast_to(Pt, Pt.shape[:-3] + (self.h,) + Pt.shape[-2:])
         return to_numpy(self.beta)[(...,) + (None,) * 3] * Pt
 
     def U(self, t=0.0) -> np.ndarray:
-        """U_eta(t), shape (h, d, d) (identity matrices when U is None)."""
+        """U_eta(t), shape (h, d, d) (identity matrices when U is None), with the shapes of an
+        array t and the batch shape of per-trajectory U in front."""
         if self._U is None:
             return np.broadcast_to(np.eye(self.d), (self.h, self.d, self.d))
-        Ut = self._U.at(t, np.shape(t)) if np.ndim(t) else self._U(float(t))
+        Ut = self._U.at(t, _batch.batch_of(t, self._U)) if np.ndim(t) else self._U(float(t))
         return np.broadcast_to(Ut, Ut.shape[:-3] + (self.h,) + Ut.shape[-2:])
 
     def _check_y(self, y) -> np.ndarray:
@@ -166,65 +191,11 @@ class AttentionField(Field):
     def take(self, index, batch_shape: tuple):
         """This field for the trajectories ``index`` of the flattened batch ``batch_shape``.
 
-        ``self`` for a scalar beta; for an array beta, a copy whose beta is ``beta`` broadcast to
-        ``batch_shape``, flattened and taken at ``index`` (see :meth:`riemattn.dynamics.fields.Field.take`).
+        ``self`` for a scalar beta and shared P and U; otherwise a copy whose array beta and
+        per-trajectory P and U are broadcast to ``batch_shape``, flattened and taken at ``index``
+        (see :meth:`riemattn.dynamics.fields.Field.take` and :mod:`riemattn.dynamics._batch`).
         """
-        if isinstance(self.beta, float):
-            return self
-        if requires_grad(self.beta):  # a differentiable beta: taken in the graph
-            return self._take_param(index, batch_shape)
-        try:
-            beta = np.broadcast_to(self.beta, batch_shape).reshape(-1)
-        except ValueError:
-            raise ValidationError(
-                f"beta of shape {self.beta.shape} does not broadcast against the batch shape "
-                f"{batch_shape} of the tokens (leading axes of y)."
-            ) from None
-        new = copy.copy(self)
-        new.__dict__.pop("_twin", None)
-        if is_torch(index):  # per-trajectory beta on the device of the (compacted) batch
-            full = self._consts.get(("beta_flat", str(index.device)))
-            if full is None or full.shape != beta.shape:
-                full = self._consts[("beta_flat", str(index.device))] = convert(beta, index, namespace(index).float64)
-            new.beta = full[index]
-        else:
-            new.beta = beta[np.asarray(index)]
-        new._consts = {k: v for k, v in self._consts.items() if k[0] != "beta"}
-        new._work = threading.local()
-        return new
-
-    def _take_param(self, index, batch_shape: tuple):
-        """:meth:`take` for a beta that requires a gradient (indexing stays in the graph)."""
-        beta = self.beta
-        try:
-            beta = beta.broadcast_to(batch_shape).reshape(-1)
-        except RuntimeError:
-            raise ValidationError(
-                f"beta of shape {tuple(self.beta.shape)} does not broadcast against the batch shape "
-                f"{batch_shape} of the tokens (leading axes of y)."
-            ) from None
-        new = copy.copy(self)
-        new.__dict__.pop("_twin", None)
-        new.beta = beta[index.to(beta.device)] if is_torch(index) else beta[np.asarray(index)]
-        new._work = threading.local()
-        return new
-
-    def _beta_factor(self, batch_shape, y):
-        """Array beta reshaped to scale scores [..., i, eta, j], or None for a scalar beta."""
-        if isinstance(self.beta, float):
-            return None
-        if requires_grad(self.beta):
-            beta = like_param(self.beta, y)
-        else:
-            beta = self.beta if type(y) is np.ndarray and type(self.beta) is np.ndarray else convert(self.beta, y)
-        try:
-            b = namespace(y).broadcast_to(beta, batch_shape)
-        except (ValueError, RuntimeError):
-            raise ValidationError(
-                f"beta of shape {self.beta.shape} does not broadcast against the batch shape "
-                f"{batch_shape} of the tokens (leading axes of y)."
-            ) from None
-        return b[..., None, None, None]
+        return _batch.take(self, index, batch_shape)
 
     def _mm(self, a, b, buffer: str | None = None):
         """``a @ b``: NumPy through :func:`bmm` (small-product threading, optional work buffer)."""
@@ -241,6 +212,8 @@ class AttentionField(Field):
         yT = y.swapaxes(-1, -2)
         batch = tuple(y.shape[:-2])
         n = y.shape[-2]
+        if batch != self._batch_ok:
+            _batch.check_batch(self, batch)
         if self._scalar_P is not None:
             S = (self._scalar_P * self._mm(y, yT))[..., :, None, :]
         else:
@@ -255,7 +228,7 @@ class AttentionField(Field):
             else:  # one P per trajectory
                 yP = self._mm(y, cols).reshape(batch + (n * h, self.d))
             S = self._mm(yP, yT, "S").reshape(batch + (n, h, n))
-        factor = self._beta_factor(batch, y)
+        factor = _batch.beta_factor(self, batch, y)
         if self.rescaled:  # beta (y_i^T P y_j - 1): beta was not folded into P
             return rescaled_scores(S, self.beta if factor is None else factor)
         if factor is not None:
@@ -382,8 +355,9 @@ class AttentionField(Field):
     def __repr__(self) -> str:
         kind = "time-dependent" if self._P.fn is not None else "constant"
         beta = self.beta if isinstance(self.beta, float) else f"array{tuple(self.beta.shape)}"
+        per = f", per-trajectory weights of batch shape {self.weights_batch}" if self.weights_batch else ""
         return (
-            f"AttentionField(h={self.h}, d={self.d}, {kind} P, U={'I' if self._U is None else 'given'}, "
+            f"AttentionField(h={self.h}, d={self.d}, {kind} P, U={'I' if self._U is None else 'given'}{per}, "
             f"manifold={self.manifold!r}, mask={self.mask!r}, normalization={self.normalization!r}, "
             f"beta={beta}{', rescaled=True' if self.rescaled else ''})"
         )

@@ -1,13 +1,16 @@
 """Phase diagrams of (SA) as sweeps: shared by glpr-fig3 (Q = K = V = I) and glpr-fig5 (random).
 
-One sweep task is one (d, replicate): ``m`` i.i.d. uniform initial configurations of n particles on
-S^{d-1} (and, for random matrices, one draw of Q, K, V), integrated for every beta of the grid at
-once (``batch_dims=("beta",)``, an array beta over the leading batch axis), with GLPR's scheme
-x <- normalize(x + dt * sum_j softmax_j(beta <Q x_i, K x_j>) V x_j) (the stepper ``"layer"``). The
-task returns, at every saved time, the fraction of clustered pairs (<x_i, x_j> >= 1 - eps) averaged
-over its configurations, per beta. The random stream of a task derives from (d, replicate) and
-the sweep seed only (:func:`riemattn.runs.sweep.point_seed`), so the figure is the same whatever the
-number of workers.
+A replicate is ``m`` i.i.d. uniform initial configurations of n particles on S^{d-1} (and, for
+random matrices, one draw of Q, K, V), integrated for every beta of the grid at once (an array beta
+over the leading batch axis), with GLPR's scheme x <- normalize(x + dt * sum_j softmax_j(beta <Q
+x_i, K x_j>) V x_j) (the stepper ``"layer"``); it returns, at every saved time, the fraction of
+clustered pairs (<x_i, x_j> >= 1 - eps) averaged over its configurations, per beta. With Q = K = V =
+I a sweep task is one (d, replicate) (``batch_dims=("beta",)``); with random matrices one task
+integrates every replicate of a d in one call (``batch_dims=("beta", "replicate")``, one (Q^T K, V)
+per replicate: per-trajectory weights of batch shape (replicates, 1) against the tokens' batch
+(beta, replicate, configuration)). The random stream of a replicate derives from (d, replicate)
+(and the ensemble V) and the sweep seed only (:func:`riemattn.runs.sweep.point_seed`, the stream the
+replicate had as a task of its own), so the figure is the same whatever the number of workers.
 
 References
 ----------
@@ -27,7 +30,7 @@ import xarray as xr
 from ..dynamics.attention import AttentionField
 from ..dynamics.glpr import sa
 from ..solvers.integrate import integrate
-from ..runs.sweep import sweep
+from ..runs.sweep import point_rng, sweep
 
 
 def pair_fraction(x, eps):
@@ -56,25 +59,42 @@ def random_qkv(d, rng, v_law="wishart"):
     return Q.T @ K / np.sqrt(d), G @ G.T / d
 
 
-def phase_point(params, rng, *, n, m, eps, t1, dt, save_every, matrices, stepper="layer"):
-    """One sweep task: params {"d": int, "replicate": int, "beta": (n_beta,) array}.
+def phase_point(params, rng, *, n, m, eps, t1, dt, save_every, matrices, stepper="layer", seed=None):
+    """One sweep task: params {"d": int, "replicate": int or (R,) array, "beta": (n_beta,) array}.
 
-    Returns a Dataset with ``pairs`` (beta, time): the fraction of clustered pairs averaged over
-    the m configurations, and ``first`` (beta, time): the fraction of configurations whose first
-    two particles are clustered.
+    Returns a Dataset with ``pairs`` (beta, [replicate,] time): the fraction of clustered pairs
+    averaged over the m configurations, and ``first``: the fraction of configurations whose first
+    two particles are clustered. With an array of replicates, replicate r draws its
+    configurations and matrices from ``point_rng({"d", "replicate": r[, "V"]}, seed)`` (``rng`` is
+    not used), all of them integrated in one call.
     """
     d = int(params["d"])
     matrices = params.get("V", matrices)  # a grid dimension "V" picks the ensemble per task
     betas = np.asarray(params["beta"], dtype=float)
     t_save = np.arange(0.0, t1 + 1e-9, save_every)
-    x0 = rng.standard_normal((m, n, d))
-    x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)  # i.i.d. uniform on S^{d-1}
-    x = np.broadcast_to(x0, (len(betas), m, n, d))
-    if matrices == "sa":
-        field = sa(betas[:, None], d)
+    batched = np.ndim(params.get("replicate")) > 0
+    if batched:  # each replicate's stream, as when it was a task of its own
+        own = {k: v for k, v in params.items() if k not in ("beta", "replicate")}
+        rngs = [point_rng({**own, "replicate": int(r)}, seed) for r in params["replicate"]]
     else:
-        P, V = random_qkv(d, rng, matrices)
-        field = AttentionField(P, V, normalization="softmax", beta=betas[:, None])
+        rngs = [rng]
+    x0, draws = [], []
+    for g in rngs:
+        x = g.standard_normal((m, n, d))
+        x0.append(x / np.linalg.norm(x, axis=-1, keepdims=True))  # i.i.d. uniform on S^{d-1}
+        if matrices != "sa":
+            draws.append(random_qkv(d, g, matrices))
+    x0 = np.stack(x0) if batched else x0[0]  # ([R,] m, n, d)
+    x = np.broadcast_to(x0, (len(betas),) + x0.shape)
+    beta = betas.reshape((-1,) + (1,) * (x0.ndim - 2))
+    if matrices == "sa":
+        field = sa(beta, d)
+    elif batched:  # one (P, V) per replicate: batch shape (R, 1) against (beta, R, m)
+        P, V = (np.stack([dr[k] for dr in draws])[:, None, None] for k in (0, 1))
+        field = AttentionField(P, V, normalization="softmax", beta=beta)
+    else:
+        P, V = draws[0]
+        field = AttentionField(P, V, normalization="softmax", beta=beta)
 
     def observe(t, y):
         return {"pairs": pair_fraction(y, eps),
@@ -82,9 +102,10 @@ def phase_point(params, rng, *, n, m, eps, t1, dt, save_every, matrices, stepper
 
     sol = integrate(field, x, (0.0, t_save[-1]), stepper=stepper, dt=dt, saveat=t_save,
                     save_fn=observe)
+    dims = ("time", "beta", "replicate") if batched else ("time", "beta")
     return xr.Dataset(
-        {"pairs": (("time", "beta"), sol.observables["pairs"].mean(axis=-1)),
-         "first": (("time", "beta"), sol.observables["first"].mean(axis=-1))},
+        {"pairs": (dims, sol.observables["pairs"].mean(axis=-1)),
+         "first": (dims, sol.observables["first"].mean(axis=-1))},
         coords={"time": t_save},
     )
 
@@ -104,12 +125,15 @@ def run_phase_sweep(config, matrices, store=None) -> xr.Dataset:
     fn = functools.partial(phase_point, n=config["n"], m=config["configurations"],
                            eps=config["eps"], t1=config["t1"], dt=config["dt"],
                            save_every=config["save_every"], matrices=matrices,
-                           stepper=config.get("stepper", "layer"))
-    tasks = len(config["dims"]) * config["replicates"] * (1 if isinstance(matrices, str) else len(matrices))
+                           stepper=config.get("stepper", "layer"), seed=config["seed"])
+    # random matrices: every replicate of a (V, d) in one call (one weight matrix per replicate)
+    batch_dims = ("beta",) if matrices == "sa" else ("beta", "replicate")
+    tasks = len(config["dims"]) * (1 if isinstance(matrices, str) else len(matrices))
+    tasks *= config["replicates"] if matrices == "sa" else 1
     workers = config.get("workers") or max(1, min(os.cpu_count() or 1, tasks))
     with tempfile.TemporaryDirectory(prefix="riemattn-phase-") as tmp:
         path = store or os.path.join(tmp, "phase.zarr")
-        result = sweep(fn, grid, path, seed=config["seed"], batch_dims=("beta",), workers=workers)
+        result = sweep(fn, grid, path, seed=config["seed"], batch_dims=batch_dims, workers=workers)
         if result.failed:
             raise RuntimeError(f"phase-diagram sweep failed at {result.failed}")
         ds = xr.open_zarr(path).load()

@@ -15,8 +15,8 @@ Q^T K / sqrt(d)) and run two ensembles of V (the store dimension ``V``):
 - ``"wishart"``: V = G G^T / d with G i.i.d. N(0, 1) (symmetric, positive semi-definite, mean
   eigenvalue 1, the identity's scale; the authors' code scales G G^T by 1/sqrt(d)).
 
-Every (V, d, replicate) task of the sweep draws its own Q, K (, G) and m initial configurations,
-shared by all beta; the probability averages over replicates, hence over draws.
+Every replicate draws its own Q, K (, G) and m initial configurations, shared by all beta; the
+probability averages over replicates, hence over draws.
 
 With a random positive semi-definite V the tokens of a configuration end near +-v (v the top
 eigenvector of V), i.e. in at most two antipodal clusters, so the fraction of clustered pairs
@@ -24,8 +24,11 @@ tends to p^2 + (1 - p)^2 >= 1/2 at every beta and no 1/2-contour exists at late 
 ``V = "wishart"`` the contour is reported as an observation, not checked.
 
 Method: the same sweep as glpr-fig3 (``riemattn/experiments/_phase.py``): stepper ``"layer"`` with
-step 0.1 (x <- normalize(x + 0.1 sum_j softmax_j(beta <Q x_i, K x_j>) V x_j)), all beta of a task in
-one integration, the task's random stream from (d, replicate) and the seed only.
+step 0.1 (x <- normalize(x + 0.1 sum_j softmax_j(beta <Q x_i, K x_j>) V x_j)). One sweep task per
+(V, d) integrates every beta and every replicate in one call: the replicates' matrices are
+per-trajectory weights (P of shape (replicates, 1, 1, d, d) against tokens of batch shape (beta,
+replicate, configuration)); a replicate's random stream derives from (V, d, replicate) and the
+seed only, as when each replicate was a task of its own (same data).
 
 Checked on the run (nothing hard-coded):
 

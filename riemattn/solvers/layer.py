@@ -62,12 +62,16 @@ class LayerStep(ProjectedEuler):
 
 
 def _as_head_stack(value, name: str, rows: str, cols: str) -> np.ndarray:
-    """(h, rows, cols) checked; a tensor that requires a gradient stays that tensor (viewed as (h, ., .))."""
+    """(h, rows, cols) or (..., h, rows, cols) checked; a tensor that requires a gradient stays
+    that tensor (viewed as (h, ., .))."""
     arr = check_finite(as_float_array(value, name), name)
     if arr.ndim == 2:
         arr = arr[None]
-    if arr.ndim != 3:
-        raise ValidationError(f"{name} must have shape ({rows}, {cols}) or (h, {rows}, {cols}), got {arr.shape}.")
+    if arr.ndim < 3:
+        raise ValidationError(
+            f"{name} must have shape ({rows}, {cols}), (h, {rows}, {cols}) or, one stack per trajectory, "
+            f"(..., h, {rows}, {cols}); got {arr.shape}."
+        )
     if requires_grad(value):
         return value
     return arr
@@ -85,9 +89,11 @@ class TransformerLayer:
 
     Parameters
     ----------
-    Q, K, V : array_like, shape (w, d) or (h, w, d)
-        Query, key and value matrices per head.
-    Wo : array_like, shape (d, w) or (h, d, w)
+    Q, K, V : array_like, shape (w, d), (h, w, d) or (..., h, w, d)
+        Query, key and value matrices per head. Leading axes are batch axes (one layer per
+        trajectory, as P and U of :class:`~riemattn.dynamics.attention.AttentionField`): they
+        broadcast against each other and, right-aligned, against the tokens' batch shape.
+    Wo : array_like, shape (d, w), (h, d, w) or (..., h, d, w)
         Output matrices per head.
     W : array_like, shape (d, d), optional
         SPD matrix of the layer normalization (None: the sphere).
@@ -114,16 +120,24 @@ class TransformerLayer:
         K = _as_head_stack(K, "K", "w", "d")
         V = _as_head_stack(V, "V", "w", "d")
         Wo = _as_head_stack(Wo, "Wo", "d", "w")
-        h, w, d = _heads(Q).shape
+        h, w, d = _heads(Q).shape[-3:]
         for name, M, shape in (("K", K, (h, w, d)), ("V", V, (h, w, d)), ("Wo", Wo, (h, d, w))):
-            if tuple(_heads(M).shape) != shape:
+            if tuple(_heads(M).shape[-3:]) != shape:
                 raise ValidationError(
-                    f"{name} must have shape {shape} to match Q {tuple(_heads(Q).shape)}, got {tuple(_heads(M).shape)}.")
+                    f"{name} must have shape {shape} (after its batch axes) to match Q "
+                    f"{tuple(_heads(Q).shape)}, got {tuple(_heads(M).shape)}.")
+        try:
+            np.broadcast_shapes(*(tuple(_heads(M).shape[:-3]) for M in (Q, K, V, Wo)))
+        except ValueError:
+            raise ValidationError(
+                "the batch axes of Q, K, V and Wo (before (h, ., .)) must broadcast against each other; got "
+                f"shapes {[tuple(_heads(M).shape) for M in (Q, K, V, Wo)]}."
+            ) from None
         self.Q, self.K, self.V, self.Wo = Q, K, V, Wo
         self._differentiable = any(requires_grad(M) for M in (Q, K, V, Wo))
         Qn, Kn, Vn, Won = (_as_head_stack(to_numpy(M) if is_torch(M) else M, "", "", "") for M in (Q, K, V, Wo))
-        self.P = np.swapaxes(Qn, -1, -2) @ Kn  # (h, d, d)
-        self.U = Won @ Vn  # (h, d, d)
+        self.P = np.swapaxes(Qn, -1, -2) @ Kn  # (..., h, d, d)
+        self.U = Won @ Vn  # (..., h, d, d)
         self.field = self.continuous_field(1.0, W=W, mask=mask)
         self.manifold = self.field.manifold
 
