@@ -47,6 +47,7 @@ import numpy as np
 
 from .._backend import convert, is_torch, namespace, to_numpy
 from ..errors import InputTypeError
+from ..dynamics._tangent import applies, on_manifold
 from ..dynamics.attention import AttentionField
 from ..dynamics.jacobians import is_autonomous, jacobian, lifted_attention_jacobian
 from ..geometry._fast import _FastMixin
@@ -110,8 +111,8 @@ class ProjectedRosenbrock(Stepper):
         shape, n = y.shape, y.shape[-2] * y.shape[-1]
         nfev = 0
         F0 = k1
-        if F0 is None:
-            F0 = field(t, y)
+        if F0 is None or applies(field, y):  # (D) at the start too: a k1 from elsewhere has the cancellation
+            F0 = on_manifold(field, t, y)
             nfev += 1
         J = self.jacobian(field, t, y, F0)
         hg = np.broadcast_to(np.asarray(hc, dtype=float) * tab.gamma, y.shape[:-2] + (1, 1)) if np.ndim(hc) else hc * tab.gamma
@@ -136,7 +137,7 @@ class ProjectedRosenbrock(Stepper):
             else:  # stage point and C-term in one contraction: aC[i] = (a[i], C[i])
                 aC = _combine(tab.aC[i, :, :i], U_flat[:i])
                 Xn, r = normalize(y + aC[0].reshape(shape))
-                rhs = field(times[i], Xn)
+                rhs = on_manifold(field, times[i], Xn)
                 nfev += 1
                 if r is not None:
                     rhs *= r
@@ -157,7 +158,7 @@ class ProjectedRosenbrock(Stepper):
         if frozen is not None:
             keep = frozen[..., None, None]
             y_new, error = np.where(keep, y, y_new), np.where(keep, 0.0, error)
-        k_next = field(shifted_time(t, 1.0, h), y_new)
+        k_next = on_manifold(field, shifted_time(t, 1.0, h), y_new)
         nfev += 1
         return StepResult(y_new, error, nfev, k_next, (Us, x1, J))
 
