@@ -58,6 +58,15 @@ from .steppers import Interpolant, Stepper, StepResult, _check_field, per_trajec
 __all__ = ["ProjectedRosenbrock", "ProjectedRodas4", "ProjectedRodas4P", "lifted_jacobian"]
 
 DT_FACTOR = math.sqrt(np.finfo(float).eps)
+EPS = np.finfo(float).eps
+#: Largest ``h gamma eps |J|_inf`` of an accepted step: beyond it the solve with ``I / (h gamma) - J``
+#: cannot resolve the directions where J is (nearly) zero (module docstring, "Precision").
+SOLVE_LIMIT = 1.0
+
+
+def _norm_inf(J):
+    """|J|_inf per trajectory, shape J.shape[:-2]."""
+    return np.max(np.sum(np.abs(J), axis=-1), axis=-1)
 
 
 def lifted_jacobian(field, t, y, F=None) -> np.ndarray:
@@ -155,6 +164,10 @@ class ProjectedRosenbrock(Stepper):
         y_new, r = normalize(x1)
         e = field.manifold.tangent(y_new, diff)
         error = e if r is None else e / r
+        with np.errstate(invalid="ignore"):  # beyond the precision of the solve: rejected (module docstring)
+            lost = np.abs(np.reshape(hg, np.shape(hg)[:-2] if np.ndim(hg) else ())) * _norm_inf(J) > SOLVE_LIMIT / EPS
+        if np.any(lost):
+            error = np.where(lost[..., None, None], np.inf, error)
         if frozen is not None:
             keep = frozen[..., None, None]
             y_new, error = np.where(keep, y, y_new), np.where(keep, 0.0, error)
