@@ -32,6 +32,21 @@ step (a Rosenbrock method needs the exact Jacobian at the step's start for its o
 rejected steps could reuse it, and they are rare). For a field that depends on time, ``G_t``
 is a forward difference (one more evaluation per step).
 
+Precision on long plateaus. (1) The field is evaluated at the step's start, the stage points
+and the end by :func:`riemattn.dynamics._tangent.on_manifold`: for attention fields with
+``U=None`` that is the difference form ``F_i = sum_j alpha_ij Pi_i (y_j - y_i)``, whose rounding
+is relative to ``|F_i|`` (the field's ``__call__`` projects an update of size ~1 inside a cluster
+and leaves an absolute rounding of ~eps, which a step of length h integrates into ``h eps``: on a
+metastable plateau that held the steps near tol / eps); the step's start is evaluated afresh (a
+``k1`` from the loop or the explicit stepper of ``"auto"`` has the cancellation). (2) The solve
+with ``I / (h gamma) - J`` resolves the directions where J is nearly zero (the rotation of a
+cluster) only while ``1 / (h gamma)`` exceeds the solve's rounding ``eps |J|``: a step with
+``h gamma eps |J|_inf > SOLVE_LIMIT`` would move nothing there, with an embedded error of 0, and
+is rejected (error ``inf``; the controller shrinks it). Plateaus longer than about
+``1 / (gamma eps |J|)`` (~1e16 for rescaled USA) therefore end in ``max_steps``, not in a silent
+equilibrium: double precision cannot step across them with a linearly implicit method (SciPy's
+LSODA fails there too).
+
 References
 ----------
 E. Hairer, G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed., Springer 1996,
