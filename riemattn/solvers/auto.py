@@ -44,7 +44,7 @@ import numpy as np
 from .._backend import is_torch, to_numpy
 from ._rosenbrock_torch import auto_interpolant, auto_step, torch_path
 from .dormand_prince import ProjectedDormandPrince
-from .rosenbrock import ProjectedRodas4P, host_interpolant, host_step
+from .rosenbrock import ProjectedRodas4P, _norm_inf, host_interpolant, host_step
 from .steppers import Interpolant, StepResult, Stepper, _check_field, register
 
 __all__ = ["AutoSwitch", "SWITCH_AFTER", "PROBE_AFTER"]
@@ -94,8 +94,7 @@ class AutoSwitch(Stepper):
 
     def _stiff(self, field, t, y, h, k1):
         res = self.stiff.step(field, t, y, h, k1)
-        J = res.stages[2]
-        norm = np.max(np.sum(np.abs(J), axis=-1), axis=-1)
+        norm = _norm_inf(res.stages[2])
         return res, np.where(np.abs(np.asarray(h, dtype=float)) * norm < _RHO_BACK, 0.0, 2.0)
 
     def step(self, field, t, y, h, k1=None, state=None):

@@ -32,6 +32,21 @@ step (a Rosenbrock method needs the exact Jacobian at the step's start for its o
 rejected steps could reuse it, and they are rare). For a field that depends on time, ``G_t``
 is a forward difference (one more evaluation per step).
 
+Precision on long plateaus. (1) The field is evaluated at the step's start, the stage points
+and the end by :func:`riemattn.dynamics._tangent.on_manifold`: for attention fields with
+``U=None`` that is the difference form ``F_i = sum_j alpha_ij Pi_i (y_j - y_i)``, whose rounding
+is relative to ``|F_i|`` (the field's ``__call__`` projects an update of size ~1 inside a cluster
+and leaves an absolute rounding of ~eps, which a step of length h integrates into ``h eps``: on a
+metastable plateau that held the steps near tol / eps); the step's start is evaluated afresh (a
+``k1`` from the loop or the explicit stepper of ``"auto"`` has the cancellation). (2) The solve
+with ``I / (h gamma) - J`` resolves the directions where J is nearly zero (the rotation of a
+cluster) only while ``1 / (h gamma)`` exceeds the solve's rounding ``eps |J|``: a step with
+``h gamma eps |J|_inf > SOLVE_LIMIT`` would move nothing there, with an embedded error of 0, and
+is rejected (error ``inf``; the controller shrinks it). Plateaus longer than about
+``1 / (gamma eps |J|)`` (~1e16 for rescaled USA) therefore end in ``max_steps``, not in a silent
+equilibrium: double precision cannot step across them with a linearly implicit method (SciPy's
+LSODA fails there too).
+
 References
 ----------
 E. Hairer, G. Wanner, *Solving Ordinary Differential Equations II*, 2nd ed., Springer 1996,
@@ -47,6 +62,7 @@ import numpy as np
 
 from .._backend import convert, is_torch, namespace, to_numpy
 from ..errors import InputTypeError
+from ..dynamics._tangent import applies, on_manifold
 from ..dynamics.attention import AttentionField
 from ..dynamics.jacobians import is_autonomous, jacobian, lifted_attention_jacobian
 from ..geometry._fast import _FastMixin
@@ -57,6 +73,15 @@ from .steppers import Interpolant, Stepper, StepResult, _check_field, per_trajec
 __all__ = ["ProjectedRosenbrock", "ProjectedRodas4", "ProjectedRodas4P", "lifted_jacobian"]
 
 DT_FACTOR = math.sqrt(np.finfo(float).eps)
+EPS = np.finfo(float).eps
+#: Largest ``h gamma eps |J|_inf`` of an accepted step: beyond it the solve with ``I / (h gamma) - J``
+#: cannot resolve the directions where J is (nearly) zero (module docstring, "Precision").
+SOLVE_LIMIT = 1.0
+
+
+def _norm_inf(J):
+    """|J|_inf per trajectory, shape J.shape[:-2]."""
+    return np.max(np.sum(np.abs(J), axis=-1), axis=-1)
 
 
 def lifted_jacobian(field, t, y, F=None) -> np.ndarray:
@@ -110,8 +135,8 @@ class ProjectedRosenbrock(Stepper):
         shape, n = y.shape, y.shape[-2] * y.shape[-1]
         nfev = 0
         F0 = k1
-        if F0 is None:
-            F0 = field(t, y)
+        if F0 is None or applies(field, y):  # (D) at the start too: a k1 from elsewhere has the cancellation
+            F0 = on_manifold(field, t, y)
             nfev += 1
         J = self.jacobian(field, t, y, F0)
         hg = np.broadcast_to(np.asarray(hc, dtype=float) * tab.gamma, y.shape[:-2] + (1, 1)) if np.ndim(hc) else hc * tab.gamma
@@ -136,7 +161,7 @@ class ProjectedRosenbrock(Stepper):
             else:  # stage point and C-term in one contraction: aC[i] = (a[i], C[i])
                 aC = _combine(tab.aC[i, :, :i], U_flat[:i])
                 Xn, r = normalize(y + aC[0].reshape(shape))
-                rhs = field(times[i], Xn)
+                rhs = on_manifold(field, times[i], Xn)
                 nfev += 1
                 if r is not None:
                     rhs *= r
@@ -154,10 +179,14 @@ class ProjectedRosenbrock(Stepper):
         y_new, r = normalize(x1)
         e = field.manifold.tangent(y_new, diff)
         error = e if r is None else e / r
+        with np.errstate(invalid="ignore"):  # beyond the precision of the solve: rejected (module docstring)
+            lost = np.abs(np.reshape(hg, np.shape(hg)[:-2] if np.ndim(hg) else ())) * _norm_inf(J) > SOLVE_LIMIT / EPS
+        if np.any(lost):
+            error = np.where(lost[..., None, None], np.inf, error)
         if frozen is not None:
             keep = frozen[..., None, None]
             y_new, error = np.where(keep, y, y_new), np.where(keep, 0.0, error)
-        k_next = field(shifted_time(t, 1.0, h), y_new)
+        k_next = on_manifold(field, shifted_time(t, 1.0, h), y_new)
         nfev += 1
         return StepResult(y_new, error, nfev, k_next, (Us, x1, J))
 
