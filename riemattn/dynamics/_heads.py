@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from .._backend import constant, convert, is_torch, like_param, namespace, requires_grad, to_numpy
-from .._validation import as_float_array, call_user, call_user_on_device, check_finite
+from .._validation import as_float_array, call_user, call_user_on_device, check_finite, plain
 from ..errors import ValidationError
 
 __all__ = ["HeadMatrices", "as_heads", "bmm", "stack_columns"]
@@ -147,11 +147,11 @@ class HeadMatrices:
             out = out[..., None, :, :]
         if out.shape != expect:
             raise ValidationError(
-                f"{self.name}(t) returned shape {out.shape} at t = {t!r}; expected {expect} "
+                f"{self.name}(t) returned shape {out.shape} at t = {plain(t)}; expected {expect} "
                 f"(the shape it had at t = 0)."
             )
         if not np.isfinite(out).all():
-            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {t!r}.")
+            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {plain(t)}.")
         return out
 
     def _check_tensor(self, out, t, per_time: bool):
@@ -161,11 +161,11 @@ class HeadMatrices:
             out = out[..., None, :, :]
         if tuple(out.shape) != expect:
             raise ValidationError(
-                f"{self.name}(t) returned shape {tuple(out.shape)} at t = {t!r}; expected {expect} "
+                f"{self.name}(t) returned shape {tuple(out.shape)} at t = {plain(t)}; expected {expect} "
                 f"(the shape it had at t = 0)."
             )
         if not bool(out.detach().isfinite().all()):
-            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {t!r}.")
+            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {plain(t)}.")
         return out
 
     def _eval_like(self, t: float, like):

@@ -32,7 +32,8 @@ class PerTrajectory:
     Attributes
     ----------
     nfev, n_steps, n_rejected : ndarray of int
-        Field evaluations used while the trajectory was unfinished, accepted and rejected steps.
+        Field evaluations that included the trajectory while it was unfinished (a call on the
+        whole batch counts once for each of its trajectories), accepted and rejected steps.
     status : ndarray of int
         0 reached t1; 2 stopped by a terminal event; -1 reached max_steps; -2 step size
         underflow; -3 NaN or inf.
@@ -63,7 +64,12 @@ class Trajectory:
     observables : dict
         With ``save_fn``: name -> array of shape (m, ...) (a single array is stored as ``"value"``).
     nfev : int
-        Field evaluations (each evaluates the whole batch).
+        Calls of the field during the solve. For a field that counts the calls of a user's
+        function (``n_calls``: :class:`~riemattn.dynamics.fields.VectorField`), those calls:
+        one per stage for the whole batch, or one per distinct time and stage when the function
+        is called per time (see ``VectorField``'s ``time_vectorized``), plus the Jacobian's and
+        the dense output's calls. For other fields (``AttentionField``), the field's
+        evaluations, each on the whole batch (or the unfinished part of it).
     n_steps, n_rejected : int
         Accepted and rejected steps: the largest over the trajectories (for fixed steps, the
         shared count).
@@ -295,6 +301,7 @@ def integrate(
     unchecked = getattr(field, "_unchecked", None)
     if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks
         field = unchecked()  # (the stepper's own call of _unchecked then returns it at once)
+    calls0 = getattr(field, "n_calls", None)  # a VectorField counts the calls of the user's func
     if project:
         y0 = manifold.projection(y0)
     else:
@@ -374,7 +381,7 @@ def integrate(
         t=t,
         y=data.pop("y") if save_fn is None else None,
         observables=data,
-        nfev=int(stats.calls),
+        nfev=int(field.n_calls - calls0) if isinstance(calls0, int) else int(stats.calls),
         n_steps=int(host["n_steps"].max(initial=0)),
         n_rejected=int(host["n_rejected"].max(initial=0)),
         success=bool(ok.all()),
