@@ -42,6 +42,8 @@ eq. (3) (the tangent map whose image the generator reproduces).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._backend import convert, is_torch, namespace
@@ -51,6 +53,17 @@ __all__ = ["Generator", "OWFrame", "TranslationFrame", "DenseFrame"]
 
 # Bernoulli numbers B_k / k! of dexp^{-1}_Omega(H) = sum_k B_k / k! ad_Omega^k(H) (B_1 = -1/2).
 _DEXPINV = (1.0, -0.5, 1.0 / 12.0, 0.0, -1.0 / 720.0, 0.0, 1.0 / 30240.0)
+
+
+def _quiet(method):
+    """A frame operation without NumPy's overflow / invalid warnings: a step so large that its
+    algebra elements overflow gives inf or NaN tokens, which the stepping loops report per
+    trajectory (status -3, "the field or the state became NaN or inf"), not a warning."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return method(*args, **kwargs)
+    return wrapper
 
 
 def _col(c, trailing: int, like=None):
@@ -85,6 +98,7 @@ class _Frame:
     #: axes of an algebra element after the batch axes (matrices per token: l, m, m)
     trailing = 3
 
+    @_quiet
     def combine(self, coefs, mats, h):
         """``sum_j h c_j X_j`` over the nonzero ``c_j``, or None if all are zero.
 
@@ -101,6 +115,7 @@ class _Frame:
     def commutator(X, Y):
         return X @ Y - Y @ X
 
+    @_quiet
     def dexpinv(self, Theta, H, q: int):
         """``dexp^{-1}_Theta(H) = H - [Theta, H]/2 + [Theta, [Theta, H]]/12 - ...`` up to ``ad^q``."""
         while q > 0 and _DEXPINV[q] == 0.0:
@@ -141,24 +156,29 @@ class OWFrame(_Frame):
         self.eta0 = self.basis.add(y)
         self.start = namespace(y).zeros_like(self.eta0)
 
+    @_quiet
     def point(self, state):
         return self.y if state is self.start else self.y + self.basis.to_ambient(state)
 
     def _eta(self, state):
         return self.eta0 if state is self.start else self.eta0 + state
 
+    @_quiet
     def generator(self, state, F):
         phi = self.basis.add(F)
         eta = self._eta(state)
         K = phi[..., :, None] * eta[..., None, :] - eta[..., :, None] * phi[..., None, :]
         return Generator(K, phi, eta)
 
+    @_quiet
     def exp(self, X, state):
-        return state + expm_small_action(X, self._eta(state), increment=True)
+        return state + expm_small_action(X, self._eta(state), increment=True, skew=True)
 
+    @_quiet
     def exp_single(self, g, c, state):
         return state + rank2_expm_action(_col(c, 2, self.y) * g.phi, g.eta, self._eta(state), increment=True)
 
+    @_quiet
     def act_start(self, X):
         return self.basis.to_ambient(namespace(X).einsum("...ij,...j->...i", X, self.eta0))
 
@@ -168,18 +188,30 @@ class DenseFrame(_Frame):
 
     Generators are W-skew matrices of shape (d, d) (one for all tokens) or (..., l, d, d);
     exponentials act by a scaled Taylor series (:func:`~riemattn.geometry.lowrank.expm_small_action`).
+    With ``manifold`` an ellipsoid, ``W = L L^T`` (Cholesky), states are ``z = L^T y`` and
+    generators ``L^T X L^-T``, skew matrices; on a sphere the generators are skew already. Skew
+    generators are exponentiated as rotations for every norm (a step as long as the horizon stays
+    on ``E_W``; ``skew=True`` of ``expm_small_action``).
     A NumPy generator used with tensor tokens is converted to their kind; ``cache`` (a dict kept
     by the caller across steps, e.g. on the field) holds the last conversion, so a constant
     generator (the same array every call) is copied to the device once.
     """
 
-    def __init__(self, y, cache=None):
+    def __init__(self, y, cache=None, manifold=None):
         self.y = self.start = y
         self._cache = cache
+        ident = getattr(manifold, "is_identity", None)
+        self._skew = ident is not None  # a sphere or an ellipsoid: the generators are (W-)skew
+        self._L = None
+        if ident is False:  # W = L L^T: states z = L^T y, generators L^T X L^-T (skew)
+            xp = namespace(y)
+            self._L = xp.linalg.cholesky(manifold.W_like(y))
+            self._Linv = xp.linalg.inv(self._L)
+            self.start = y @ self._L
 
-    @staticmethod
-    def point(state):
-        return state
+    @_quiet
+    def point(self, state):
+        return state if self._L is None else state @ self._Linv
 
     def generator(self, state, X):
         if is_torch(self.y) and not (is_torch(X) and X.device == self.y.device and X.dtype == self.y.dtype):
@@ -189,17 +221,23 @@ class DenseFrame(_Frame):
             if hit is None or hit[0] is not X:
                 hit = cache[key] = (X, convert(X, self.y))
             X = hit[1]
+        if self._L is not None:
+            X = self._L.mT @ X @ self._Linv.mT
         return Generator(X)
 
-    @staticmethod
-    def exp(X, state):
-        return state + expm_small_action(X, state, increment=True)
+    @_quiet
+    def exp(self, X, state):
+        return state + expm_small_action(X, state, increment=True, skew=self._skew)
 
+    @_quiet
     def exp_single(self, g, c, state):
         return self.exp(_col(c, 3, self.y) * g.K, state)
 
+    @_quiet
     def act_start(self, X):
-        return self.y @ X.T if X.ndim == 2 else (X @ self.y[..., None])[..., 0]
+        z = self.start
+        out = z @ X.mT if X.ndim == 2 else (X @ z[..., None])[..., 0]
+        return out if self._L is None else out @ self._Linv
 
 
 class TranslationFrame(_Frame):
@@ -211,6 +249,7 @@ class TranslationFrame(_Frame):
         self.y = y
         self.start = namespace(y).zeros_like(y)
 
+    @_quiet
     def point(self, state):
         return self.y if state is self.start else self.y + state
 
@@ -222,6 +261,7 @@ class TranslationFrame(_Frame):
     def exp(X, state):
         return state + X
 
+    @_quiet
     def exp_single(self, g, c, state):
         return state + _col(c, 2, self.y) * g.K
 

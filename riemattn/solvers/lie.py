@@ -86,7 +86,8 @@ class LieStepper(Stepper):
         if type(y) is not np.ndarray or y.dtype != np.float64:
             y = as_token_array(y, "y")
         if hasattr(field, "lie_generator"):
-            return DenseFrame(y, field.__dict__.setdefault("_lie_generator_cache", {})), field.lie_generator
+            cache = field.__dict__.setdefault("_lie_generator_cache", {})
+            return DenseFrame(y, cache, field.manifold), field.lie_generator
         return field.manifold.lie_frame(y, slots), field
 
     @staticmethod
