@@ -42,8 +42,6 @@ eq. (3) (the tangent map whose image the generator reproduces).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .._backend import convert, is_torch, namespace
@@ -53,17 +51,6 @@ __all__ = ["Generator", "OWFrame", "TranslationFrame", "DenseFrame"]
 
 # Bernoulli numbers B_k / k! of dexp^{-1}_Omega(H) = sum_k B_k / k! ad_Omega^k(H) (B_1 = -1/2).
 _DEXPINV = (1.0, -0.5, 1.0 / 12.0, 0.0, -1.0 / 720.0, 0.0, 1.0 / 30240.0)
-
-
-def _quiet(method):
-    """A frame operation without NumPy's overflow / invalid warnings: a step so large that its
-    algebra elements overflow gives inf or NaN tokens, which the stepping loops report per
-    trajectory (status -3, "the field or the state became NaN or inf"), not a warning."""
-    @functools.wraps(method)
-    def wrapper(*args, **kwargs):
-        with np.errstate(over="ignore", invalid="ignore"):
-            return method(*args, **kwargs)
-    return wrapper
 
 
 def _col(c, trailing: int, like=None):
@@ -98,7 +85,6 @@ class _Frame:
     #: axes of an algebra element after the batch axes (matrices per token: l, m, m)
     trailing = 3
 
-    @_quiet
     def combine(self, coefs, mats, h):
         """``sum_j h c_j X_j`` over the nonzero ``c_j``, or None if all are zero.
 
@@ -115,7 +101,6 @@ class _Frame:
     def commutator(X, Y):
         return X @ Y - Y @ X
 
-    @_quiet
     def dexpinv(self, Theta, H, q: int):
         """``dexp^{-1}_Theta(H) = H - [Theta, H]/2 + [Theta, [Theta, H]]/12 - ...`` up to ``ad^q``."""
         while q > 0 and _DEXPINV[q] == 0.0:
@@ -156,29 +141,24 @@ class OWFrame(_Frame):
         self.eta0 = self.basis.add(y)
         self.start = namespace(y).zeros_like(self.eta0)
 
-    @_quiet
     def point(self, state):
         return self.y if state is self.start else self.y + self.basis.to_ambient(state)
 
     def _eta(self, state):
         return self.eta0 if state is self.start else self.eta0 + state
 
-    @_quiet
     def generator(self, state, F):
         phi = self.basis.add(F)
         eta = self._eta(state)
         K = phi[..., :, None] * eta[..., None, :] - eta[..., :, None] * phi[..., None, :]
         return Generator(K, phi, eta)
 
-    @_quiet
     def exp(self, X, state):
         return state + expm_small_action(X, self._eta(state), increment=True, skew=True)
 
-    @_quiet
     def exp_single(self, g, c, state):
         return state + rank2_expm_action(_col(c, 2, self.y) * g.phi, g.eta, self._eta(state), increment=True)
 
-    @_quiet
     def act_start(self, X):
         return self.basis.to_ambient(namespace(X).einsum("...ij,...j->...i", X, self.eta0))
 
@@ -209,7 +189,6 @@ class DenseFrame(_Frame):
             self._Linv = xp.linalg.inv(self._L)
             self.start = y @ self._L
 
-    @_quiet
     def point(self, state):
         return state if self._L is None else state @ self._Linv
 
@@ -225,15 +204,12 @@ class DenseFrame(_Frame):
             X = self._L.mT @ X @ self._Linv.mT
         return Generator(X)
 
-    @_quiet
     def exp(self, X, state):
         return state + expm_small_action(X, state, increment=True, skew=self._skew)
 
-    @_quiet
     def exp_single(self, g, c, state):
         return self.exp(_col(c, 3, self.y) * g.K, state)
 
-    @_quiet
     def act_start(self, X):
         z = self.start
         out = z @ X.mT if X.ndim == 2 else (X @ z[..., None])[..., 0]
@@ -249,7 +225,6 @@ class TranslationFrame(_Frame):
         self.y = y
         self.start = namespace(y).zeros_like(y)
 
-    @_quiet
     def point(self, state):
         return self.y if state is self.start else self.y + state
 
@@ -261,7 +236,6 @@ class TranslationFrame(_Frame):
     def exp(X, state):
         return state + X
 
-    @_quiet
     def exp_single(self, g, c, state):
         return state + _col(c, 2, self.y) * g.K
 
