@@ -227,7 +227,8 @@ def integrate(
         trajectories integrated together. Real numbers of any integer or float dtype (converted
         to float64); an empty batch (a leading axis of length 0) gives an empty result.
     t_span : (t0, t1)
-        Start and end time (t1 >= t0).
+        Start and end time (t1 >= t0). With ``t1 == t0`` the result is the initial state at
+        ``t0`` (saved once), without a step or a field evaluation, for every stepper.
     stepper : str or Stepper
         A name in :data:`riemattn.STEPPERS` ("layer", "euler", "heun", "rk4", "dopri5", "dop853",
         Lie-group ones ...).
@@ -363,7 +364,12 @@ def integrate(
 
         bar = tqdm(total=t1 - t0, desc=f"integrate[{step.name}]", unit="t", leave=False)
     try:
-        if step.adaptive:
+        if t1 == t0:  # nothing to integrate: the initial state, for every stepper (no step, no call)
+            stats.status[...] = _loops.REACHED
+            if log is not None:  # interpolate(t0): a step of size 0 from y0
+                B = math.prod(batch)
+                log.add(np.arange(B), t0, 0.0, y0.reshape((B,) + tuple(y0.shape[-2:])), np.ones(B, dtype=bool))
+        elif step.adaptive:
             _loops.run_adaptive(field, step, y0, t0, t1, rtol, atol, first_step, rec, stats,
                                 max_steps, bar, tracker, log)
         else:
