@@ -64,12 +64,8 @@ class Trajectory:
     observables : dict
         With ``save_fn``: name -> array of shape (m, ...) (a single array is stored as ``"value"``).
     nfev : int
-        Calls of the field during the solve. For a field that counts the calls of a user's
-        function (``n_calls``: :class:`~riemattn.dynamics.fields.VectorField`), those calls:
-        one per stage for the whole batch, or one per distinct time and stage when the function
-        is called per time (see ``VectorField``'s ``time_vectorized``), plus the Jacobian's and
-        the dense output's calls. For other fields (``AttentionField``), the field's
-        evaluations, each on the whole batch (or the unfinished part of it).
+        Calls of the user's function of a :class:`~riemattn.dynamics.fields.VectorField` (its
+        ``n_calls``, all of them), else the field's evaluations of the (unfinished) batch.
     n_steps, n_rejected : int
         Accepted and rejected steps: the largest over the trajectories (for fixed steps, the
         shared count).
@@ -227,8 +223,7 @@ def integrate(
         trajectories integrated together. Real numbers of any integer or float dtype (converted
         to float64); an empty batch (a leading axis of length 0) gives an empty result.
     t_span : (t0, t1)
-        Start and end time (t1 >= t0). With ``t1 == t0`` the result is the initial state at
-        ``t0`` (saved once), without a step or a field evaluation, for every stepper.
+        Start and end time (t1 >= t0); ``t1 == t0`` gives the initial state, no step, no call.
     stepper : str or Stepper
         A name in :data:`riemattn.STEPPERS` ("layer", "euler", "heun", "rk4", "dopri5", "dop853",
         Lie-group ones ...).
@@ -367,8 +362,8 @@ def integrate(
         if t1 == t0:  # nothing to integrate: the initial state, for every stepper (no step, no call)
             stats.status[...] = _loops.REACHED
             if log is not None:  # interpolate(t0): a step of size 0 from y0
-                B = math.prod(batch)
-                log.add(np.arange(B), t0, 0.0, y0.reshape((B,) + tuple(y0.shape[-2:])), np.ones(B, dtype=bool))
+                flat = y0.reshape((-1,) + tuple(y0.shape[-2:]))
+                log.add(np.arange(flat.shape[0]), t0, 0.0, flat, np.ones(flat.shape[0], dtype=bool))
         elif step.adaptive:
             _loops.run_adaptive(field, step, y0, t0, t1, rtol, atol, first_step, rec, stats,
                                 max_steps, bar, tracker, log)
