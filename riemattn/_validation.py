@@ -26,6 +26,38 @@ def _describe(value) -> str:
     return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
+def plain(value, max_items: int = 6) -> str:
+    """``value`` written for a message as plain numbers: no ``np.float64(...)``, ``array(...)``
+    or ``tensor(...)`` wrappers.
+
+    A NumPy or torch scalar (or 0-d array) prints as the Python number it holds; an array whose
+    entries are all equal prints as that one number (``[2.5, 2.5]`` is one time); other arrays
+    as a list of at most ``max_items`` numbers, longer ones as ``"k values in [min, max]"``;
+    tuples and lists of numbers element by element (``(2,)`` for a token index). Anything else
+    is ``repr``.
+    """
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(plain(v, max_items) for v in value)
+        return f"({inner},)" if isinstance(value, tuple) and len(value) == 1 else (
+            f"({inner})" if isinstance(value, tuple) else f"[{inner}]")
+    if is_torch(value):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, (np.ndarray, np.generic)):
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf":
+            return repr(value)
+        flat = arr.reshape(-1)
+        if flat.size == 0:
+            return "[]"
+        if flat.size == 1 or bool(np.all(flat == flat[0])) and not (arr.dtype.kind == "f" and np.isnan(flat[0])):
+            return repr(flat[0].item())
+        if flat.size <= max_items:
+            return "[" + ", ".join(repr(v) for v in flat.tolist()) + "]"
+        with np.errstate(invalid="ignore"):
+            return f"{flat.size} values in [{np.nanmin(flat).item()!r}, {np.nanmax(flat).item()!r}]"
+    return repr(value)
+
+
 def as_float_array(value, name: str) -> np.ndarray:
     """Convert ``value`` to a float64 array, or raise :class:`InputTypeError` naming ``name``.
 
@@ -267,7 +299,7 @@ def call_user(fn, label: str, t, *args):
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - re-raised with the callable's name and the time
-        raise ValidationError(f"{label} raised {exc!r} at t = {t!r}.") from exc
+        raise ValidationError(f"{label} raised {exc!r} at t = {plain(t)}.") from exc
 
 
 def call_user_on_device(owner, fn, label: str, t, args, host_args):

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from .._backend import constant, convert, is_torch, like_param, namespace, requires_grad, to_numpy
-from .._validation import as_float_array, call_user, call_user_on_device, check_finite
+from .._validation import as_float_array, call_user, call_user_on_device, check_finite, plain
 from ..errors import ValidationError
 from ._batch import broadcast_rows, select_rows, weight_rows
 
@@ -180,11 +180,11 @@ class HeadMatrices:
         out, expect = self._expect(out, lead)
         if out.shape != expect:
             raise ValidationError(
-                f"{self.name}(t) returned shape {out.shape} at t = {t!r}; expected {expect} "
+                f"{self.name}(t) returned shape {out.shape} at t = {plain(t)}; expected {expect} "
                 f"(the shape it had at t = 0)."
             )
         if not np.isfinite(out).all():
-            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {t!r}.")
+            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {plain(t)}.")
         return select_rows(out, self.rows, len(lead))
 
     def _check_tensor(self, out, t, per_time: bool):
@@ -193,11 +193,11 @@ class HeadMatrices:
         out, expect = self._expect(out, lead)
         if tuple(out.shape) != expect:
             raise ValidationError(
-                f"{self.name}(t) returned shape {tuple(out.shape)} at t = {t!r}; expected {expect} "
+                f"{self.name}(t) returned shape {tuple(out.shape)} at t = {plain(t)}; expected {expect} "
                 f"(the shape it had at t = 0)."
             )
         if not bool(out.detach().isfinite().all()):
-            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {t!r}.")
+            raise ValidationError(f"{self.name}(t) returned NaN or inf at t = {plain(t)}.")
         return select_rows(out, self.rows, len(lead))
 
     def _eval_like(self, t: float, like):

@@ -15,12 +15,13 @@ which the Lie-group steppers use instead of the tangent values.
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import numpy as np
 
 from .._backend import convert, is_torch, namespace, to_numpy
-from .._validation import as_float_array, as_token_array, call_user, call_user_on_device, check_finite, check_spd
+from .._validation import as_float_array, as_token_array, call_user, call_user_on_device, check_finite, check_spd, plain
 from ..errors import InputTypeError, ValidationError
 
 __all__ = ["Field", "VectorField", "AlgebraField", "LinearField", "generator_matrix"]
@@ -83,10 +84,19 @@ def _check_output(out, y, t):
         out = as_float_array(out, "func(t, y)")
     if tuple(out.shape) != tuple(y.shape):
         raise ValidationError(
-            f"func(t, y) returned shape {out.shape} at t = {t!r}; expected the shape of y, {y.shape} "
+            f"func(t, y) returned shape {out.shape} at t = {plain(t)}; expected the shape of y, {y.shape} "
             "(one tangent vector per token)."
         )
     return out
+
+
+#: How a :class:`VectorField`'s function is given the times of a batch whose trajectories are at
+#: different times: the whole array (shape ``y.shape[:-2]``), the array with two trailing axes
+#: (shape ``y.shape[:-2] + (1, 1)``, so that ``t * y`` broadcasts), or one call per distinct time.
+TIME_MODES = ("array", "column", "per-time")
+
+#: Trajectories (at distinct times) on which a VectorField detects its :data:`TIME_MODES`.
+_PROBE_ROWS = 3
 
 
 class VectorField(Field):
@@ -96,26 +106,67 @@ class VectorField(Field):
     ----------
     func : callable
         ``func(t, y)`` with ``y`` of shape ``(..., l, d)``, returning an array of the same shape.
+        Leading axes of ``y`` are independent trajectories (unless ``time_vectorized=True``).
     manifold : Sphere, Ellipsoid or Euclidean
         The manifold the tokens live on.
     project : bool, default False
         If True, the output of ``func`` is projected onto the tangent space
         (``(I - y y^T W) v``), so ``func`` may return any ambient vector. If False, ``func`` must
         already return tangent vectors.
-    time_vectorized : bool, default False
-        ``func`` accepts ``t`` as an array of one time per trajectory (shape ``y.shape[:-2]``).
-        Otherwise, when the trajectories of a batch are at different times, ``func`` is called
-        once per distinct time with the trajectories at that time, flattened to ``(k, l, d)``
-        (so ``func`` must treat leading axes as independent trajectories).
+    time_vectorized : bool or None, default None
+        How ``func`` gets the times when the trajectories of a batch are at different times
+        (adaptive steps are chosen per trajectory; a time shared by the whole batch is always
+        passed as a float).
+
+        - True: ``func`` accepts ``t`` as an array of one time per trajectory (shape
+          ``y.shape[:-2]``) and always sees the whole batch (it may rely on its layout).
+        - False: ``func`` is called once per distinct time with the trajectories at that time,
+          flattened to ``(k, l, d)``: a float time every call, at the cost of one call per
+          trajectory and stage in an adaptive batch.
+        - None (default): detected at the first call with different times, on three of its
+          trajectories at distinct times, flattened to ``(3, l, d)``: ``func`` is called on each
+          of them with its float time (the reference values), then once on the three with the
+          times as an array of shape ``(3,)`` and, if that raises or differs, of shape
+          ``(3, 1, 1)`` (so ``np.cos(t) * y`` broadcasts). The first result of the right shape
+          equal to the reference (1e-12 relative, warnings silenced) fixes that way of passing
+          times (shape ``y.shape[:-2]``, or with ``(1, 1)`` appended) for the rest of the
+          field's life (:attr:`time_mode`); otherwise ``func`` keeps being called once per
+          distinct time. A time-independent ``func``
+          (``t`` unused) is always detected. A ``func`` that uses ``t`` as a Python number
+          (``math.cos(t)``, ``float(t)``, ``if t > 1``) raises on arrays and is called per time.
+          How detection can be wrong: a ``func`` that reduces over the array of times
+          (``np.max(t)``, ``np.all(t < 1)``) agrees with the reference whenever the times it is
+          probed at happen to give the same result; and detection makes 4 or 5 extra calls (a
+          ``func`` with side effects sees them). Pass True or False to skip detection. If a
+          vectorised call later raises, the field falls back to one call per time for good.
+
+    Attributes
+    ----------
+    n_calls : int
+        Calls of ``func`` so far (all of them: per-time calls and the detection's probes
+        included). :func:`riemattn.integrate` reports the calls made during a solve as
+        ``Trajectory.nfev``.
+    time_mode : str or None
+        ``"array"``, ``"column"`` or ``"per-time"`` (:data:`TIME_MODES`): how ``func`` gets the
+        times of a batch at different times; None until detected (``time_vectorized=None``).
+
+    Notes
+    -----
+    Measured (``benchmarks/vectorfield_calls.py``, B = 100 trajectories of 5 tokens on S^2, a
+    time-independent sigmoid-attention ``func``, dopri5, rtol 1e-8, T = 10): with one call per
+    time, 22 765 calls of ``func`` for 248 batch evaluations; detected as ``"array"``, 249 calls
+    (one probe) and 9 to 10 times less wall time, as with ``time_vectorized=True``.
     """
 
-    def __init__(self, func: Callable, manifold, *, project: bool = False, time_vectorized: bool = False):
+    def __init__(self, func: Callable, manifold, *, project: bool = False, time_vectorized: bool | None = None):
         if not callable(func):
             raise InputTypeError(f"func must be callable as func(t, y), got {type(func).__name__}.")
         self.func = func
         self.manifold = _check_manifold(manifold)
         self.project = bool(project)
-        self.time_vectorized = bool(time_vectorized)
+        self.time_vectorized = None if time_vectorized is None else bool(time_vectorized)
+        self.time_mode = {None: None, True: "array", False: "per-time"}[self.time_vectorized]
+        self.n_calls = 0
 
     def take(self, index, batch_shape: tuple):
         """``self`` (see :meth:`Field.take`): ``func`` treats leading axes as independent
@@ -123,10 +174,14 @@ class VectorField(Field):
         batch and may rely on its layout (then None)."""
         return None if self.time_vectorized else self
 
+    def _func(self, t, y):
+        self.n_calls += 1
+        return self.func(t, y)
+
     def _eval(self, t, y):
         if is_torch(y):
             return self._eval_tensor(t, y)
-        out = call_user(self.func, "func(t, y)", t, t, y)
+        out = call_user(self._func, "func(t, y)", t, t, y)
         if type(out) is not type(y) or out.shape != y.shape or out.dtype != y.dtype:
             out = _check_output(out, y, t)
         return self.manifold.tangent(y, out) if self.project else out
@@ -135,11 +190,44 @@ class VectorField(Field):
         """``func`` on tensors; a function written for NumPy that raises on tensors is called with
         NumPy copies from then on (its result moved back to the tokens' device and dtype)."""
         t_host = lambda: to_numpy(t) if is_torch(t) else t  # noqa: E731
-        out, on_host = call_user_on_device(self, self.func, "func(t, y)", t, (t, y),
+        out, on_host = call_user_on_device(self, self._func, "func(t, y)", t, (t, y),
                                            lambda: (t_host(), to_numpy(y)))
         if on_host or not is_torch(out) or out.shape != y.shape or out.dtype != y.dtype:
             out = _check_output(out, y, t_host() if on_host else t)
         return self.manifold.tangent(y, out) if self.project else out
+
+    @staticmethod
+    def _times(t, mode):
+        """The per-trajectory times ``t`` (batch shape) as passed to ``func`` in ``mode``."""
+        return t if mode == "array" else t[..., None, None]
+
+    def _per_time(self, t, y, xp):
+        out = xp.empty_like(y)
+        for tk in xp.unique_values(t).tolist():
+            rows = t == tk
+            out[rows] = self._eval(tk, y[rows])
+        return out
+
+    def _detect(self, t, y, xp):
+        """How ``func`` takes the times (:data:`TIME_MODES`), decided on a few trajectories at
+        distinct times: the first of "array", "column" whose call equals their per-time values."""
+        flat_t, flat_y = t.reshape(-1), y.reshape((-1,) + tuple(y.shape[-2:]))
+        _, first = np.unique(to_numpy(flat_t), return_index=True)
+        rows = first[:_PROBE_ROWS]  # rows at distinct times
+        rows = rows if not is_torch(t) else xp.asarray(rows, device=t.device)
+        ts, ys = flat_t[rows], flat_y[rows]
+        ref = to_numpy(self._per_time(ts, ys, xp))
+        scale = max(1.0, float(np.max(np.abs(ref)))) if ref.size else 1.0
+        for mode in ("array", "column"):
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    out = to_numpy(self._eval(self._times(ts, mode), ys))
+            except Exception:  # noqa: BLE001 - any failure means "not vectorised this way"
+                continue
+            if out.shape == ref.shape and np.allclose(out, ref, rtol=1e-12, atol=1e-12 * scale):
+                return mode
+        return "per-time"
 
     def __call__(self, t, y):
         if np.ndim(t) == 0 or self.time_vectorized:
@@ -149,11 +237,14 @@ class VectorField(Field):
         first = t.reshape(-1)[0]
         if bool(xp.all(t == first)):  # one host decision per call for tensors
             return self._eval(float(first), y)
-        out = xp.empty_like(y)
-        for tk in xp.unique_values(t).tolist():
-            rows = t == tk
-            out[rows] = self._eval(tk, y[rows])
-        return out
+        if self.time_mode is None:
+            self.time_mode = self._detect(t, y, xp)
+        if self.time_mode != "per-time":
+            try:
+                return self._eval(self._times(t, self.time_mode), y)
+            except Exception:  # noqa: BLE001 - detection was wrong for these times: per time, for good
+                self.time_mode = "per-time"
+        return self._per_time(t, y, xp)
 
     def __repr__(self) -> str:
         return f"VectorField({getattr(self.func, '__name__', 'func')}, manifold={self.manifold!r})"
@@ -226,7 +317,7 @@ class AlgebraField(Field):
         shape, ys = tuple(X.shape), tuple(y.shape)
         if shape != (d, d) and shape != ys + (d,):
             raise ValidationError(
-                f"generator(t, y) returned shape {shape} at t = {t!r}; expected ({d}, {d}) or "
+                f"generator(t, y) returned shape {shape} at t = {plain(t)}; expected ({d}, {d}) or "
                 f"{ys + (d,)} (one matrix per token)."
             )
         return X

@@ -154,7 +154,7 @@ class OWFrame(_Frame):
         return Generator(K, phi, eta)
 
     def exp(self, X, state):
-        return state + expm_small_action(X, self._eta(state), increment=True)
+        return state + expm_small_action(X, self._eta(state), increment=True, skew=True)
 
     def exp_single(self, g, c, state):
         return state + rank2_expm_action(_col(c, 2, self.y) * g.phi, g.eta, self._eta(state), increment=True)
@@ -168,18 +168,29 @@ class DenseFrame(_Frame):
 
     Generators are W-skew matrices of shape (d, d) (one for all tokens) or (..., l, d, d);
     exponentials act by a scaled Taylor series (:func:`~riemattn.geometry.lowrank.expm_small_action`).
+    With ``manifold`` an ellipsoid, ``W = L L^T`` (Cholesky), states are ``z = L^T y`` and
+    generators ``L^T X L^-T``, skew matrices; on a sphere the generators are skew already. Skew
+    generators are exponentiated as rotations for every norm (a step as long as the horizon stays
+    on ``E_W``; ``skew=True`` of ``expm_small_action``).
     A NumPy generator used with tensor tokens is converted to their kind; ``cache`` (a dict kept
     by the caller across steps, e.g. on the field) holds the last conversion, so a constant
     generator (the same array every call) is copied to the device once.
     """
 
-    def __init__(self, y, cache=None):
+    def __init__(self, y, cache=None, manifold=None):
         self.y = self.start = y
         self._cache = cache
+        ident = getattr(manifold, "is_identity", None)
+        self._skew = ident is not None  # a sphere or an ellipsoid: the generators are (W-)skew
+        self._L = None
+        if ident is False:  # W = L L^T: states z = L^T y, generators L^T X L^-T (skew)
+            xp = namespace(y)
+            self._L = xp.linalg.cholesky(manifold.W_like(y))
+            self._Linv = xp.linalg.inv(self._L)
+            self.start = y @ self._L
 
-    @staticmethod
-    def point(state):
-        return state
+    def point(self, state):
+        return state if self._L is None else state @ self._Linv
 
     def generator(self, state, X):
         if is_torch(self.y) and not (is_torch(X) and X.device == self.y.device and X.dtype == self.y.dtype):
@@ -189,17 +200,20 @@ class DenseFrame(_Frame):
             if hit is None or hit[0] is not X:
                 hit = cache[key] = (X, convert(X, self.y))
             X = hit[1]
+        if self._L is not None:
+            X = self._L.mT @ X @ self._Linv.mT
         return Generator(X)
 
-    @staticmethod
-    def exp(X, state):
-        return state + expm_small_action(X, state, increment=True)
+    def exp(self, X, state):
+        return state + expm_small_action(X, state, increment=True, skew=self._skew)
 
     def exp_single(self, g, c, state):
         return self.exp(_col(c, 3, self.y) * g.K, state)
 
     def act_start(self, X):
-        return self.y @ X.T if X.ndim == 2 else (X @ self.y[..., None])[..., 0]
+        z = self.start
+        out = z @ X.mT if X.ndim == 2 else (X @ z[..., None])[..., 0]
+        return out if self._L is None else out @ self._Linv
 
 
 class TranslationFrame(_Frame):

@@ -37,6 +37,7 @@ import scipy.linalg
 from .._backend import convert, device_of, dot_last, is_torch, namespace, requires_grad, size
 from .._validation import as_float_array, as_token_array, check_finite
 from ..errors import ValidationError
+from ._skew import skew_expm_action
 
 __all__ = ["WOrthoBasis", "expm_small_action", "rank2_expm_action", "lowrank_expm_action"]
 
@@ -164,7 +165,7 @@ class WOrthoBasis:
 _MAX_HALVINGS = 5
 
 
-def expm_small_action(K, v, *, increment=False):
+def expm_small_action(K, v, *, increment=False, skew=False):
     """``exp(K) v`` (or ``exp(K) v - v``) for a batch of small square matrices, by scaled Taylor series.
 
     Parameters
@@ -175,11 +176,15 @@ def expm_small_action(K, v, *, increment=False):
     increment : bool
         Return ``exp(K) v - v``, summed without the identity term (so it is accurate relative
         to its own, small, size; the steppers add it to the base point once).
+    skew : bool
+        ``K`` is skew (the O(W) generators in a W-orthonormal basis): beyond the Taylor range the
+        result is then a rotation of ``v`` for every norm (:mod:`riemattn.geometry._skew`).
 
     Returns
     -------
     ndarray or tensor, shape (..., m)
-        Of the kind, device and dtype of ``v``.
+        Of the kind, device and dtype of ``v``. NaN for matrices of ``K`` holding NaN or inf, and
+        where the exponential overflows (the steppers report a failed trajectory, status -3).
 
     Notes
     -----
@@ -187,29 +192,37 @@ def expm_small_action(K, v, *, increment=False):
     Taylor series of ``exp(2^-s K) - I`` is summed to a truncation error below ``2^-72``
     (the number of terms follows from the scaled norm) and applied ``2^s`` times. Only
     matrix--vector products are used (``O(m^2)`` per term). For ``s > 5`` (norms above 64, e.g.
-    a large trial step of an adaptive method) the exponentials are formed by
-    :func:`scipy.linalg.expm` (tensors: ``torch.linalg.matrix_exp``; both scaling and
-    squaring) and applied once.
+    a large trial step of an adaptive method, or a step as long as the horizon) the
+    exponentials are formed and applied once: for ``skew=True`` by an eigendecomposition (a
+    rotation to rounding for any norm), otherwise by :func:`scipy.linalg.expm` (tensors:
+    ``torch.linalg.matrix_exp``; scaling and squaring, whose orthogonality defect grows with
+    the norm).
 
     On tensors the norm is read back to the host once per call (``s`` and the number of terms
     are Python loop counts; a synchronisation on a GPU).
     """
     numpy = type(K) is np.ndarray and type(v) is np.ndarray
     xp = np if numpy else namespace(K, v)
-    if numpy:
-        norm = float(np.max(np.sum(np.abs(K), axis=-2))) if K.size else 0.0
-    else:
-        # the one host read-back: the scaling s and the number of Taylor terms are loop counts
-        norm = float(xp.max(xp.sum(xp.abs(K.detach()), axis=-2))) if size(K) else 0.0
-    if not math.isfinite(norm):
-        raise ValidationError("expm_small_action: the generator contains NaN or inf entries.")
-    s = 0 if norm <= 2.0 else int(math.ceil(math.log2(norm / 2.0)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if numpy:
+            norm = float(np.max(np.sum(np.abs(K), axis=-2))) if K.size else 0.0
+        else:
+            # the one host read-back: the scaling s and the number of Taylor terms are loop counts
+            norm = float(xp.max(xp.sum(xp.abs(K.detach()), axis=-2))) if size(K) else 0.0
+    if not math.isfinite(norm) and not bool(xp.all(xp.isfinite(K))):  # NaN results for those matrices
+        bad = ~xp.all(xp.isfinite(K), axis=(-2, -1))  # (a failed trajectory, not an exception)
+        out = expm_small_action(xp.where(bad[..., None, None], 0.0, K), v, increment=increment, skew=skew)
+        return xp.where(bad[..., None], math.nan, out)
+    s = 0 if norm <= 2.0 else _MAX_HALVINGS + 1 if norm > 2.0 ** 60 else int(math.ceil(math.log2(norm / 2.0)))
     if s > _MAX_HALVINGS:
-        # a large generator (a big trial step of an adaptive method): 2^s repeated actions would
-        # cost more than forming the small exponentials themselves (scaling and squaring)
-        E = scipy.linalg.expm(K) if numpy else xp.linalg.matrix_exp(K)
-        out = xp.einsum("...ij,...j->...i", E, v)
-        return out - v if increment else out
+        # a large generator (a big trial step of an adaptive method, a step as long as the
+        # horizon): 2^s repeated actions would cost more than forming the exponentials
+        if skew:
+            return skew_expm_action(K, v, increment=increment)
+        with np.errstate(all="ignore"):
+            E = scipy.linalg.expm(K) if numpy else xp.linalg.matrix_exp(K)
+            out = xp.einsum("...ij,...j->...i", E, v)
+            return out - v if increment else out
     X = K * 2.0 ** (-s) if s else K
     theta = norm * 2.0 ** (-s)
     # smallest q with theta^(q+1)/(q+1)! <= 2^-72 (for skew K the truncation would change
@@ -384,4 +397,4 @@ def lowrank_expm_action(U, V, x, W=None):
     K = xp.zeros(batch + (basis.m, basis.m), dtype=x.dtype, device=device_of(x))
     for ak, bk in zip(a, b):
         K += ak[..., :, None] * bk[..., None, :] - bk[..., :, None] * ak[..., None, :]
-    return x + basis.to_ambient(expm_small_action(K, xi, increment=True))
+    return x + basis.to_ambient(expm_small_action(K, xi, increment=True, skew=True))

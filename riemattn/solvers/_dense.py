@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .._backend import to_numpy
+from .._validation import plain
 from ..errors import ValidationError
 from ._recorder import _Kind, _where
 
@@ -86,7 +87,8 @@ class DenseOutput:
             raise ValidationError("the solve recorded no step: nothing to interpolate.")
         lo, hi = self.span
         if tq.size and (tq.min() < lo - 1e-12 * max(1.0, abs(lo)) or tq.max() > hi + 1e-12 * max(1.0, abs(hi))):
-            raise ValidationError(f"t must lie in the solved interval [{lo}, {hi}], got [{tq.min()}, {tq.max()}].")
+            got = plain(tq) if tq.size <= 1 else f"[{plain(tq.min())}, {plain(tq.max())}]"
+            raise ValidationError(f"t must lie in the solved interval [{lo}, {hi}], got {got}.")
         out = [self._at(float(s)) for s in np.atleast_1d(tq)]
         if tq.ndim == 0:
             return out[0]

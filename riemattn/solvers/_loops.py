@@ -12,7 +12,8 @@ mean 137 and max 241 steps) compaction cut the wall time by 12 % against masking
 
 Saving: ``saveat`` times are reached exactly by fixed steps; adaptive steps are not shortened for
 them, the values come from the stepper's interpolant (its dense output), retracted onto the
-manifold. ``save_fn(t, y)`` stores observables instead of tokens.
+manifold. ``save_fn(t, y)`` stores observables instead of tokens. Both loops save the same
+layout around terminal events and failures (:func:`run_fixed`; docs/events.md "Saved values").
 
 Events (:mod:`riemattn.solvers.events`, tracked by :mod:`riemattn.solvers._event_tracker`) are
 checked on accepted steps before saving; a terminal one truncates the trajectory's step at the
@@ -38,10 +39,11 @@ import math
 
 import numpy as np
 
-from .._backend import copy, device_of, is_torch, namespace, to_numpy
+from .._backend import copy, device_of, is_torch, namespace
 from ._recorder import Recorder, _Kind, _where
 
-from ._status import MAX_STEPS, MESSAGES, NON_FINITE, REACHED, RUNNING, TERMINAL, UNDERFLOW, message  # noqa: F401
+from ._status import (MAX_STEPS, MESSAGES, NON_FINITE, REACHED, RUNNING, TERMINAL, UNDERFLOW, Stats,  # noqa: F401
+                      message)
 
 
 #: With tensors, the fixed-step loop asks the device whether any trajectory is still alive (a
@@ -65,30 +67,20 @@ def _any(mask) -> bool:
     return bool(mask.any()) if type(mask) is np.ndarray else True
 
 
-class Stats:
-    """Per-trajectory counters and status."""
-
-    def __init__(self, batch, like=None):
-        kind = _Kind(np.zeros(0) if like is None else like)
-        i64 = kind.xp.int64
-        self.nfev = kind.full(batch, 0, i64)
-        self.n_steps = kind.full(batch, 0, i64)
-        self.n_rejected = kind.full(batch, 0, i64)
-        self.status = kind.full(batch, RUNNING, i64)
-        self.t_fail = kind.full(batch, math.nan)
-        self.calls = 0  # field evaluations of the whole batch
-
-    def host(self) -> dict:
-        """The per-trajectory arrays as NumPy arrays (one copy from the device for tensors)."""
-        return {k: to_numpy(getattr(self, k)) for k in ("nfev", "n_steps", "n_rejected", "status", "t_fail")}
-
-
 def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats, max_steps, bar, events=None,
               dense=None):
     """Shared step size: each interval between save times (and t1) split into equal steps <= dt.
 
     ``events`` (a :class:`riemattn.solvers.events.Tracker`): checked on every step; trajectories
-    stopped by a terminal event are frozen (masked) at the event's state."""
+    stopped by a terminal event are frozen (masked) at the event's state.
+
+    Saving (the same layout as :func:`run_adaptive`'s, docs/events.md "Saved values"): a
+    trajectory has a value at a saved time only if it was running there -- NaN after its terminal
+    stop or failure, the event's state at a save time equal to its stop time. Without ``saveat``,
+    a single trajectory (batch shape ``()``) saves every step, the last one ending at its
+    terminal event ``(t_stop, y_stop)``; a step that failed (NaN or inf) is not saved. A batch
+    saves the shared grid up to the last grid time at which some trajectory has a value.
+    """
     t = t0
     targets = [] if saveat is None else [s for s in saveat.tolist() if s > t0]
     if not targets or targets[-1] < t1:
@@ -97,7 +89,7 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
     xp = namespace(y)
     alive = xp.ones(tuple(y.shape[:-2]), dtype=xp.bool, device=device_of(y))
     steps = 0
-    stopped = False  # a terminal event stopped some trajectory (host)
+    masked = False  # some trajectory stopped or failed (host; always True once tensors may have)
     kind, batch, tail = _Kind(y), tuple(y.shape[:-2]), tuple(y.shape[-2:])
     B = math.prod(batch)
     rows = kind.arange(B)
@@ -121,8 +113,11 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
                 stats.status[...] = xp.where(bad, NON_FINITE, stats.status)
                 stats.t_fail[...] = xp.where(bad, t, stats.t_fail)
                 alive = alive & ~bad
+                masked = True
             t_new = target if k == n else start + k * h
             y_new, h_eff = res.y, t_new - t
+            has_value = alive  # trajectories with a value at t_new
+            hit = t_stop = None
             if events is not None:
                 stop = _check_fixed(field, stepper, events, kind, rows, t, h, t_new, y, res, alive, stats)
                 if stop is not None:
@@ -134,7 +129,8 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
                     y = _where(hit, y_new, y)
                     stats.status[...] = xp.where(hit, TERMINAL, stats.status)
                     alive = alive & ~hit
-                    stopped = True
+                    has_value = alive | (hit & (t_stop >= t_new))  # an event exactly at t_new
+                    masked = True
             if dense is not None:
                 dense.add(rows, t, h_eff if np.ndim(h_eff) == 0 else h_eff.reshape(-1),
                           y.reshape((B,) + tail), alive.reshape(-1))
@@ -143,13 +139,31 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
                 bar.update(t_new - t)
             t = t_new
             if saveat is None:
-                rec.record_all(t, y, alive if stopped else None)
-            if (xp is np or steps % _SYNC_EVERY == 0 or stopped) and not bool(alive.any()):
+                _save_step(rec, batch, t, y, has_value if masked else None, hit, t_stop)
+            if (xp is np or steps % _SYNC_EVERY == 0 or masked) and not bool(alive.any()):
+                if saveat is not None and t in save_times:
+                    rec.record_all(t, y, has_value)
                 return y
         if t in save_times:
-            rec.record_all(t, y, alive if stopped else None)
+            rec.record_all(t, y, has_value if masked else None)
     stats.status[...] = xp.where(alive, REACHED, stats.status)
     return y
+
+
+def _save_step(rec, batch, t, y, has_value, hit, t_stop):
+    """Save the step ending at ``t`` without ``saveat`` (see :func:`run_fixed`): a single
+    trajectory saves its terminal stop ``(t_stop, y_stop)``, ``(t, y)`` if it is running, nothing
+    if the step failed; a batch saves ``t`` if some trajectory has a value there (NaN for the
+    others). ``has_value`` None: every trajectory is running."""
+    if has_value is None:
+        rec.record_all(t, y)
+    elif not batch:
+        if hit is not None and bool(hit):
+            rec.record_all(float(t_stop), y)
+        elif bool(has_value):
+            rec.record_all(t, y)
+    elif bool(has_value.any()):
+        rec.record_all(t, y, has_value)
 
 
 def _lazy_interpolant(stepper, field, t, y, h, res, shaped, shape):

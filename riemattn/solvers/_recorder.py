@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .._backend import device_of, is_torch, namespace, to_numpy
-from .._validation import as_float_array, call_user
+from .._validation import as_float_array, call_user, plain
 from ..errors import ValidationError
 
 
@@ -183,6 +183,11 @@ class Recorder:
         return self.saveat_host.copy(), data
 
 
+def _span(s) -> str:
+    """Times for a message: one time as a number, several as ``[first, last]`` (plain numbers)."""
+    return plain(s[0]) if s.size == 1 else f"[{plain(s[0])}, {plain(s[-1])}]"
+
+
 def check_saveat(saveat, t0, t1):
     if saveat is None:
         return None
@@ -192,5 +197,6 @@ def check_saveat(saveat, t0, t1):
     if np.any(np.diff(s) <= 0):
         raise ValidationError("saveat must be strictly increasing.")
     if s[0] < t0 - 1e-12 * max(1, abs(t0)) or s[-1] > t1 + 1e-12 * max(1, abs(t1)):
-        raise ValidationError(f"saveat must lie in [t0, t1] = [{t0}, {t1}], got [{s[0]}, {s[-1]}].")
+        raise ValidationError(f"saveat must lie in [t0, t1] = [{t0}, {t1}], "
+                              f"got {_span(s)}.")
     return np.clip(s, t0, t1)

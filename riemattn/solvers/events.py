@@ -52,6 +52,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from .._backend import is_torch, to_numpy
+from .._validation import plain
 from ..errors import InputTypeError, ValidationError
 
 __all__ = ["Event", "Events", "as_events"]  # TERMINAL (= 2), the status code, is not listed: an int
@@ -99,7 +100,7 @@ class Event:
         d = self.direction
         key = d if isinstance(d, str) else (int(np.sign(d)) if isinstance(d, Real) and math.isfinite(d) else None)
         if key not in _DIRECTIONS:
-            raise ValidationError(f"direction must be one of 'up', 'down', 'both', 1, -1, 0, got {d!r}.")
+            raise ValidationError(f"direction must be one of 'up', 'down', 'both', 1, -1, 0, got {plain(d)}.")
         object.__setattr__(self, "direction", _DIRECTIONS[key])
         t = self.terminal
         if isinstance(t, bool) or t is None:
@@ -107,11 +108,11 @@ class Event:
         elif (isinstance(t, Integral) or (isinstance(t, Real) and float(t).is_integer())) and t >= 0:
             k = int(t)
         else:
-            raise ValidationError(f"terminal must be a bool or an integer >= 0 (stop at that crossing), got {t!r}.")
+            raise ValidationError(f"terminal must be a bool or an integer >= 0 (stop at that crossing), got {plain(t)}.")
         object.__setattr__(self, "terminal", k)
         s = self.samples
         if isinstance(s, bool) or not isinstance(s, Integral) or s < 0:
-            raise ValidationError(f"samples must be an integer >= 0, got {s!r}.")
+            raise ValidationError(f"samples must be an integer >= 0, got {plain(s)}.")
         object.__setattr__(self, "samples", int(s))
 
 

@@ -32,7 +32,8 @@ class PerTrajectory:
     Attributes
     ----------
     nfev, n_steps, n_rejected : ndarray of int
-        Field evaluations used while the trajectory was unfinished, accepted and rejected steps.
+        Field evaluations that included the trajectory while it was unfinished (a call on the
+        whole batch counts once for each of its trajectories), accepted and rejected steps.
     status : ndarray of int
         0 reached t1; 2 stopped by a terminal event; -1 reached max_steps; -2 step size
         underflow; -3 NaN or inf.
@@ -63,7 +64,8 @@ class Trajectory:
     observables : dict
         With ``save_fn``: name -> array of shape (m, ...) (a single array is stored as ``"value"``).
     nfev : int
-        Field evaluations (each evaluates the whole batch).
+        Calls of the user's function of a :class:`~riemattn.dynamics.fields.VectorField` (its
+        ``n_calls``, all of them), else the field's evaluations of the (unfinished) batch.
     n_steps, n_rejected : int
         Accepted and rejected steps: the largest over the trajectories (for fixed steps, the
         shared count).
@@ -221,7 +223,7 @@ def integrate(
         trajectories integrated together. Real numbers of any integer or float dtype (converted
         to float64); an empty batch (a leading axis of length 0) gives an empty result.
     t_span : (t0, t1)
-        Start and end time (t1 >= t0).
+        Start and end time (t1 >= t0); ``t1 == t0`` gives the initial state, no step, no call.
     stepper : str or Stepper
         A name in :data:`riemattn.STEPPERS` ("layer", "euler", "heun", "rk4", "dopri5", "dop853",
         Lie-group ones ...).
@@ -295,6 +297,7 @@ def integrate(
     unchecked = getattr(field, "_unchecked", None)
     if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks
         field = unchecked()  # (the stepper's own call of _unchecked then returns it at once)
+    calls0 = getattr(field, "n_calls", None)  # a VectorField counts the calls of the user's func
     if project:
         y0 = manifold.projection(y0)
     else:
@@ -356,7 +359,12 @@ def integrate(
 
         bar = tqdm(total=t1 - t0, desc=f"integrate[{step.name}]", unit="t", leave=False)
     try:
-        if step.adaptive:
+        if t1 == t0:  # nothing to integrate: the initial state, for every stepper (no step, no call)
+            stats.status[...] = _loops.REACHED
+            if log is not None:  # interpolate(t0): a step of size 0 from y0
+                flat = y0.reshape((-1,) + tuple(y0.shape[-2:]))
+                log.add(np.arange(flat.shape[0]), t0, 0.0, flat, np.ones(flat.shape[0], dtype=bool))
+        elif step.adaptive:
             _loops.run_adaptive(field, step, y0, t0, t1, rtol, atol, first_step, rec, stats,
                                 max_steps, bar, tracker, log)
         else:
@@ -374,7 +382,7 @@ def integrate(
         t=t,
         y=data.pop("y") if save_fn is None else None,
         observables=data,
-        nfev=int(stats.calls),
+        nfev=int(field.n_calls - calls0) if isinstance(calls0, int) else int(stats.calls),
         n_steps=int(host["n_steps"].max(initial=0)),
         n_rejected=int(host["n_rejected"].max(initial=0)),
         success=bool(ok.all()),

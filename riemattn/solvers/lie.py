@@ -32,6 +32,9 @@ Acta Numerica 9 (2000). E. Hairer, C. Lubich, G. Wanner, *Geometric Numerical In
 
 from __future__ import annotations
 
+import contextvars
+import functools
+
 import numpy as np
 
 from .._backend import namespace
@@ -60,6 +63,25 @@ __all__ = [
 
 _HOST_ROWS: dict = {}
 
+#: NumPy's error state of the caller of a step, restored around the field's calls (see :func:`_quiet`)
+_USER_ERRSTATE = contextvars.ContextVar("riemattn_lie_user_errstate", default=None)
+
+
+def _quiet(step):
+    """A Lie step without NumPy's overflow / invalid warnings from its group arithmetic: a step so
+    large that its algebra elements overflow gives inf or NaN tokens, which the stepping loops
+    report per trajectory (status -3, "the field or the state became NaN or inf"), not a warning.
+    The field is called with the caller's error state (its own warnings are the user's)."""
+    @functools.wraps(step)
+    def wrapper(self, *args, **kwargs):
+        token = _USER_ERRSTATE.set(np.geterr())
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                return step(self, *args, **kwargs)
+        finally:
+            _USER_ERRSTATE.reset(token)
+    return wrapper
+
 
 def _host_rows(tab: ButcherTableau):
     """(A, b, c) of a tableau as nested lists of Python floats, cached per tableau: host
@@ -86,7 +108,8 @@ class LieStepper(Stepper):
         if type(y) is not np.ndarray or y.dtype != np.float64:
             y = as_token_array(y, "y")
         if hasattr(field, "lie_generator"):
-            return DenseFrame(y, field.__dict__.setdefault("_lie_generator_cache", {})), field.lie_generator
+            cache = field.__dict__.setdefault("_lie_generator_cache", {})
+            return DenseFrame(y, cache, field.manifold), field.lie_generator
         return field.manifold.lie_frame(y, slots), field
 
     @staticmethod
@@ -94,7 +117,13 @@ class LieStepper(Stepper):
         """(generator, nfev) of the stage at ``state``; ``k1`` is a handed-over first value."""
         if k1 is not None:
             return frame.generator(state, k1), 0
-        return frame.generator(state, value(t, frame.point(state))), 1
+        Y = frame.point(state)
+        user = _USER_ERRSTATE.get()
+        if user is None:
+            return frame.generator(state, value(t, Y)), 1
+        with np.errstate(**user):
+            F = value(t, Y)
+        return frame.generator(state, F), 1
 
 
 class CrouchGrossman(LieStepper):
@@ -107,6 +136,7 @@ class CrouchGrossman(LieStepper):
 
     tableau: ButcherTableau = ButcherTableau(c=(0,), A=((0,),), b=(1,), order=1)
 
+    @_quiet
     def step(self, field, t, y, h, k1=None):
         tab = self.tableau
         s = tab.stages
@@ -181,6 +211,7 @@ class RKMK(LieStepper):
     tableau: ButcherTableau
     dexpinv_terms: int = 2
 
+    @_quiet
     def step(self, field, t, y, h, k1=None):
         tab = self.tableau
         A, b, c = tab.A_, tab.b_, tab.c_
@@ -306,6 +337,7 @@ class CommutatorFree(LieStepper):
         return ButcherTableau(c=tuple(c), A=tuple(total(e) for e in stages), b=total(output),
                               order=cls.order)
 
+    @_quiet
     def step(self, field, t, y, h, k1=None):
         c, stages, output = self._coefficients()
         s = len(c)

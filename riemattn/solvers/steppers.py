@@ -338,7 +338,18 @@ def get_stepper(stepper) -> Stepper:
 
 @register
 class ProjectedEuler(ProjectedRK):
-    """Projected explicit Euler, order 1: ``y_1 = pi_W(y + h F(t, y))``, F the tangent field."""
+    """Projected explicit Euler, order 1: ``y_1 = pi_W(y + h F(t, y))``, F the tangent field.
+
+    Not the papers' discrete model. "An Euler step, then renormalise" on the un-normalised
+    attention update f, ``y_1 = pi_W(y + h f)`` (a transformer layer; GLPR's and the
+    dynamic-metastability code's loop), is the stepper ``"layer"``
+    (:class:`~riemattn.solvers.layer.LayerStep`). Since ``f = F + <y, f>_W y``, the layer is this
+    step with the size ``h / (1 + h <y, f>_W)``: both are first-order schemes for ``y' = F`` and
+    agree as ``h -> 0``, but at a fixed time they differ by O(h), and by a lot where
+    ``h <y, f>_W`` is not small (USA at large beta, where ``<y, f>_W`` grows like ``e^beta``).
+    Use ``"layer"`` to reproduce discrete-layer experiments, ``"euler"`` (or a higher-order
+    stepper) to approximate the continuous flow.
+    """
 
     name = "euler"
     order = 1
