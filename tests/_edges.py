@@ -31,29 +31,10 @@ METRICS = tuple(ELLIPSOID_METRICS)
 #: the integration engines (one today; ``integrate(..., engine=...)`` adds "compiled")
 ENGINES = ["numpy"]
 
-_ITEM2 = ("issue 34 item 2: with per-trajectory adaptive steps a VectorField's function is called once per "
-          "distinct time while sol.nfev counts batch evaluations; fixed on branch edges-solvers")
-_ITEM3 = ("issue 34 item 3: rkmk4 at steps as long as the horizon leaves the sphere with success=True or raises "
-          "ValidationError from expm_small_action; fixed on branch edges-solvers")
-_RKMK45 = ("found by this suite, the cause of issue 34 item 3 in the adaptive RKMK45: started with first_step = 10 "
-           "on item 3's rotation field it overflows in the matrix products of a rejected step's generator and "
-           "lets NumPy RuntimeWarnings through (the solve then succeeds); solvers, branch edges-solvers")
-_EMPTY = ("found by this suite: integrate returns an empty batch's result before checking that the stepper "
-          "applies to the field ('layer' with a VectorField: refused for a batch (2, l, d), accepted for "
-          "(0, l, d)); solvers/integrate.py, not fixed on this branch")
-_ITEM6 = ("issue 34 item 6: with fixed steps a terminal event's saved times end after the stop with a NaN row "
-          "instead of at the event time and state; fixed on branch edges-solvers")
-_ITEM8 = ("issue 34 item 8: integrate over a t_span of length 0 with an adaptive stepper lets a NumPy "
-          "RuntimeWarning through (the initial step size estimate divides by h0 = 0); solvers, another branch")
-
 #: test name -> {stepper: reason}: the parametrizations that fail today, marked xfail(strict=True)
-KNOWN = {
-    "test_integrate_edges": {"rkmk4": _ITEM3, "rkmk45": _RKMK45},
-    "test_nfev_counts_the_users_calls": {n: _ITEM2 for n in sorted(ADAPTIVE)},
-    "test_refusal_does_not_depend_on_the_batch": {"layer": _EMPTY},
-    "test_terminal_event_saved_layout": {n: _ITEM6 for n in STEPPERS if n not in ADAPTIVE},
-    "test_zero_length_span": {n: _ITEM8 for n in sorted(ADAPTIVE)},
-}
+#: (issue 34 items 2, 3, 6 and 8, the adaptive RKMK45's overflow and the empty batch's skipped
+#: refusal were fixed: their marks are gone; a new known bug goes here with its reason)
+KNOWN: dict[str, dict[str, str]] = {}
 
 
 def stepper_params(test: str, *others, unmarked=lambda *args: False):

@@ -20,8 +20,7 @@ from .steppers import get_stepper
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
 
-#: Tolerance on |y^T W y - 1| for initial tokens (pass ``project=True`` to normalize them instead);
-#: the same constant as the field's and the layer's token checks.
+#: Tolerance on |y^T W y - 1| for initial tokens (else ``project=True``), as the field's token checks.
 ON_MANIFOLD_ATOL = ON_MANIFOLD_ATOL
 
 
@@ -293,6 +292,7 @@ def integrate(
         raise InputTypeError(
             f"field must be a riemattn Field (callable with a .manifold), got {type(field).__name__}."
         )
+    step.check_field(field)
     y0 = check_points(y0, "y0", manifold, on_manifold=False)
     unchecked = getattr(field, "_unchecked", None)
     if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks

@@ -56,14 +56,16 @@ class LayerStep(ProjectedEuler):
             return super().step(field, t, y, h, k1)
         return StepResult(_check_field(field).block(t, y, h), None, 1)
 
-    def _evaluate(self, field, t, y):
-        update = getattr(field, "update", None)
-        if update is None:
+    def check_field(self, field) -> None:
+        if getattr(field, "block", None) is None and getattr(field, "update", None) is None:
             raise InputTypeError(
                 f"stepper 'layer' needs a field with an un-normalised update(t, y) (e.g. an "
                 f"AttentionField), got {type(field).__name__}; use 'euler' for other fields."
             )
-        return update(t, y)
+
+    def _evaluate(self, field, t, y):
+        self.check_field(field)
+        return field.update(t, y)
 
 
 def _as_head_stack(value, name: str, rows: str, cols: str) -> np.ndarray:

@@ -144,6 +144,11 @@ class Stepper:
     dense_order: int | None = None
     forward_only = True
 
+    def check_field(self, field) -> None:
+        """Raise this stepper's refusal of ``field`` (a documented error) before any step, so that
+        a call is refused the same way whatever the batch (an empty one included). The base
+        stepper takes every Field."""
+
     def step(self, field, t, y, h, k1=None) -> StepResult:  # pragma: no cover - abstract
         raise NotImplementedError
 
