@@ -193,6 +193,7 @@ def plot(ds: xr.Dataset):
     axes[0].set_xlabel("$\\log_{10} s$  (rescaled time $s = e^{\\beta} t$)")
     axes[0].set_ylabel("$2\\beta e^{-\\beta} E_\\beta = \\frac{1}{n^2}\\sum_{ij} e^{\\beta(\\cos-1)}$")
     axes[0].set_title("staircase in log rescaled time")
+    axes[0].set_xlim(-1, None)
     legend_below(axes[0], ncol=3)
     axes[1].set_xlabel("arclength / $\\log\\beta$  (the published x axis, lr $\\times$ iteration)")
     axes[1].set_title("riemattn (thick) vs published iteration (dashed; dotted: without its snap)")
