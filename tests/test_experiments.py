@@ -229,3 +229,18 @@ def test_claims_can_fail():
     )
     E.attrs["y1_drift"] = 0.0
     assert not m5.claims(E)["E_below_1e-6_every_trajectory"]["passed"]
+
+
+def test_hemisphere_heads_equal_hemisphere_P():
+    """The TimeVaryingHeads form of ARXIV Figures 2-3's heads (what the compiled engine reads)
+    equals the closed form: each entry is 2 P'_ij sin(omega t + phi) against 2 P'_ij cos(omega t)
+    (or sin), so the difference is the rounding of the argument omega t + pi/2 (|omega t| + 2 ulps)
+    times the entry's size, a few times over."""
+    from riemattn.experiments._papers import _HEMI_P, hemisphere_heads, hemisphere_P
+
+    T = 10.0
+    t = np.linspace(0.0, T, 1001)
+    H = hemisphere_heads()
+    bound = 4 * 2 * np.abs(_HEMI_P).max() * (10 * np.pi * T + 2) * np.finfo(float).eps
+    assert np.abs(H(t) - hemisphere_P(t)).max() <= bound
+    assert np.abs(H(0.37) - hemisphere_P(0.37)).max() <= bound

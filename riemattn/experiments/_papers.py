@@ -79,5 +79,25 @@ def hemisphere_P(t):
     return D[..., :, None] * constant(_HEMI_CONSTS, "P", _HEMI_P, t)
 
 
+def hemisphere_heads():
+    """:func:`hemisphere_P` as a :class:`~riemattn.dynamics.schedules.TimeVaryingHeads`, the kind the
+    compiled engine reads as data: P_eta(t) = sum_k A_k sin(omega_k t + phi_k) with one term per
+    row of each head (row r of head eta is 2 P'_eta[r] times cos(omega t) = sin(omega t + pi/2),
+    or sin(omega t)). Equal to ``hemisphere_P(t)`` to rounding (sin(x + pi/2) for cos x).
+    """
+    from ..dynamics.schedules import TimeVaryingHeads
+
+    h, d, _ = _HEMI_P.shape
+    A = np.zeros((h * d, h, d, d))
+    omega, phi = np.zeros(h * d), np.zeros(h * d)
+    for eta in range(h):
+        for r in range(d):
+            k = eta * d + r
+            A[k, eta, r] = 2.0 * _HEMI_P[eta, r]
+            omega[k] = _HEMI_FREQS[eta, r]
+            phi[k] = 0.0 if _HEMI_SINE[r] else np.pi / 2
+    return TimeVaryingHeads(np.zeros((h, d, d)), A, omega, phi)
+
+
 #: _HEMI_FREQS, _HEMI_SINE, _HEMI_P converted per device and dtype (see riemattn._backend.constant)
 _HEMI_CONSTS: dict = {}
