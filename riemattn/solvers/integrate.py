@@ -17,6 +17,7 @@ from ._recorder import check_saveat
 from ._event_tracker import Tracker
 from .events import Events, _on_host, as_events
 from .steppers import get_stepper
+from .compiled._dispatch import check_engine, dispatch
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
 
@@ -75,6 +76,8 @@ class Trajectory:
         The same counters and the status of each trajectory.
     stepper : str
         Name of the stepper used.
+    engine : str
+        ``"numpy"`` or ``"compiled"``: the engine that ran (``integrate(..., engine=...)``).
     events : Events or None
         With ``integrate(..., events=...)``: the crossings per trajectory (padded arrays with
         counts, :class:`riemattn.solvers.events.Events`); None without events.
@@ -93,6 +96,7 @@ class Trajectory:
     attrs: dict = dc_field(default_factory=dict)
     events: Events | None = None
     dense: object = dc_field(default=None, repr=False)
+    engine: str = "numpy"
 
     def interpolate(self, t):
         """The solution at any time(s) ``t`` of the solved interval (``integrate(..., dense_output=True)``).
@@ -209,6 +213,7 @@ def integrate(
     events=None,
     event_tol=None,
     dense_output=False,
+    engine="auto",
 ):
     """Integrate ``dy/dt = field(t, y)`` on the field's manifold from ``t0`` to ``t1``.
 
@@ -264,6 +269,12 @@ def integrate(
     dense_output : bool
         Record every accepted step so that ``Trajectory.interpolate(t)`` gives the solution at any
         time of the solved interval (a fresh step from the step's start; one token array per step).
+    engine : {"auto", "numpy", "compiled"}
+        Which execution runs the call; ``Trajectory.engine`` says which ran. "compiled": numba
+        loops, each trajectory run to its end, parallel over trajectories, the same algorithms
+        (same steps, results equal to rounding); a call it cannot run raises
+        :class:`~riemattn.errors.UnsupportedByEngine` naming what. "auto": compiled when supported
+        and already compiled (this process or numba's cache), else NumPy. See docs/performance.md.
 
     Returns
     -------
@@ -271,6 +282,7 @@ def integrate(
         ``t`` (m,), ``y`` (m, ..., l, d), ``observables``, ``nfev``, ``n_steps``, ``success``,
         ``message``, ``per_trajectory``, ``to_xarray()``.
     """
+    engine = check_engine(engine)
     device = default_device()
     if device is not None and not is_torch(y0):  # riemattn.use_device: NumPy in, computed on device
         import torch
@@ -283,7 +295,8 @@ def integrate(
         events = [_on_host(e) for e in as_events(events)] or None
         sol = integrate(field, y0, t_span, stepper, dt, rtol, atol, saveat, save_fn, progress,
                         max_steps=max_steps, raise_on_failure=raise_on_failure, project=project,
-                        first_step=first_step, events=events, event_tol=event_tol, dense_output=dense_output)
+                        first_step=first_step, events=events, event_tol=event_tol, dense_output=dense_output,
+                        engine=engine)
         return sol.to_numpy()
     step = get_stepper(stepper)
     manifold = getattr(field, "manifold", None)
@@ -341,6 +354,13 @@ def integrate(
     if save is None and step.adaptive and batch:
         save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
 
+    sol = dispatch(engine, field, step, y0, t0, t1, dt=dt, rtol=rtol, atol=atol, first_step=first_step, saveat=save,
+                   max_steps=max_steps, events=events, event_tol=event_tol, save_fn=save_fn, progress=progress,
+                   dense_output=dense_output, empty=_empty_result)
+    if sol is not None:  # the compiled engine ran (riemattn.solvers.compiled)
+        if raise_on_failure and not sol.success:
+            raise IntegrationError(sol.message)
+        return sol
     if size(y0) == 0:  # an empty batch: an empty result
         return _empty_result(y0, save if save is not None else np.unique([t0, t1]), save_fn, step.name)
     batch = tuple(batch)
