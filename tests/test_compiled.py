@@ -7,6 +7,13 @@ Rosenbrock steppers), a few ulp per operation; the fields here are contractive o
 expanding over the short horizons used, so the difference after n steps stays below
 ``ROUNDING * n`` with ROUNDING = 1e3 eps (measured: at most 2e-15 after 60 steps; the margin
 covers the LU solve of a (l d)^2 = 225-entry matrix, conditioning ~ 1e2).
+
+Adaptive step sizes agree to less: the error estimate is a difference of O(1) stage values that
+is about rtol in size, so its rounding is about eps / rtol relative, and each step size inherits
+it (err^(-1/k)), and the times add the steps up. Step times of the two engines therefore agree
+to ``100 eps / rtol`` relative (measured: 2e-6 at rtol = 1e-10, 7e-9 at rtol = 1e-6, after fewer
+than 10 steps), and states saved at step times to that
+times |F| <= 1 more; the step sequences (counts, accept/reject) are the same.
 """
 
 from __future__ import annotations
@@ -45,16 +52,20 @@ def both(field, y0, t_span, stepper, **kw):
     return a, b
 
 
-def assert_same_steps(a, b, nfev=True):
+def assert_same_steps(a, b, nfev=True, rtol=None):
+    """Same statuses and step counts; times and states equal to rounding (``rtol``: the
+    tolerance of an adaptive solve whose step times are compared, see the module docstring)."""
     pa, pb = a.per_trajectory, b.per_trajectory
     np.testing.assert_array_equal(pb.status, pa.status)
     np.testing.assert_array_equal(pb.n_steps, pa.n_steps)
     np.testing.assert_array_equal(pb.n_rejected, pa.n_rejected)
     if nfev:
         np.testing.assert_array_equal(pb.nfev, pa.nfev)
-    np.testing.assert_array_equal(b.t, a.t)
+    tol_t = 0.0 if rtol is None else 100 * EPS / rtol
+    np.testing.assert_allclose(b.t, a.t, rtol=tol_t, atol=0)
     n = max(1, int(pa.n_steps.max()) + int(pa.n_rejected.max()))
-    np.testing.assert_allclose(b.y, a.y, rtol=0, atol=ROUNDING * n)
+    np.testing.assert_allclose(b.y, a.y, rtol=0, atol=ROUNDING * n + tol_t * np.abs(a.t).max())
+    np.testing.assert_allclose(pb.t_fail, pa.t_fail, rtol=tol_t, atol=0)
 
 
 @pytest.mark.parametrize("stepper", FIXED)
@@ -69,43 +80,48 @@ def test_fixed_steppers_agree(problem, stepper):
 def test_adaptive_steppers_agree(problem, stepper):
     field, y0 = problem
     a, b = both(field, y0, (0.0, 3.0), stepper, rtol=1e-7, atol=1e-9, saveat=np.linspace(0, 3, 7))
+    # (saveat: values from the dense output between steps, which agree to rounding)
     # DOP853's dense output costs 3 evaluations; NumPy counts them for every row of the batch when
     # one row needs it (per trajectory, alone, the counts agree: test_single_trajectory_...)
     assert_same_steps(a, b, nfev=stepper != "dop853")
     assert (b.per_trajectory.nfev <= a.per_trajectory.nfev).all()
-    assert a.per_trajectory.n_rejected.sum() + a.per_trajectory.n_steps.min() > 5
+    assert a.per_trajectory.n_steps.min() >= 5
 
 
 def test_single_trajectory_saves_every_step(problem):
-    field, y0 = problem
+    _, y0 = problem
+    field = ra.AttentionField(np.eye(3) + 0.3, beta=1.5)
     for stepper in ("dopri5", "rodas4"):
         a, b = both(field, y0[1], (0.0, 2.0), stepper, rtol=1e-6, atol=1e-9)
-        assert_same_steps(a, b)
+        assert_same_steps(a, b, rtol=1e-6)
         assert len(b.t) == b.n_steps + 1
     a, b = both(field, y0[2], (0.0, 2.0), "dop853", rtol=1e-9, atol=1e-9, saveat=[0.3, 1.1, 2.0])
     assert_same_steps(a, b)
 
 
 def test_auto_switches_the_same_way():
-    """A stiff problem (beta = 12, P = I: the tokens gather into clusters): auto's per-trajectory
-    switch to RODAS4P and back happens on the same steps in both engines."""
+    """GLPR's USA at beta = 9 (stiff once the tokens gather; issue 28's case) next to beta = 1:
+    auto's per-trajectory switches to RODAS4P and back happen on the same steps in both engines."""
     rng = np.random.default_rng(5)
-    field = ra.AttentionField(np.eye(3), beta=np.array([1.0, 12.0]))
     y0 = tokens(rng, (2,), 6, 3)
-    a, b = both(field, y0, (0.0, 8.0), "auto", rtol=1e-8, atol=1e-10)
-    assert_same_steps(a, b)
-    rodas = ra.integrate(field, y0[1], (0.0, 8.0), "rodas4p", rtol=1e-8, atol=1e-10, engine="numpy")
-    dopri = ra.integrate(field, y0[1], (0.0, 8.0), "dopri5", rtol=1e-8, atol=1e-10, engine="numpy")
+    field = ra.AttentionField(np.eye(3), normalization="mean", beta=np.array([1.0, 9.0]))
+    a, b = both(field, y0, (0.0, 20.0), "auto", rtol=1e-8, atol=1e-10)
+    # nfev: NumPy counts a mixed batch's evaluations of both methods on every row
+    assert_same_steps(a, b, nfev=False, rtol=1e-8)
+    stiff = ra.usa(9.0, 3)
+    # (the engines agree, see above; the explicit reference takes ~25 000 steps: compiled)
+    rodas = ra.integrate(stiff, y0[1], (0.0, 20.0), "rodas4p", rtol=1e-8, atol=1e-10, engine="compiled")
+    dopri = ra.integrate(stiff, y0[1], (0.0, 20.0), "dopri5", rtol=1e-8, atol=1e-10, engine="compiled")
     assert a.per_trajectory.n_steps[1] not in (rodas.n_steps, dopri.n_steps)  # it did switch
+    assert a.per_trajectory.n_steps[1] < dopri.n_steps / 10
 
 
 def test_max_steps_and_status(problem):
     field, y0 = problem
     a, b = both(field, y0, (0.0, 3.0), "dopri5", rtol=1e-10, atol=1e-12, max_steps=7)
-    assert_same_steps(a, b)
+    assert_same_steps(a, b, rtol=1e-10)
     assert (b.per_trajectory.status == -1).all() and not b.success
-    np.testing.assert_array_equal(b.per_trajectory.t_fail, a.per_trajectory.t_fail)
-    assert b.message == a.message
+    assert b.message.split("(")[0] == a.message.split("(")[0]
     a, b = both(field, y0, (0.0, 3.0), "rk4", dt=0.1, max_steps=12)
     assert_same_steps(a, b)
     assert (b.per_trajectory.status == -1).all()
@@ -118,7 +134,7 @@ def test_saveat_fixed_and_first_step(problem):
     a, b = both(field, y0, (0.0, 2.0), "heun", dt=0.3, saveat=save)
     assert_same_steps(a, b)
     a, b = both(field, y0, (0.0, 2.0), "dop853", rtol=1e-9, atol=1e-12, first_step=0.01, saveat=save)
-    assert_same_steps(a, b)
+    assert_same_steps(a, b, nfev=False)  # DOP853's dense output: see test_adaptive_steppers_agree
 
 
 @pytest.mark.parametrize("stepper, kw", [("rk4", dict(dt=0.05)), ("dopri5", dict(rtol=1e-8, atol=1e-10)),
@@ -127,16 +143,21 @@ def test_saveat_fixed_and_first_step(problem):
 def test_events_agree(problem, stepper, kw):
     field, y0 = problem
     events = [rae.consensus(0.05), rae.leave_hemisphere(np.array([0.0, 0.0, 1.0])),
-              rae.lyapunov_level(np.array([1.0, 0.0, 0.0]), 1.5, samples=0),
+              rae.lyapunov_level(np.array([1.0, 0.0, 0.0]), 1.5),
               *rae.cluster_merges(0.3, [3, 2])]
-    a, b = both(field, y0, (0.0, 30.0), stepper, events=events, **kw)
+    tol = 1e-10
+    a, b = both(field, y0, (0.0, 30.0), stepper, events=events, event_tol=tol, **kw)
     assert_same_steps(a, b, nfev=False)  # nfev: NumPy counts the batch's root finding on every row
     ea, eb = a.events, b.events
     np.testing.assert_array_equal(eb.count, ea.count)
     np.testing.assert_array_equal(eb.which, ea.which)
-    np.testing.assert_allclose(eb.t, ea.t, rtol=0, atol=1e-9)
-    np.testing.assert_allclose(eb.y, ea.y, rtol=0, atol=1e-8)
-    np.testing.assert_allclose(eb.t_stop, ea.t_stop, rtol=0, atol=1e-9)
+    # each engine reports the end, after the crossing, of a bracket at most tol long around the
+    # dense output's zero: the two times differ by at most tol (the tokens by |F| tol, |F| <= 1)
+    # (plus the shift of the zero between the two dense outputs, whose steps differ by rounding:
+    # measured 2e-12; allowed: another tol)
+    np.testing.assert_allclose(eb.t, ea.t, rtol=0, atol=2 * tol)
+    np.testing.assert_allclose(eb.y, ea.y, rtol=0, atol=4 * tol)
+    np.testing.assert_allclose(eb.t_stop, ea.t_stop, rtol=0, atol=2 * tol)
     assert (eb.count > 0).any()
 
 
@@ -186,13 +207,14 @@ def test_unsupported_calls_name_what(problem):
 
 @pytest.mark.parametrize("stepper", ["rk4", "dopri5"])
 def test_edges(problem, stepper):
-    field, y0 = problem
+    _, y0 = problem
+    field = ra.AttentionField(np.eye(3) + 0.3, beta=1.5)
     kw = dict(dt=0.1) if stepper == "rk4" else dict(rtol=1e-6, atol=1e-9)
     empty = ra.integrate(field, y0[:0], (0.0, 1.0), stepper, engine="compiled", **kw)
     assert empty.engine == "compiled" and empty.y.shape[1:] == (0, 5, 3) and empty.success
     a, b = both(field, y0, (0.5, 0.5), stepper, **kw)  # an empty time span
     assert_same_steps(a, b)
-    np.testing.assert_array_equal(b.y[-1], y0)
+    np.testing.assert_allclose(b.y[-1], y0, rtol=0, atol=4 * EPS)  # (a step of size 0 retracts y0)
     long = dict(dt=10.0) if stepper == "rk4" else dict(rtol=1e-6, atol=1e-9, first_step=10.0)
     a, b = both(field, y0, (0.0, 1.0), stepper, **long)  # a step longer than the horizon
     assert_same_steps(a, b)
@@ -212,13 +234,14 @@ def test_standin_kernel_matches_the_field(problem):
     from riemattn.solvers.compiled import _kernel as k
 
     field, y0 = problem
-    pack = k.pack_field(field, (3,), 0.0)
+    pack = k.pack_field(field, y0.shape)
     F, f = np.empty((5, 3)), np.empty((5, 3))
     J = np.empty((15, 15))
     for b in range(3):
-        k.rhs(0.0, y0[b], b, pack.ints, pack.floats, pack.per, np.empty(1), F)
-        k.update(0.0, y0[b], b, pack.ints, pack.floats, pack.per, np.empty(1), f)
-        k.lifted_jac(0.0, y0[b], b, pack.ints, pack.floats, pack.per, np.empty(1), J)
+        work = np.empty(max(pack.work, 1))
+        k.evaluate(k.RHS, 0.0, y0[b], b, pack.ints, pack.floats, pack.per, work, F)
+        k.evaluate(k.UPDATE, 0.0, y0[b], b, pack.ints, pack.floats, pack.per, work, f)
+        k.evaluate(k.LIFTED_JAC, 0.0, y0[b], b, pack.ints, pack.floats, pack.per, work, J)
         np.testing.assert_allclose(F, field(0.0, y0)[b], rtol=0, atol=1e-14)
         np.testing.assert_allclose(f, field.update(0.0, y0)[b], rtol=0, atol=1e-14)
         Jb = lifted_attention_jacobian(field.take(np.array([b]), (3,)), 0.0, y0[b:b + 1])[0]

@@ -8,3 +8,4 @@ semantics, read from the NumPy engine's objects (:mod:`riemattn.solvers.compiled
 field enters through compiled kernels. Every module of this package is private; the only door is
 ``integrate(..., engine=...)`` (:func:`riemattn.solvers.compiled._dispatch.dispatch`).
 """
+

@@ -37,9 +37,9 @@ def ready(adaptive: bool) -> bool:
     (loading it from the cache takes a fraction of a second; compiling it, tens of seconds)."""
     try:
         if adaptive:
-            from ._adaptive import run_rows as loop
+            from ._adaptive import solve_rows as loop
         else:
-            from ._fixed import run_fixed_rows as loop
+            from ._fixed import fixed_rows as loop
         if loop.signatures:
             return True
         cache = loop._cache._cache_file  # numba's index of cached compilations of this function

@@ -74,7 +74,7 @@ def unsupported(field, step, y0, *, save_fn=None, events=(), progress=False, den
     pack = None
     if not is_torch(y0):
         try:
-            pack = _kernels().pack_field(field, tuple(y0.shape[:-2]), 0.0)
+            pack = _kernels().pack_field(field, tuple(y0.shape))
         except UnsupportedByEngine as exc:
             why.append(str(exc))
     return why, pack
@@ -162,7 +162,6 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     """Integrate on the compiled engine (every argument already validated by integrate)."""
     from .._loops import message
     from ..integrate import PerTrajectory, Trajectory
-    from ...dynamics.jacobians import is_autonomous
 
     batch = tuple(y0.shape[:-2])
     l, d = y0.shape[-2:]
@@ -180,7 +179,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         ev = _event_data(events, B, l, d, event_tol, cap)
         Y[...] = y_start
         if step.adaptive:
-            res = _run_adaptive(meth, Y, flat, is_autonomous(field), t0, t1, rtol, atol, first_step, saveat,
+            res = _run_adaptive(meth, Y, flat, bool(pack.autonomous), t0, t1, rtol, atol, first_step, saveat,
                                 max_steps, ints, floats, per, pack.work, ev, batch)
         else:
             res = _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, pack.work, ev)
@@ -204,32 +203,31 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
 
 def _run_adaptive(meth, Y, flat, autonomous, t0, t1, rtol, atol, first_step, saveat, max_steps, ints, floats,
                   per, work, ev, batch):
-    from ._adaptive import run_rows, solve_row
+    from ._adaptive import solve_rows
 
     B, l, d = Y.shape
     h_first = np.full(B, float(first_step) if first_step is not None else np.nan)
     if saveat is None:  # a single trajectory without saveat: every accepted step
         save = np.zeros(0)
-        saved = np.zeros((0, l, d))
-        status, nfev, n_steps, n_rej, t_fail, ts, ys, n_rec = solve_row(
-            meth, 0, Y[0], flat, autonomous, DT_FACTOR, t0, t1, rtol, atol, h_first[0], max_steps, ints,
-            floats, per, work, save, saved, True, ev)
+        stats = np.zeros((1, 4), dtype=np.int64)
+        t_fail = np.full(1, np.nan)
+        ts, ys, n_rec = solve_rows(meth, Y, 0, 1, flat, autonomous, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps,
+                                   ints, floats, per, work, save, np.zeros((0, 1, l, d)), stats, t_fail, True, ev)
         times = np.concatenate([[t0], ts[:n_rec]])
         out = np.concatenate([np.full((1, l, d), np.nan), ys[:n_rec]])
-        one = lambda v, dt=np.int64: np.array([v], dtype=dt)  # noqa: E731
-        return (times, out.reshape((len(times), 1, l, d)), one(nfev), one(n_steps), one(n_rej), one(status),
-                one(t_fail, float))
+        return (times, out.reshape((len(times), 1, l, d)), stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3],
+                t_fail)
     saved = np.full((len(saveat), B, l, d), np.nan)
     stats = np.zeros((B, 4), dtype=np.int64)
     t_fail = np.full(B, np.nan)
-    in_threads(lambda k, n: run_rows(meth, Y, k, n, flat, autonomous, DT_FACTOR, t0, t1, rtol, atol, h_first,
-                                     max_steps, ints, floats, per, work, np.asarray(saveat, dtype=float), saved,
-                                     stats, t_fail, ev), B)
+    save = np.array(saveat, dtype=float)
+    in_threads(lambda k, n: solve_rows(meth, Y, k, n, flat, autonomous, DT_FACTOR, t0, t1, rtol, atol, h_first,
+                                       max_steps, ints, floats, per, work, save, saved, stats, t_fail, B < 0, ev), B)
     return saveat.copy(), saved, stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3], t_fail
 
 
 def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, work, ev):
-    from ._fixed import run_fixed_rows
+    from ._fixed import fixed_rows
 
     B, l, d = Y.shape
     gt, gh, gtn, slot = fixed_grid(t0, t1, dt, saveat)
@@ -241,7 +239,7 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
     saved = np.full((len(times), B, l, d), np.nan)
     stats = np.zeros((B, 4), dtype=np.int64)
     t_fail = np.full(B, np.nan)
-    in_threads(lambda k, n: run_fixed_rows(meth, Y, k, n, flat, gt, gh, gtn, slot, ints, floats, per, work, saved,
+    in_threads(lambda k, n: fixed_rows(meth, Y, k, n, flat, gt, gh, gtn, slot, ints, floats, per, work, saved,
                                            stats, t_fail, ev), B)
     nfev, n_steps, status, stop = stats[:, 0], stats[:, 1], stats[:, 2].copy(), stats[:, 3]
     if capped:  # riemattn.solvers._loops.run_fixed stops the rows still running at max_steps
@@ -263,6 +261,9 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
         k = step_of_slot[:, None]
         dead = (stop[None, :] > 0) & (stop[None, :] <= k) & (k >= s_term)
         saved[dead] = np.nan
+    if capped and saveat is None:  # the NumPy loop saved every step it took, and returned
+        times, saved = times[:max_steps + 1], saved[:max_steps + 1]
+        step_of_slot = step_of_slot[:max_steps + 1]
     if s_all is not None:
         if saveat is None:
             keep = step_of_slot <= s_all

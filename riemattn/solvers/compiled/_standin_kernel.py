@@ -1,8 +1,8 @@
 """A stand-in for the compiled field kernels (``riemattn.dynamics.kernels``) while they are written.
 
 Same signatures as the kernels' contract (one trajectory per call, configuration as run-time
-arrays); it covers one configuration only: the sphere, full mask, one head, constant P, U = I,
-``"paper"`` normalization, beta a scalar or one per trajectory. Everything else is refused by
+arrays); it covers: the sphere, full mask, one head, constant P, U = I, ``"paper"`` or ``"mean"``
+normalization (GLPR's USA), beta a scalar or one per trajectory. Everything else is refused by
 :func:`pack_field` with :class:`~riemattn.errors.UnsupportedByEngine`. Deleted once the real
 kernels are merged.
 
@@ -30,9 +30,14 @@ class KernelPack(NamedTuple):
     l: int
     d: int
     work: int
+    autonomous: bool
+    breaks: np.ndarray
 
 
-def pack_field(field, batch_shape, t0) -> KernelPack:
+RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE = 0, 1, 2, 3
+
+
+def pack_field(field, y_shape) -> KernelPack:
     """The field's run-time data, or UnsupportedByEngine naming what the stand-in cannot run."""
     from ...dynamics.attention import AttentionField
 
@@ -44,7 +49,7 @@ def pack_field(field, batch_shape, t0) -> KernelPack:
         why.append("an ellipsoid (W given)")
     if field.mask != "full":
         why.append(f"mask={field.mask!r}")
-    if field.normalization != "paper":
+    if field.normalization not in ("paper", "mean"):
         why.append(f"normalization={field.normalization!r}")
     if field._P.const is None:
         why.append("a callable P")
@@ -62,20 +67,20 @@ def pack_field(field, batch_shape, t0) -> KernelPack:
         per = np.array([[beta]])
     else:
         try:
-            per = np.array(np.broadcast_to(beta, tuple(batch_shape)).reshape(-1, 1), dtype=float)
+            per = np.array(np.broadcast_to(beta, tuple(y_shape[:-2])).reshape(-1, 1), dtype=float)
         except ValueError:  # the NumPy engine reports it
             raise UnsupportedByEngine("a beta that does not broadcast against the batch") from None
     P = np.ascontiguousarray(field._P.const[0], dtype=float).reshape(-1)
-    ints = np.array([0, 0, d], dtype=np.int64)  # kind, manifold (0 sphere), d
-    return KernelPack(ints, P, per, 0, d, 0)
+    ints = np.array([0, 0, d, field.normalization == "mean"], dtype=np.int64)  # kind, manifold, d, mean
+    return KernelPack(ints, P, per, int(y_shape[-2]), d, 0, True, np.zeros(0))
 
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
 
 @numba.njit(**_JIT)
-def _attention(y, b, floats, per, A):
-    """A[i, j] = alpha_ij (shifted by each row's maximum)."""
+def _attention(y, b, ints, floats, per, A):
+    """A[i, j] = alpha_ij (paper: shifted by each row's maximum; mean: e^{S_ij} / l)."""
     l, d = y.shape
     beta = per[b if per.shape[0] > 1 else 0, 0]
     scale = math.sqrt(d)
@@ -91,6 +96,10 @@ def _attention(y, b, floats, per, A):
             A[i, j] = beta * s
             if A[i, j] > m:
                 m = A[i, j]
+        if ints[3]:
+            for j in range(l):
+                A[i, j] = math.exp(A[i, j]) / l
+            continue
         tot = 0.0
         for j in range(l):
             A[i, j] = math.exp(A[i, j] - m)
@@ -100,10 +109,10 @@ def _attention(y, b, floats, per, A):
 
 
 @numba.njit(**_JIT)
-def update(t, y, b, ints, floats, per, work, out):
+def _update(t, y, b, ints, floats, per, work, out):
     l, d = y.shape
     A = np.empty((l, l))
-    _attention(y, b, floats, per, A)
+    _attention(y, b, ints, floats, per, A)
     for i in range(l):
         for a in range(d):
             s = 0.0
@@ -113,8 +122,8 @@ def update(t, y, b, ints, floats, per, work, out):
 
 
 @numba.njit(**_JIT)
-def rhs(t, y, b, ints, floats, per, work, out):
-    update(t, y, b, ints, floats, per, work, out)
+def _rhs(t, y, b, ints, floats, per, work, out):
+    _update(t, y, b, ints, floats, per, work, out)
     l, d = y.shape
     for i in range(l):
         c = 0.0
@@ -124,9 +133,6 @@ def rhs(t, y, b, ints, floats, per, work, out):
             out[i, a] -= c * y[i, a]
 
 
-@numba.njit(**_JIT)
-def time_derivative(t, x, b, ints, floats, per, work, out):
-    out[:, :] = 0.0
 
 
 @numba.njit(**_JIT)
@@ -161,15 +167,15 @@ def to_tangent(v, y, ints, floats, out):
 
 
 @numba.njit(**_JIT)
-def lifted_jac(t, x, b, ints, floats, per, work, J):
+def _lifted_jac(t, x, b, ints, floats, per, work, J):
     """J[(i, a), (k, c)] of G(x) = |x| F(pi x) at x on the sphere (see the module docstring of
     riemattn.dynamics.jacobians for Df)."""
     l, d = x.shape
     y = x
     beta = per[b if per.shape[0] > 1 else 0, 0]
-    s = math.sqrt(d)
+    s = 0.0 if ints[3] else math.sqrt(d)
     A = np.empty((l, l))
-    _attention(y, b, floats, per, A)
+    _attention(y, b, ints, floats, per, A)
     p = np.zeros((l, d))  # beta P y_j
     q = np.zeros((l, d))  # beta P^T y_i
     for j in range(l):
@@ -224,3 +230,16 @@ def lifted_jac(t, x, b, ints, floats, per, work, J):
             for c in range(d):
                 pi = (1.0 if a == c else 0.0) - y[i, a] * y[i, c]
                 J[i * d + a, i * d + c] += f[i, a] * y[i, c] - y[i, a] * f[i, c] - ci * pi
+
+
+@numba.njit(**_JIT)
+def evaluate(op, t, y, b, ints, floats, per, work, out):
+    """The contract's one entry point: op RHS (F), UPDATE (f), LIFTED_JAC (dG/dx), TIME_DERIVATIVE."""
+    if op == 0:
+        _rhs(t, y, b, ints, floats, per, work, out)
+    elif op == 1:
+        _update(t, y, b, ints, floats, per, work, out)
+    elif op == 2:
+        _lifted_jac(t, y, b, ints, floats, per, work, out)
+    else:
+        out[:] = 0.0

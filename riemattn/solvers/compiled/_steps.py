@@ -25,18 +25,9 @@ import math
 import numba
 import numpy as np
 
-from ._kernel import lifted_jac, rhs, to_tangent, update, wnorm
+from ._kernel import LIFTED_JAC, RHS, UPDATE, evaluate, to_tangent, wnorm
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
-
-
-@numba.njit(**_JIT)
-def evaluate(layer, t, X, b, ints, floats, per, work, out):
-    """The field the tableau is applied to: the update f for the layer step, else the tangent F."""
-    if layer:
-        update(t, X, b, ints, floats, per, work, out)
-    else:
-        rhs(t, X, b, ints, floats, per, work, out)
 
 
 @numba.njit(**_JIT)
@@ -111,13 +102,19 @@ def rk_step(m, layer, flat, t, y, h, K, has_k1, b, ints, floats, per, work, x, X
     s = m.ints[1]
     nfev = 0
     if not has_k1:
-        evaluate(layer, t, y, b, ints, floats, per, work, K[0])
+        if layer:  # the ops as literal constants (one specialisation of the kernel per op)
+            evaluate(UPDATE, t, y, b, ints, floats, per, work, K[0])
+        else:
+            evaluate(RHS, t, y, b, ints, floats, per, work, K[0])
         nfev += 1
     l, d = y.shape
     for i in range(1, s):
         axpy(y, h, m.A[i], i, K, x)
         normalize(x, flat, ints, floats, X, r)
-        evaluate(layer, t + m.c[i] * h, X, b, ints, floats, per, work, K[i])
+        if layer:
+            evaluate(UPDATE, t + m.c[i] * h, X, b, ints, floats, per, work, K[i])
+        else:
+            evaluate(RHS, t + m.c[i] * h, X, b, ints, floats, per, work, K[i])
         if not flat:
             for p in range(l):
                 for a in range(d):
@@ -146,7 +143,7 @@ def dop853_extra(m, flat, t, h, y_new, r_new, K, b, ints, floats, per, work, x, 
     s = m.ints[1]
     hsum(h, m.e3, s, K, x)
     tangent_error(x, y_new, r_new, flat, ints, floats, e3)
-    rhs(t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
+    evaluate(RHS, t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
     return 1
 
 
@@ -214,7 +211,7 @@ def dop853_prepare(m, flat, t, y, h, K, r_new, k_next, b, ints, floats, per, wor
     for q in range(3):
         axpy(y, h, m.dense[q], n, Kx, x)
         normalize(x, flat, ints, floats, X, r)
-        rhs(t + m.cx[q] * h, X, b, ints, floats, per, work, Kx[n])
+        evaluate(RHS, t + m.cx[q] * h, X, b, ints, floats, per, work, Kx[n])
         if not flat:
             for p in range(l):
                 for a in range(d):
@@ -309,9 +306,9 @@ def ros_step(m, flat, autonomous, dt_factor, t, y, h, F0, has_k1, b, ints, float
     n = l * d
     nfev = 0
     if not has_k1:
-        rhs(t, y, b, ints, floats, per, work, F0)
+        evaluate(RHS, t, y, b, ints, floats, per, work, F0)
         nfev += 1
-    lifted_jac(t, y, b, ints, floats, per, work, J)
+    evaluate(LIFTED_JAC, t, y, b, ints, floats, per, work, J)
     hg = h * m.rgamma
     for i in range(n):
         for j in range(n):
@@ -319,7 +316,7 @@ def ros_step(m, flat, autonomous, dt_factor, t, y, h, F0, has_k1, b, ints, float
     lu_factor(M, piv)
     if not autonomous:  # forward difference in t, as the NumPy stepper
         dt = dt_factor * max(1.0, abs(t))
-        rhs(t + dt, y, b, ints, floats, per, work, Ft)
+        evaluate(RHS, t + dt, y, b, ints, floats, per, work, Ft)
         for p in range(l):
             for a in range(d):
                 Ft[p, a] = (Ft[p, a] - F0[p, a]) / dt
@@ -337,7 +334,7 @@ def ros_step(m, flat, autonomous, dt_factor, t, y, h, F0, has_k1, b, ints, float
                         sa += m.ra[i, j] * Us[j, p, a]
                     x[p, a] = y[p, a] + sa
             normalize(x, flat, ints, floats, X, r)
-            rhs(t + m.rc[i] * h, X, b, ints, floats, per, work, Ui)
+            evaluate(RHS, t + m.rc[i] * h, X, b, ints, floats, per, work, Ui)
             nfev += 1
             for p in range(l):
                 for a in range(d):
@@ -368,7 +365,7 @@ def ros_step(m, flat, autonomous, dt_factor, t, y, h, F0, has_k1, b, ints, float
                 x[p, a] = acc
     normalize(x1, flat, ints, floats, y_new, r_new)
     tangent_error(x, y_new, r_new, flat, ints, floats, err)
-    rhs(t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
+    evaluate(RHS, t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
     nfev += 1
     return nfev
 
