@@ -17,7 +17,7 @@ from ._recorder import check_saveat
 from ._event_tracker import Tracker
 from .events import Events, _on_host, as_events
 from .steppers import get_stepper
-from .compiled._dispatch import check_engine, dispatch
+from .compiled._dispatch import dispatch
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
 
@@ -270,11 +270,7 @@ def integrate(
         Record every accepted step so that ``Trajectory.interpolate(t)`` gives the solution at any
         time of the solved interval (a fresh step from the step's start; one token array per step).
     engine : {"auto", "numpy", "compiled"}
-        Which execution runs the call; ``Trajectory.engine`` says which ran. "compiled": numba
-        loops, each trajectory run to its end, parallel over trajectories, the same algorithms
-        (same steps, results equal to rounding); a call it cannot run raises
-        :class:`~riemattn.errors.UnsupportedByEngine` naming what. "auto": compiled when supported
-        and already compiled (this process or numba's cache), else NumPy. See docs/performance.md.
+        Which execution runs the call: docs/performance.md, "Which engine when" (``Trajectory.engine``).
 
     Returns
     -------
@@ -282,7 +278,6 @@ def integrate(
         ``t`` (m,), ``y`` (m, ..., l, d), ``observables``, ``nfev``, ``n_steps``, ``success``,
         ``message``, ``per_trajectory``, ``to_xarray()``.
     """
-    engine = check_engine(engine)
     device = default_device()
     if device is not None and not is_torch(y0):  # riemattn.use_device: NumPy in, computed on device
         import torch
@@ -293,11 +288,9 @@ def integrate(
             def save_fn(t, y):  # the caller's save_fn sees NumPy arrays, as without the device
                 return host_fn(to_numpy(t) if is_torch(t) else t, to_numpy(y))
         events = [_on_host(e) for e in as_events(events)] or None
-        sol = integrate(field, y0, t_span, stepper, dt, rtol, atol, saveat, save_fn, progress,
-                        max_steps=max_steps, raise_on_failure=raise_on_failure, project=project,
-                        first_step=first_step, events=events, event_tol=event_tol, dense_output=dense_output,
-                        engine=engine)
-        return sol.to_numpy()
+        return integrate(field, y0, t_span, stepper, dt, rtol, atol, saveat, save_fn, progress,
+                         max_steps=max_steps, raise_on_failure=raise_on_failure, project=project, first_step=first_step,
+                         events=events, event_tol=event_tol, dense_output=dense_output, engine=engine).to_numpy()
     step = get_stepper(stepper)
     manifold = getattr(field, "manifold", None)
     if manifold is None or not callable(field):
@@ -353,16 +346,11 @@ def integrate(
     batch = y0.shape[:-2]
     if save is None and step.adaptive and batch:
         save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
-
-    sol = dispatch(engine, field, step, y0, t0, t1, dt=dt, rtol=rtol, atol=atol, first_step=first_step, saveat=save,
-                   max_steps=max_steps, events=events, event_tol=event_tol, save_fn=save_fn, progress=progress,
-                   dense_output=dense_output, empty=_empty_result)
-    if sol is not None:  # the compiled engine ran (riemattn.solvers.compiled)
-        if raise_on_failure and not sol.success:
-            raise IntegrationError(sol.message)
-        return sol
     if size(y0) == 0:  # an empty batch: an empty result
         return _empty_result(y0, save if save is not None else np.unique([t0, t1]), save_fn, step.name)
+    if (sol := dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, save, max_steps, events,
+                        event_tol, save_fn, progress, dense_output, raise_on_failure)) is not None:
+        return sol  # the compiled engine ran
     batch = tuple(batch)
     rec = _loops.Recorder(save, batch, save_fn, like=y0)
     stats = _loops.Stats(batch, like=y0)

@@ -16,9 +16,10 @@ import numba
 import numpy as np
 
 from ._events import check_events, start_events
+from ._interp import interp
 from ._kernel import RHS, evaluate
-from ._steps import (dop853_extra, dop853_norm, explicit_signal, fsal_next, interp, normalize, rk_step, rms_norm,
-                     ros_step, stiff_signal)
+from ._rosenbrock import explicit_signal, ros_step, stiff_signal
+from ._steps import dop853_extra, dop853_norm, fsal_next, normalize, rk_step, rms_norm
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
-from ...errors import UnsupportedByEngine, ValidationError
+from ...errors import IntegrationError, UnsupportedByEngine, ValidationError
 
 ENGINES = ("auto", "numpy", "compiled")
 ENV = "RIEMATTN_ENGINE"
@@ -48,9 +46,11 @@ def ready(adaptive: bool) -> bool:
         return False
 
 
-def dispatch(engine, field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_steps, events,
-             event_tol, save_fn, progress, dense_output, empty):
-    """The compiled engine's Trajectory for this call, or None: run the NumPy engine."""
+def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol,
+             save_fn, progress, dense_output, raise_on_failure):
+    """The compiled engine's Trajectory for this call (arguments validated by integrate), or None:
+    run the NumPy engine."""
+    engine = check_engine(engine)
     if engine == "numpy":
         return None
     preference = _preference()
@@ -68,9 +68,8 @@ def dispatch(engine, field, step, y0, t0, t1, *, dt, rtol, atol, first_step, sav
         return None
     if engine == "auto" and preference != "compiled" and not ready(step.adaptive):
         return None
-    if y0.size == 0:  # an empty batch: nothing to integrate
-        sol = empty(y0, saveat if saveat is not None else np.unique([t0, t1]), save_fn, step.name)
-        sol.engine = "compiled"
-        return sol
-    return _engine.run(field, step, y0, t0, t1, dt=dt, rtol=rtol, atol=atol, first_step=first_step,
-                       saveat=saveat, max_steps=max_steps, events=events or (), event_tol=event_tol, pack=pack)
+    sol = _engine.run(field, step, y0, t0, t1, dt=dt, rtol=rtol, atol=atol, first_step=first_step,
+                      saveat=saveat, max_steps=max_steps, events=events or (), event_tol=event_tol, pack=pack)
+    if raise_on_failure and not sol.success:
+        raise IntegrationError(sol.message)
+    return sol

@@ -10,6 +10,7 @@ as the NumPy engine.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from ...errors import UnsupportedByEngine, ValidationError
@@ -148,7 +149,6 @@ def _event_data(events, B, l, d, tol, cap):
 def _events_result(events, ev, batch, l, d):
     from ..events import Events
 
-    B = ev.rec_n.shape[0]
     m = int(ev.rec_n.max(initial=0))
     t = ev.rec_t[:, :m]
     which = ev.rec_w[:, :m]
@@ -169,7 +169,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     Y = np.ascontiguousarray(np.array(y0, dtype=float).reshape(B, l, d))
     y_start = Y.copy()
     meth = _tables.method(step.name)
-    flat = bool(getattr(field.manifold, "normalize")(np.ones((1, d)))[1] is None)
+    flat = bool(field.manifold.normalize(np.ones((1, d)))[1] is None)  # Euclidean: no lifting
     # writeable C-contiguous copies: numba types read-only or strided arrays differently (a new compilation)
     ints, floats, per = (np.array(a, dtype=dt, order="C") for a, dt in
                          ((pack.ints, np.int64), (pack.floats, float), (pack.per, float)))

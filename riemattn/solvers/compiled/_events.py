@@ -30,7 +30,7 @@ import numba
 import numpy as np
 
 from .._event_tracker import MAX_ITER
-from ._steps import interp
+from ._interp import interp
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -104,7 +104,7 @@ def g_value(kind, p, t, y):
                 dot += y[i, a] * p[a]
                 ni += y[i, a] * y[i, a]
             v = dot / math.sqrt(ni)
-            if v < m or v != v:
+            if v < m or math.isnan(v):
                 m = v
         return m
     if kind == 3:
@@ -114,7 +114,7 @@ def g_value(kind, p, t, y):
             for a in range(d):
                 dot += y[i, a] * p[1 + a]
             v = 1.0 - dot
-            if v > m or v != v:
+            if v > m or math.isnan(v):
                 m = v
         return m - p[0]
     # merge heights: Prim's algorithm on squared distances (sqrt at the end), sorted decreasing
