@@ -201,6 +201,11 @@ def test_unsupported_calls_name_what(problem):
             ra.integrate(f, y0, (0.0, 1.0), st, engine="compiled", **args)
         sol = ra.integrate(f, y0, (0.0, 1.0), st, engine="auto", **args)
         assert sol.engine == "numpy"
+    torch = pytest.importorskip("torch")
+    with pytest.raises(UnsupportedByEngine, match="torch tensors"):
+        ra.integrate(field, torch.as_tensor(y0), (0.0, 1.0), "rk4", dt=0.1, engine="compiled")
+    with pytest.raises(UnsupportedByEngine, match="dense_output"):
+        ra.integrate(field, y0, (0.0, 1.0), "dopri5", dense_output=True, engine="compiled")
     with pytest.raises(ValidationError, match="engine must be one of"):
         ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1, engine="numba")
 
@@ -246,3 +251,24 @@ def test_standin_kernel_matches_the_field(problem):
         np.testing.assert_allclose(f, field.update(0.0, y0)[b], rtol=0, atol=1e-14)
         Jb = lifted_attention_jacobian(field.take(np.array([b]), (3,)), 0.0, y0[b:b + 1])[0]
         np.testing.assert_allclose(J, Jb, rtol=0, atol=1e-13)
+
+
+def test_auto_uses_the_compiled_engine_only_once_compiled(problem, monkeypatch, tmp_path):
+    """A fresh cache (nothing compiled): "auto" runs NumPy and compiles nothing; after the cache
+    holds the loops (another process compiled them), "auto" runs them."""
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("RIEMATTN_ENGINE", raising=False)
+    code = ("import numpy as np, riemattn as ra\n"
+            "f = ra.AttentionField(np.eye(3), beta=2.0)\n"
+            "y = f.manifold.projection(np.random.default_rng(0).normal(size=(2, 4, 3)))\n"
+            "print(ra.integrate(f, y, (0.0, 1.0), 'rk4', dt=0.1).engine)\n")
+    env = dict(__import__("os").environ, NUMBA_CACHE_DIR=str(tmp_path))
+    env.pop("RIEMATTN_ENGINE", None)
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert first.stdout.split() == ["numpy"], first.stderr
+    assert not any(tmp_path.rglob("*.nbi"))  # nothing was compiled
+    field, y0 = problem
+    ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1, engine="compiled")  # compiled (or loaded) here
+    assert ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1).engine == "compiled"

@@ -40,8 +40,9 @@ def ready(adaptive: bool) -> bool:
             from ._fixed import fixed_rows as loop
         if loop.signatures:
             return True
-        cache = loop._cache._cache_file  # numba's index of cached compilations of this function
-        return os.path.exists(cache._index_path)
+        # numba's index of cached compilations of this function, empty when stale (the engine's
+        # code changed since: riemattn.solvers.compiled._cache) or absent
+        return bool(loop._cache._cache_file._load_index())
     except Exception:  # noqa: BLE001 -- a numba without these internals: never auto-compile
         return False
 
