@@ -25,6 +25,7 @@ from .analysis import diagnostics, gradient_flow, theory
 from .dynamics import circle
 from .dynamics.attention import AttentionField
 from .dynamics.glpr import sa, usa
+from .dynamics.layernorm import layernorm
 from .dynamics.fields import AlgebraField, Field, LinearField, VectorField
 from .errors import IntegrationError, RiemattnError, ValidationError
 from .geometry.manifolds import Ellipsoid, Euclidean, Sphere
@@ -137,4 +138,5 @@ __all__ = [
     "sweep",
     "sa",
     "usa",
+    "layernorm",
 ]

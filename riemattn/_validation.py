@@ -6,7 +6,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ._backend import is_torch, namespace, requires_grad, size
+from ._backend import is_torch, namespace, requires_grad, size, to_numpy
 from .errors import InputTypeError, ValidationError
 
 
@@ -298,3 +298,19 @@ def check_beta_batch(beta):
         return check_real(beta, "beta")
     arr = check_finite(as_float_array(beta, "beta"), "beta")
     return float(arr) if arr.ndim == 0 else arr
+
+
+def check_rescaled(rescaled, other: str | None = None, beta=None) -> bool:
+    """The ``rescaled`` flag (e^{-beta} times USA, see riemattn.dynamics._softmax): a bool; with
+    ``other`` (e.g. "normalization='softmax'") True is refused (that form is finite at every beta
+    already); beta >= 0."""
+    if not isinstance(rescaled, (bool, np.bool_)):
+        raise InputTypeError(f"rescaled must be True or False, got {type(rescaled).__name__}.")
+    if rescaled and other is not None:
+        raise ValidationError(
+            f"rescaled=True is e^(-beta) times USA (normalization='mean'); {other} is finite at every "
+            "beta already (it divides by the row sums of the weights): drop rescaled."
+        )
+    if rescaled and beta is not None and not requires_grad(beta) and bool(np.any(to_numpy(beta) < 0)):
+        raise ValidationError(f"rescaled=True needs beta >= 0, got beta = {beta!r}.")
+    return bool(rescaled)

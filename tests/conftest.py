@@ -1,7 +1,19 @@
-"""Shared pytest configuration: Hypothesis profiles.
+"""Shared pytest configuration: Hypothesis profiles (chosen by ``HYPOTHESIS_PROFILE``).
 
-``ci`` (the default, used by the README's test command): at least 200 examples per property,
-no deadline. ``dev``: a quick profile for local iteration (``HYPOTHESIS_PROFILE=dev pytest``).
+``ci`` (the default, used by the README's test command): 200 examples per property,
+**derandomized** -- every run on every machine draws the same examples (a seed derived from the
+test's name), so a failure reproduces anywhere and a commit passes or fails CI by its code, not by
+chance; no example database (nothing read from or written to ``.hypothesis/``); no deadline; the
+reproduction blob of a failing example printed (``@reproduce_failure``).
+
+``thorough``: random search for local runs before a release or after touching numerics: 1000
+examples per property, a fresh random seed every run, failing examples saved to the local
+database and replayed first next time. A failure it finds is reported with its blob: add it to the
+test as an ``@example(...)`` so that the ``ci`` profile keeps it.
+
+``dev``: quick local iteration, 20 random examples per property.
+
+docs/contributing.md ("Running the tests") shows the commands.
 """
 
 import os
@@ -21,13 +33,12 @@ except ImportError:  # the core install has no torch; its tests are skipped
 else:
     torch.set_num_threads(1)
 
-settings.register_profile(
-    "ci",
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    print_blob=True,
-)
+_SLOW_DRAWS = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+settings.register_profile("ci", max_examples=200, derandomize=True, database=None, deadline=None,
+                          suppress_health_check=_SLOW_DRAWS, print_blob=True)
+settings.register_profile("thorough", max_examples=1000, derandomize=False, deadline=None,
+                          suppress_health_check=_SLOW_DRAWS, print_blob=True)
 settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

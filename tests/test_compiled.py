@@ -233,26 +233,6 @@ def test_environment_variable_makes_auto_compiled(problem, monkeypatch):
     assert ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1).engine == "numpy"
 
 
-def test_standin_kernel_matches_the_field(problem):
-    """The kernels the loops call give the NumPy field, update and lifted Jacobian to rounding."""
-    from riemattn.dynamics.jacobians import lifted_attention_jacobian
-    from riemattn.solvers.compiled import _kernel as k
-
-    field, y0 = problem
-    pack = k.pack_field(field, y0.shape)
-    F, f = np.empty((5, 3)), np.empty((5, 3))
-    J = np.empty((15, 15))
-    for b in range(3):
-        work = np.empty(max(pack.work, 1))
-        k.evaluate(k.RHS, 0.0, y0[b], b, pack.ints, pack.floats, pack.per, work, F)
-        k.evaluate(k.UPDATE, 0.0, y0[b], b, pack.ints, pack.floats, pack.per, work, f)
-        k.evaluate(k.LIFTED_JAC, 0.0, y0[b], b, pack.ints, pack.floats, pack.per, work, J)
-        np.testing.assert_allclose(F, field(0.0, y0)[b], rtol=0, atol=1e-14)
-        np.testing.assert_allclose(f, field.update(0.0, y0)[b], rtol=0, atol=1e-14)
-        Jb = lifted_attention_jacobian(field.take(np.array([b]), (3,)), 0.0, y0[b:b + 1])[0]
-        np.testing.assert_allclose(J, Jb, rtol=0, atol=1e-13)
-
-
 def test_auto_uses_the_compiled_engine_only_once_compiled(problem, monkeypatch, tmp_path):
     """A fresh cache (nothing compiled): "auto" runs NumPy and compiles nothing; after the cache
     holds the loops (another process compiled them), "auto" runs them."""

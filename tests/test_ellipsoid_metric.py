@@ -236,3 +236,25 @@ def test_euclidean_retraction_and_transport_are_exact():
     np.testing.assert_array_equal(R.vector_transport(x, v, u), u)
     with pytest.raises(ValidationError, match="tangent_vec"):
         R.retraction(x, np.ones((2, 4)))
+
+
+@pytest.mark.parametrize("M", [ra.Ellipsoid(np.diag([1.0, 2.0, 4.0])), ra.Ellipsoid(np.eye(3)), ra.Sphere(2),
+                               ra.Ellipsoid(np.array([[2.0, 1.0, 0.0], [1.0, 2.0, 0.0], [0.0, 0.0, 1.0]]))],
+                         ids=["diag124", "identity", "sphere", "coupled"])
+def test_log_at_the_antipode_is_a_tangent_logarithm(M):
+    """Issue 34 item 5: log_x(-x) was not tangent (x^T W u = -3.13 for W = diag(1, 2, 4), about
+    half of random x: pi / |u| amplified rounding noise with a normal part). Now it is tangent to
+    rounding, has length pi = dist(x, -x), and exp_x(log_x(-x)) = -x, for random points, for the
+    axis points (where rounding leaves u = 0 exactly) and for points within 1e-14 of -x."""
+    W = M.W
+    rng = np.random.default_rng(34)
+    x = M.projection(np.concatenate([rng.normal(size=(400, 3)), np.eye(3), -np.eye(3)]))
+    cond = np.linalg.cond(W)
+    for y in (-x, M.projection(-x + 1e-14 * rng.normal(size=x.shape))):
+        u = M.metric.log(y, x)
+        # rounding of a W-inner product of vectors of W-length pi (d = 3 terms), x off E_W by ~eps
+        assert np.abs(M.inner(x, u)).max() <= 8 * 3 * cond * np.pi * np.finfo(float).eps
+        np.testing.assert_allclose(M.norm(u), M.metric.dist(x, y), atol=1e-13)
+        np.testing.assert_allclose(M.metric.exp(u, x), y, atol=1e-13)
+    # the direction chosen where rounding leaves none is deterministic
+    np.testing.assert_array_equal(M.metric.log(-x[-6:], x[-6:]), M.metric.log(-x[-6:], x[-6:].copy()))

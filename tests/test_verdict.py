@@ -90,7 +90,7 @@ def _fake_module(name, claims):
 
 def _fake_args(out):
     return types.SimpleNamespace(all=False, names=["fake"], out=str(out), quick=True, workers=1, no_progress=True,
-                                 force=False, device="cpu", full=False)
+                                 force=False, device="cpu", full=False, verbose=True)  # the claim lines
 
 
 @pytest.mark.parametrize(

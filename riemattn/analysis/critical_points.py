@@ -223,13 +223,13 @@ def clusters(x, tol: float = 1e-5) -> np.ndarray:
     x = np.asarray(check_token_array(x, "x"), dtype=float)
     if x.ndim != 2:
         raise ValidationError(f"clusters takes one configuration (n, d), got shape {x.shape}.")
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
     A = np.linalg.norm(x[:, None] - x[None], axis=-1) < tol
-    R = A.copy()
-    for _ in range(int(np.ceil(np.log2(max(len(x), 2)))) + 1):  # transitive closure
-        R = (R.astype(int) @ R.astype(int)) > 0
-    first = np.argmax(R, axis=1)
-    _, labels = np.unique(first, return_inverse=True)
-    return labels
+    _, components = connected_components(csr_matrix(A), directed=False)
+    _, first, inverse = np.unique(components, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse]  # numbered by their first token
 
 
 @dataclass

@@ -7,7 +7,7 @@ Backends: :func:`misalignment`, :func:`hemisphere_lyapunov`, :func:`token_lyapun
 :func:`is_equilibrium` accept NumPy arrays (or array_like) and PyTorch tensors (CPU or CUDA) and
 return arrays of the same kind, on the tokens' device (float results in the tokens' dtype);
 a NumPy ``v`` used with tensor tokens is converted to their kind. They do not read values back
-to the host (cluster_count's number of squarings depends on l only). The hemisphere tests
+to the host (on tensors, cluster_count's number of squarings depends on l only). The hemisphere tests
 (:func:`in_common_hemisphere`, :func:`common_hemisphere`) solve linear programs with SciPy and
 take NumPy arrays only.
 
@@ -17,9 +17,15 @@ take NumPy arrays only.
 * :func:`in_common_hemisphere`, :func:`common_hemisphere` -- whether the tokens lie in one open
   hemisphere {x : vᵀ x > 0}, and the unit v with the largest margin (implemented in
   :mod:`riemattn.analysis.hemispheres`, re-exported here).
-* :func:`cluster_count` -- tokens within a distance tolerance (transitively) form one cluster.
+* :func:`cluster_count` -- tokens within a distance tolerance (transitively) form one cluster
+  (SciPy's connected components; or GLPR's matrix-rank count, ``method="rank"``).
 * :func:`consensus_distance`, :func:`is_consensus`, :func:`field_norm`, :func:`is_equilibrium`.
 * :func:`wendel_probability` -- Wendel's probability that random points lie in a hemisphere.
+* :func:`radii`, :func:`directions`, :func:`clustered_fraction` -- the radius |y_i|_W and the
+  direction N_W(y_i) of residual-stream tokens (the state of :func:`riemattn.layernorm`'s
+  Pre-LN, Peri-LN and Mix-LN models), and the fraction of pairs whose directions nearly agree.
+  Direction diagnostics of such states act on ``directions(y)``: ``cluster_count(directions(y),
+  tol)``; :func:`misalignment` already normalizes each token.
 """
 
 from __future__ import annotations
@@ -35,10 +41,13 @@ from .._validation import (
     check_finite,
     check_nonnegative,
     check_nonzero_tokens,
+    check_real,
+    check_spd,
     check_token_array,
     check_vector,
 )
 from ..errors import InputTypeError, ValidationError
+from ._clusters import _norm_last, cluster_count
 from .hemispheres import common_hemisphere, in_common_hemisphere
 
 __all__ = [
@@ -53,14 +62,12 @@ __all__ = [
     "field_norm",
     "is_equilibrium",
     "wendel_probability",
+    "radii",
+    "directions",
+    "clustered_fraction",
 ]
 
 
-def _norm_last(x):
-    """Euclidean norm over the last axis (NumPy's ``linalg.norm``; ``vector_norm`` on tensors)."""
-    if type(x) is np.ndarray:
-        return np.linalg.norm(x, axis=-1)
-    return namespace(x).linalg.vector_norm(x, axis=-1)
 
 
 def _vector(v, y, name="v"):
@@ -134,58 +141,8 @@ def token_lyapunov(y, v) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# input helpers
-# ----------------------------------------------------------------------------------------------
-# ----------------------------------------------------------------------------------------------
 # clusters, consensus, equilibria
 # ----------------------------------------------------------------------------------------------
-def cluster_count(y, tol: float) -> np.ndarray:
-    r"""Number of clusters of each configuration, shape (...).
-
-    Two tokens are linked when their Euclidean distance |y_i - y_j| is at most ``tol``; clusters
-    are the connected components of this graph (single linkage: a chain of close tokens is one
-    cluster).
-
-    Parameters
-    ----------
-    y : array_like or tensor, shape (..., l, d)
-    tol : float >= 0
-
-    Returns
-    -------
-    ndarray or tensor of int64, shape (...)
-        A tensor on ``y``'s device for tensor input.
-
-    References
-    ----------
-    Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
-    section 6.3 and Figure 4 (counting clusters in the metastable regime).
-    """
-    y = check_token_array(y, "y")
-    tol = check_nonnegative(tol, "tol")
-    n = y.shape[-2]
-    if type(y) is np.ndarray:
-        diff = y[..., :, None, :] - y[..., None, :, :]
-        R = (np.linalg.norm(diff, axis=-1) <= tol).astype(float)  # reflexive adjacency
-        # transitive closure by repeated squaring: paths of length up to 2^k
-        for _ in range(int(np.ceil(np.log2(max(n, 2))))):
-            R = ((R @ R) > 0).astype(float)
-        # i is the representative of its component when no j < i is reachable from it
-        earlier = np.tril(np.ones((n, n), dtype=bool), k=-1)
-        roots = ~np.any((R > 0) & earlier, axis=-1)
-        return np.sum(roots, axis=-1)
-    # tensors: the same steps in the array API (the loop count depends on n only: no read-back)
-    xp = namespace(y)
-    diff = y[..., :, None, :] - y[..., None, :, :]
-    R = xp.astype(_norm_last(diff) <= tol, y.dtype)
-    for _ in range(int(np.ceil(np.log2(max(n, 2))))):
-        R = xp.astype((R @ R) > 0, y.dtype)
-    idx = xp.arange(n, device=y.device)
-    earlier = idx[:, None] > idx[None, :]
-    roots = ~xp.any((R > 0) & earlier, axis=-1)
-    return xp.sum(xp.astype(roots, xp.int64), axis=-1)
-
-
 def consensus_distance(y) -> np.ndarray:
     """max_i |y_i - y_1| (Euclidean), shape (...): zero exactly on the consensus set C_l.
 
@@ -305,3 +262,73 @@ def wendel_probability(n_points, dim):
             raise ValidationError(f"{name} must be >= {lo}, got {int(a.min())}{which}.")
     out = np.vectorize(_wendel_scalar, otypes=[float])(N, dm)
     return float(out) if out.ndim == 0 else out
+
+
+def _W_norm(y, W):
+    """|y_i|_W over the last axis, for checked tokens; W None is the identity."""
+    if W is None:
+        return _norm_last(y)
+    xp = namespace(y)
+    Wm = check_spd(W, "W", y.shape[-1])
+    Wm = Wm if type(y) is np.ndarray else convert(Wm, y)
+    return xp.sqrt(xp.sum(y * (y @ Wm), axis=-1))
+
+
+def radii(y, W=None):
+    """Radii r_i = |y_i|_W = sqrt(y_i^T W y_i) of the tokens, shape (..., l).
+
+    Parameters
+    ----------
+    y : array_like or tensor, shape (..., l, d)
+    W : array_like, shape (d, d), optional
+        SPD matrix of the layer normalization (None: the Euclidean norm).
+
+    References
+    ----------
+    Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in attention dynamics", NeurIPS 2025,
+    section 2 (x = r theta).
+    """
+    return _W_norm(check_token_array(y, "y"), W)
+
+
+def directions(y, W=None):
+    """Directions theta_i = N_W(y_i) = y_i / |y_i|_W on E_W, shape (..., l, d).
+
+    Raises ValidationError for a token at the origin (it has no direction).
+
+    References
+    ----------
+    Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in attention dynamics", NeurIPS 2025,
+    section 2 (x = r theta).
+    """
+    y = check_nonzero_tokens(check_token_array(y, "y"), "y")
+    return y / _W_norm(y, W)[..., None]
+
+
+def clustered_fraction(y, threshold: float = 0.999, W=None):
+    """Fraction of pairs i < j whose directions satisfy <theta_i, theta_j>_W > threshold, shape (...).
+
+    The clustering statistic of GLPR section 6.3 (with threshold 1 - eps) and of the phase
+    diagrams of Karagodin et al. (threshold 0.999); 0 for a single token. Acts on the directions,
+    so radii do not matter.
+
+    References
+    ----------
+    Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
+    section 6.3; Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in attention dynamics",
+    NeurIPS 2025 (phase diagrams).
+    """
+    threshold = check_real(threshold, "threshold")
+    th = directions(y, W)
+    xp = namespace(th)
+    n = th.shape[-2]
+    if W is not None:
+        Wm = check_spd(W, "W", th.shape[-1])
+        G = th @ ((Wm if type(th) is np.ndarray else convert(Wm, th)) @ th.swapaxes(-1, -2))
+    else:
+        G = th @ th.swapaxes(-1, -2)
+    if n < 2:
+        return xp.zeros_like(th[..., 0, 0])
+    iu = np.triu_indices(n, k=1)
+    upper = G[..., iu[0], iu[1]] if xp is np else G[..., convert(iu[0], th, xp.int64), convert(iu[1], th, xp.int64)]
+    return xp.mean(xp.astype(upper > float(threshold), th.dtype), axis=-1)

@@ -7,7 +7,8 @@
   scalar function (:func:`ambient_gradient`, :func:`riemannian_gradient`).
 * GLPR section 3 (sphere): the energy E_beta(x) = 1/(2 beta n^2) sum_{i,j} exp(beta <x_i, x_j>)
   (:func:`energy`) and the per-token weights Z_{beta,i}/n^2 of the metric in which (SA) is its
-  gradient (:func:`energy_weights`).
+  gradient (:func:`energy_weights`), also rescaled by e^{-beta} and in log form, finite at every
+  beta (implemented in the private :mod:`riemattn.analysis._energy`, documented here).
 
 Every name here is re-exported by :mod:`riemattn.analysis.gradient_flow`, whose docstring and
 docs/gradient_flow.md give the theory; the gradient fields built from these functions live there.
@@ -34,9 +35,10 @@ from autograd import grad
 from autograd.tracer import isbox
 
 from .._backend import convert, is_torch, namespace, to_numpy
+from ._energy import energy, energy_weights
 from ._torch_ops import _P_like, _torch_gradient
 from .._validation import (
-    ON_MANIFOLD_ATOL, as_float_array, as_token_array, check_beta, check_choice, check_finite, check_spd,
+    ON_MANIFOLD_ATOL, as_float_array, as_token_array, check_choice, check_finite, check_spd,
     check_token_array,
 )
 from ..errors import InputTypeError, ValidationError
@@ -308,88 +310,3 @@ def riemannian_gradient(f: Callable, x, P, normalization: str = "paper") -> np.n
     _on_manifold(x, P, "x")
     G = ambient_gradient(f, x, P, normalization)
     return G - ((x @ _P_like(P, x)) * G).sum(axis=-1, keepdims=True) * x
-
-
-# ---------------------------------------------------------------------------------------------
-def energy(x, beta, *, centered: bool = False):
-    """GLPR's interaction energy E_beta(x) = 1/(2 beta n^2) sum_{i,j} exp(beta <x_i, x_j>).
-
-    Parameters
-    ----------
-    x : array_like, shape (..., n, d)
-        Particles (on the sphere for the dynamics; any points are accepted).
-    beta : float, >= 0
-    centered : bool, default False
-        Return E_beta - 1/(2 beta) = 1/(2 beta n^2) sum_{i,j} expm1(beta <x_i, x_j>) instead, which is
-        continuous at beta = 0. Both have the same gradient.
-
-    Returns
-    -------
-    ndarray, shape (...)
-
-    Notes
-    -----
-    E_beta diverges like 1/(2 beta) as beta -> 0; ``beta = 0`` returns the limit of the centered
-    energy, E_0 = 1/(2 n^2) sum_{i,j} <x_i, x_j> = |mean of x|^2 / 2 (the Kuramoto energy on the
-    circle), whatever ``centered`` is. Written with autograd.numpy, so it can be differentiated.
-    Overflow (beta <x_i, x_j> > ~709) raises ValidationError.
-
-    References
-    ----------
-    GLPR (Geshkovski, Letrouit, Polyanskiy, Rigollet), eq. (3.5), Remark 3.8, eq. (7.4).
-    """
-    beta = check_beta(beta)
-    x = _tokens(x, "x")
-    n = x.shape[-2] if is_torch(x) else anp.shape(x)[-2]
-    xp = _ops(x)
-    G = x @ _mT(x) if is_torch(x) else anp.matmul(x, anp.swapaxes(x, -1, -2))
-    if beta == 0.0:
-        return xp.sum(G, axis=(-2, -1)) / (2.0 * n * n)
-    with np.errstate(over="ignore"):
-        E = xp.expm1(beta * G) if centered else xp.exp(beta * G)
-        out = xp.sum(E, axis=(-2, -1)) / (2.0 * beta * n * n)
-    if not isbox(out) and not bool(xp.all(xp.isfinite(out))):
-        raise ValidationError(
-            f"energy overflowed: beta <x_i, x_j> reaches {beta * float(np.max(to_numpy(G))):.4g}."
-        )
-    return out
-
-
-def energy_weights(x, beta) -> np.ndarray:
-    """Per-particle weights Z_{beta,i}(x)/n^2 of the metric in which (SA) is the gradient of E_beta.
-
-    Derivation (GLPR section 3.4, eq. 3.12). dE_beta/dx_i = (1/n^2) sum_j e^{beta <x_i,x_j>} x_j
-    (the 1/2 cancels the two equal halves of the double sum, beta cancels 1/beta). In the metric
-    <a, b>_x = sum_i c_i(x) <a_i, b_i> on (S^(d-1))^n the gradient is P^perp_{x_i}(dE/dx_i) / c_i,
-    which equals (SA)'s right-hand side P^perp_{x_i}((1/Z_i) sum_j e^{beta <x_i,x_j>} x_j) iff
-
-        c_i = Z_{beta,i} / n^2,       Z_{beta,i} = sum_j exp(beta <x_i, x_j>).
-
-    GLPR's eq. (3.12) uses the weights Z_{beta,i}/n, with which SA = n grad E_beta -- the same factor n
-    as USA = n grad E_beta for the standard metric (c_i = 1, GLPR eq. 3.11). At beta = 0,
-    Z_{0,i} = n and c_i = 1/n (SA = USA = n grad E_0).
-
-    Parameters
-    ----------
-    x : array_like, shape (..., n, d)
-    beta : float, >= 0
-
-    Returns
-    -------
-    ndarray, shape (..., n)
-
-    References
-    ----------
-    GLPR, section 3.4.1, eq. (3.12); Remark 3.8, eq. (3.11).
-    """
-    beta = check_beta(beta)
-    x = _tokens(x, "x")
-    n = x.shape[-2]
-    xp = _ops(x)
-    with np.errstate(over="ignore"):
-        c = xp.sum(xp.exp(beta * (x @ _mT(x))), axis=-1) / (n * n)
-    if not bool(xp.all(xp.isfinite(c))):
-        raise ValidationError(
-            f"energy_weights overflowed at beta = {beta}: exp(beta <x_i, x_j>) exceeds the float range."
-        )
-    return c

@@ -48,11 +48,13 @@ from .._validation import (
     check_beta,
     check_choice,
     check_points,
+    check_rescaled,
     check_spd,
     check_square_matrix,
     check_token_array,
 )
 from ..errors import ValidationError
+from ._energy import kernel_exponent
 from ..geometry.manifolds import Ellipsoid, Sphere
 
 __all__ = [
@@ -83,16 +85,17 @@ class InteractionHessian:
         The Riemannian gradient for the metric sum_i c_i <., .>_W.
     """
 
-    def __init__(self, x, *, beta, P, W, s, weight_mode, gamma):
+    def __init__(self, x, *, beta, P, W, s, weight_mode, gamma, rescaled=False):
         self.x, self.beta, self.P, self.W, self.s = x, float(beta), P, W, float(s)
         self.weight_mode, self.gamma = weight_mode, float(gamma)
         self._Winv = np.linalg.inv(W)
         self._xP = x @ P
-        with np.errstate(over="ignore"):
-            self._K = np.exp(self.beta * (self._xP @ np.swapaxes(x, -1, -2)))
+        with np.errstate(over="ignore"):  # rescaled: exp(beta (x_i^T P x_j - 1)), see _energy
+            self._K = np.exp(kernel_exponent(self._xP @ np.swapaxes(x, -1, -2), self.beta, rescaled, np))
         if not np.all(np.isfinite(self._K)):
             raise ValidationError(
-                f"exp(beta x_i^T P x_j) overflows at beta = {beta} for these tokens."
+                f"exp(beta x_i^T P x_j) overflows at beta = {beta} for these tokens"
+                + ("." if rescaled else "; use rescaled=True (e^-beta times the energy).")
             )
         self.egrad = self.s * (self._K @ self._xP)
         self._xg = np.sum(x * self.egrad, axis=-1)  # x_i^T df/dx_i
@@ -186,7 +189,7 @@ def _check_x(x, manifold, name="x"):
     return np.asarray(check_points(x, name, manifold), dtype=float)
 
 
-def energy_hessian(x, beta, model: str = "usa", *, W=None, P=None) -> InteractionHessian:
+def energy_hessian(x, beta, model: str = "usa", *, W=None, P=None, rescaled: bool = False) -> InteractionHessian:
     """The Riemannian Hessian of GLPR's E_beta (generalized: exp(beta x_i^T P x_j)) on (E_W)^n.
 
     Parameters
@@ -201,6 +204,10 @@ def energy_hessian(x, beta, model: str = "usa", *, W=None, P=None) -> Interactio
         SPD matrix of the ellipsoid E_W (None: the sphere).
     P : array_like, shape (d, d), optional
         SPD matrix of the kernel (None: identity, GLPR's E_beta).
+    rescaled : bool, default False
+        The Hessian of e^{-beta} E_beta (kernel exp(beta (x_i^T P x_j - 1)), finite at every beta
+        on the sphere): e^{-beta} times the "usa" and "standard" Hessians and gradients; for "sa"
+        the weights are rescaled too, so its gradient (the SA field) and Hessian are unchanged.
 
     Returns
     -------
@@ -226,6 +233,7 @@ def energy_hessian(x, beta, model: str = "usa", *, W=None, P=None) -> Interactio
     """
     beta = check_beta(beta)
     check_choice(model, "model", ENERGY_MODELS)
+    rescaled = check_rescaled(rescaled)
     x = np.asarray(check_token_array(x, "x"), dtype=float)
     if x.shape[-1] < 2:
         raise ValidationError(f"x must have shape (..., n, d) with d >= 2, got shape {x.shape}.")
@@ -236,7 +244,7 @@ def energy_hessian(x, beta, model: str = "usa", *, W=None, P=None) -> Interactio
     P = np.eye(d) if P is None else check_spd(P, "P", d)
     gamma = {"standard": 1.0, "usa": 1.0 / n, "sa": 1.0 / n**2}[model]
     return InteractionHessian(x, beta=beta, P=P, W=np.asarray(manifold.W, float), s=1.0 / n**2,
-                              weight_mode="kernel" if model == "sa" else "constant", gamma=gamma)
+                              weight_mode="kernel" if model == "sa" else "constant", gamma=gamma, rescaled=rescaled)
 
 
 def potential_hessian(x, P, normalization: str = "paper") -> InteractionHessian:

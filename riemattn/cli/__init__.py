@@ -3,7 +3,7 @@
 The top room of the package: it may import every other room, and none imports it.
 
     riemattn list
-    riemattn reproduce NAME [NAME ...] | --all  [--quick | --full] [--device DEV] [--out DIR] [--workers N] [--force]
+    riemattn reproduce NAME [NAME ...] | --all  [--quick | --full] [--device DEV] [--out DIR] [--workers N] [--force] [--verbose]
     riemattn simulate CONFIG.toml [--out DIR]
     riemattn sweep CONFIG.toml --out STORE.zarr [--scheduler ADDRESS] [--workers N]
     riemattn sweep-plot STORE.zarr --var NAME --x DIM --y DIM [--sel DIM=VALUE ...] [--out FIG.png]
@@ -14,7 +14,9 @@ A user mistake (a bad option, a bad configuration, an output path that cannot be
 line ``riemattn: error: ...`` on stderr and exit status 2, found before any work starts; never a
 traceback. ``reproduce`` prints one line per figure with its verdict (PASS: every paper claim
 reproduced; PARTIAL: some not reproduced or not checked at this size, named on the line; FAIL: an
-error, or no checked paper claim reproduced) and exits with 1 if a figure FAILs, else 0. An
+error, or no checked paper claim reproduced), a second line only for an error, and exits with 1 if
+a figure FAILs, else 0; ``--verbose`` prints every claim too; no line is longer than 200
+characters (the claims and numbers are in each figure's summary.json). An
 interrupted ``reproduce`` (Ctrl-C, SIGTERM) prints one line saying what finished and
 exits with 128 + the signal number (130, 143).
 """
@@ -58,6 +60,11 @@ def _device(text: str) -> str:
     return text
 
 
+def _progress(args):
+    """The progress bar: off with --no-progress, else shown where stderr is a terminal (None: tqdm's auto)."""
+    return False if args.no_progress else None
+
+
 def _cmd_list(args) -> int:
     from ..experiments import available
 
@@ -97,47 +104,21 @@ def _cmd_reproduce(args) -> int:
                   "their data.nc has the same layout as on the CPU", file=sys.stderr)
     try:
         summaries = reproduce(
-            names, quick=args.quick, out=args.out, workers=args.workers, progress=not args.no_progress,
+            names, quick=args.quick, out=args.out, workers=args.workers, progress=_progress(args),
             force=args.force, full=args.full, device=args.device,
         )
     except Interrupted as exc:
         print(f"riemattn: {exc}", file=sys.stderr)
         return 128 + exc.signum
-    return _report(summaries, args.out)
+    return _report(summaries, args.out, verbose=args.verbose)
 
 
-#: the mark of a claim line in the CLI report, by status
-_MARKS = {"reproduced": "reproduced", "not reproduced": "NOT REPRODUCED",
-          "not checked at this size": "not checked at this size"}
+def _report(summaries, out, verbose=False) -> int:
+    """Print at most two lines per figure (``--verbose``: and one per claim), none longer than 200
+    characters; 1 if a figure FAILs, else 0 (see :mod:`riemattn.cli._console`)."""
+    from ._console import report
 
-
-def _report(summaries, out) -> int:
-    """Print one line per figure (its verdict) and one per claim; 1 if a figure FAILs, else 0.
-
-    ``PASS``: every paper claim reproduced; ``PARTIAL``: some not reproduced or not checked at this
-    size (named on the line); ``FAIL``: an error, or none of the checked paper claims reproduced
-    (see :mod:`riemattn.experiments._verdict`). PARTIAL is a result, not an error: exit status 0.
-    """
-    from ..experiments._verdict import normalize, summarize_verdict, verdict
-
-    failed = 0
-    for s in summaries:
-        claims = normalize(s.get("claims") or {})
-        v, detail = verdict(claims, s.get("error"))
-        failed += v == "FAIL"
-        extra = " (cached)" if s.get("cached") else f" ({s.get('runtime_s', 0):.1f} s)" if "runtime_s" in s else ""
-        note = "" if v == "PASS" or "error" in s else f": {summarize_verdict(v, detail)}"
-        print(f"{v} {s['name']}{extra} -> {os.path.join(out, s['name'])}{note}")
-        if "error" in s:
-            print(f"    error: {s['error']}")
-        for cname, c in claims.items():
-            if c["kind"] == "observation":  # a number reported, no claim attached
-                print(f"    [obs] {cname}: {c['description']}: {c.get('observed')} (value {c['value']})")
-                continue
-            label = "stand-in " if c["kind"] == "stand-in" else ""
-            why = f"; {c['reason']}" if c.get("reason") else ""
-            print(f"    [{label}{_MARKS[c['status']]}] {cname}: {c['description']} (value {c['value']}{why})")
-    return 1 if failed else 0
+    return report(summaries, out, verbose=verbose)
 
 
 def _cmd_simulate(args) -> int:
@@ -156,6 +137,7 @@ def _cmd_simulate(args) -> int:
 def _cmd_sweep(args) -> int:
     from ..runs.sweep_config import run_sweep_file
 
+    check_output_dir(args.out, "--out")
     result = run_sweep_file(args.config, args.out, scheduler=args.scheduler, workers=args.workers,
                             progress=not args.no_progress, overwrite=args.overwrite)
     print(result)
@@ -168,6 +150,7 @@ def _cmd_sweep_plot(args) -> int:
     matplotlib.use("Agg")
     from ..runs.sweep_config import parse_sel, plot_slice
 
+    check_output_dir(os.path.dirname(os.path.abspath(args.out)), "the directory of --out")
     fig = plot_slice(args.store, args.var, args.x, args.y, sel=parse_sel(args.sel))
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
@@ -204,7 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_workers, default=1,
                    help="parallel processes, >= 1 (default 1); the results do not depend on it")
     p.add_argument("--force", action="store_true", help="recompute figures that are already finished")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
+    p.add_argument("--verbose", action="store_true",
+                   help="print every claim of every figure (default: its verdict line; the claims are in summary.json)")
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("simulate", help="simulate any model described by a TOML file")
@@ -257,6 +242,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("riemattn: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a file that could not be written or read after the checks (disk full, ...)
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"riemattn: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
     except MemoryError:
         print("riemattn: error: out of memory; choose smaller sizes (tokens, trajectories, saves, d)", file=sys.stderr)
         return 2

@@ -2,7 +2,8 @@
 
 :class:`~riemattn.dynamics.fields.Field` and its kinds (``VectorField``, ``AlgebraField``,
 ``LinearField``), the attention field and its head matrices
-(:mod:`riemattn.dynamics.attention`), their Jacobians (:mod:`riemattn.dynamics.jacobians`), and the
+(:mod:`riemattn.dynamics.attention`), the placements of the layer norm (Post-, Pre-, Peri-LN, nGPT,
+Mix-LN: :mod:`riemattn.dynamics.layernorm`), their Jacobians (:mod:`riemattn.dynamics.jacobians`), and the
 circle form of the dynamics
 (:mod:`riemattn.dynamics.circle`). A field maps ``(t, y)`` to tangent vectors and knows nothing
 about stepping.

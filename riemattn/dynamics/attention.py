@@ -6,7 +6,8 @@ For tokens ``y_i`` on E_W = {x : x^T W x = 1} and heads eta = 1..h (ICML eq. 6, 
     alpha_ij^eta = exp(y_i^T P_eta y_j) / Z_i^eta
 
 with ``Z_i = sqrt(d) sum_j exp(...)`` ("paper", d = n + 1), ``Z_i = sum_j exp(...)``
-("softmax") or ``Z_i = l`` ("mean", GLPR's USA). Causal attention restricts j <= i. The
+("softmax") or ``Z_i = l`` ("mean", GLPR's USA; ``rescaled=True``: e^{-beta} times it, finite at
+every beta, see :mod:`riemattn.dynamics._softmax`). Causal attention restricts j <= i. The
 un-normalised update ``f_i = sum_eta sum_j alpha_ij^eta U_eta y_j`` is :meth:`AttentionField.update`;
 one transformer layer is ``pi_W(y + tau f)``, the ``"layer"`` stepper (see :mod:`riemattn.solvers.layer`).
 """
@@ -21,8 +22,8 @@ import numpy as np
 
 from .._backend import constant, convert, device_of, is_torch, like_param, namespace, requires_grad, size, to_numpy
 from ._heads import HeadMatrices, bmm, stack_columns
-from ._softmax import weights, weights_device
-from .._validation import check_beta_batch, check_choice, check_points
+from ._softmax import overflow_message, rescaled_scores, weights, weights_device
+from .._validation import check_beta_batch, check_choice, check_points, check_rescaled
 from ..errors import ValidationError
 from .fields import Field
 from ..geometry.manifolds import manifold_for
@@ -56,6 +57,9 @@ class AttentionField(Field):
         Inverse temperature multiplying every P_eta (GLPR's beta). An array gives one beta per
         trajectory: it broadcasts against the leading (batch) axes of the tokens ``y``, so a
         phase diagram over beta is one batch.
+    rescaled : bool, default False
+        "mean" only: e^{-beta} times the field, weights exp(beta (y_i^T P y_j - 1)) / l, finite at
+        every beta (unit tokens, |P| <= 1); the plain field's trajectories in the time s = e^beta t.
     time_vectorized : bool or None, default None
         How callable P and U are evaluated when the trajectories of a batch are at different
         times (adaptive steps are per trajectory). True: they accept a 1-D array of ``k`` times
@@ -78,10 +82,11 @@ class AttentionField(Field):
     """
 
     def __init__(self, P, U=None, *, W=None, mask="full", normalization="paper", beta=1.0,
-                 time_vectorized=None):
+                 time_vectorized=None, rescaled=False):
         self.mask = check_choice(mask, "mask", MASKS)
         self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS)
         self.beta = check_beta_batch(beta)
+        self.rescaled = check_rescaled(rescaled, None if normalization == "mean" else f"{normalization=}", self.beta)
         self.time_vectorized = None if time_vectorized is None else bool(time_vectorized)
         self._P = HeadMatrices(P, "P", None, self.time_vectorized)
         d = self._P.shape[-1]
@@ -96,7 +101,7 @@ class AttentionField(Field):
         self.W = None if W is None else self.manifold.W
         self.h = max(self._P.shape[0], 1 if self._U is None else self._U.shape[0])
         # a scalar beta is folded into constant P; an array beta scales the scores per trajectory
-        self._bscale = self.beta if isinstance(self.beta, float) else 1.0
+        self._bscale = self.beta if isinstance(self.beta, float) and not self.rescaled else 1.0
         const = self._P.const
         self._scalar_P = None  # P = c I (GLPR's SA/USA): scores are c y y^T
         if const is not None and const.shape[0] == 1:
@@ -251,6 +256,8 @@ class AttentionField(Field):
                 yP = self._mm(y, cols).reshape(batch + (n * h, self.d))
             S = self._mm(yP, yT, "S").reshape(batch + (n, h, n))
         factor = self._beta_factor(batch, y)
+        if self.rescaled:  # beta (y_i^T P y_j - 1): beta was not folded into P
+            return rescaled_scores(S, self.beta if factor is None else factor)
         if factor is not None:
             if requires_grad(factor) or requires_grad(S):
                 S = S * factor
@@ -291,18 +298,13 @@ class AttentionField(Field):
         if type(S) is not np.ndarray:
             return weights_device(S, n, self.normalization, scale, self._causal(n, S) if causal else None)
         return weights(S, n, self.normalization, scale, self._causal(n) if causal else None,
-                       lambda: self._overflow(t, y))
+                       lambda smax=None: self._overflow(t, y, smax))
 
-    def _overflow(self, t, y):
-        """Scores beyond the float range: raise naming beta and P (NaN/inf tokens: let them through)."""
-        if not np.isfinite(y).all():
-            return
-        P = self._P(float(np.max(t)))
-        raise ValidationError(
-            "attention scores y_i^T (beta P) y_j overflow float64 (beta "
-            f"{'= %.4g' % self.beta if isinstance(self.beta, float) else 'up to %.4g' % float(np.max(np.abs(self.beta)))}, "
-            f"largest |P| entry {float(np.max(np.abs(P))):.4g}); reduce beta or the scale of P."
-        )
+    def _overflow(self, t, y, smax=None):
+        """Scores or weights beyond the float range: raise naming beta and P (NaN/inf tokens: let them through)."""
+        if np.isfinite(y).all():
+            p_max = float(np.max(np.abs(self._P(float(np.max(t))))))
+            raise ValidationError(overflow_message(self.beta, p_max, self.rescaled, smax))
 
     def _attention(self, t, y: np.ndarray) -> np.ndarray:
         """alpha[..., i, eta, j] (internal layout)."""
@@ -383,7 +385,7 @@ class AttentionField(Field):
         return (
             f"AttentionField(h={self.h}, d={self.d}, {kind} P, U={'I' if self._U is None else 'given'}, "
             f"manifold={self.manifold!r}, mask={self.mask!r}, normalization={self.normalization!r}, "
-            f"beta={beta})"
+            f"beta={beta}{', rescaled=True' if self.rescaled else ''})"
         )
 
 

@@ -13,8 +13,19 @@ natural frequencies and coupling K = 1 (both SA and USA). Both are gradient asce
 USA: dtheta/dt = n grad E_beta; SA: dtheta_i/dt = (n^2 / Z_{beta,i}) dE_beta/dtheta_i (the metric
 weights of :func:`riemattn.analysis.gradient_flow.energy_weights`).
 
-Angles live on the flat torus, not on a sphere or ellipsoid, so :class:`CircleField` is integrated
-with :meth:`CircleField.solve` (SciPy, high accuracy) rather than :func:`riemattn.integrate`.
+Low temperature (``rescaled=True``, USA only): e^{-beta} times the USA equations and energy,
+
+    dtheta_i/ds = (1/n) sum_j e^{beta (cos(theta_i - theta_j) - 1)} sin(theta_j - theta_i),
+    e^{-beta} E_beta = 1/(2 beta n^2) sum_{i,j} e^{beta (cos(theta_i - theta_j) - 1)},
+
+finite at every beta (the exponents are <= 0, and exactly 0 for coincident angles): the USA
+trajectories in the time s = e^beta t. (SA is finite at every beta as it is.)
+
+Angles live on the flat torus: :class:`CircleField` is a :class:`~riemattn.dynamics.fields.Field`
+on the flat line ``Euclidean(1)``, whose state is the angles as a column, shape (..., n, 1) (what
+:func:`riemattn.integrate` passes), so every stepper integrates it (``integrate(field,
+theta0[..., None], ...)``; the angles come back unwrapped). :meth:`CircleField.solve` integrates
+with SciPy (high accuracy).
 
 References
 ----------
@@ -28,8 +39,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from .._validation import as_float_array, check_beta, check_choice, check_finite
+from .._validation import as_float_array, check_beta, check_choice, check_finite, check_rescaled
 from ..errors import IntegrationError, ValidationError
+from ..geometry.manifolds import Euclidean
+from .fields import Field
 
 __all__ = ["CircleField", "from_points", "to_points", "wrap"]
 
@@ -64,7 +77,7 @@ def wrap(theta) -> np.ndarray:
     return np.angle(np.exp(1j * np.asarray(theta, dtype=float)))
 
 
-class CircleField:
+class CircleField(Field):
     """GLPR's angular equations (7.1) for (SA) or (USA) on the circle.
 
     Parameters
@@ -72,21 +85,45 @@ class CircleField:
     beta : float, >= 0
         Inverse temperature; 0 gives the Kuramoto model.
     model : {"sa", "usa"}
+    rescaled : bool, default False
+        ("usa" only) e^{-beta} times the USA equations: weights e^{beta (cos(theta_i - theta_j) - 1)} / n,
+        finite at every beta; the USA trajectories in the time s = e^beta t (module docstring).
 
     Notes
     -----
     ``field(t, theta)`` maps angles (..., n) to their time derivatives (..., n); leading axes are
-    independent configurations. The SA weights are computed as softmax (shifted by the maximum
-    beta), so any beta is safe; USA overflows past beta ~ 700 (raises).
+    independent configurations. An array with at least two axes whose last axis has length 1 is
+    read as the :class:`~riemattn.dynamics.fields.Field` state (..., n, 1) (angles as a column, on
+    ``Euclidean(1)``: what :func:`riemattn.integrate` passes) and the result has that shape too (so
+    angles (..., n) of a single particle, n = 1, must be given as shape (...,)). The SA weights are
+    computed as softmax (shifted by the maximum beta), so any beta is safe; plain USA overflows
+    past beta ~ 700 (raises ValidationError naming beta; use ``rescaled=True``).
 
     References
     ----------
     GLPR, eq. (7.1), (7.2) and (7.4).
     """
 
-    def __init__(self, beta: float = 1.0, model: str = "sa"):
+    manifold = Euclidean(1)
+
+    def __init__(self, beta: float = 1.0, model: str = "sa", *, rescaled: bool = False):
         self.beta = check_beta(beta)
         self.model = check_choice(model, "model", ("sa", "usa"))
+        self.rescaled = check_rescaled(rescaled, None if self.model == "usa" else "model='sa'")
+
+    def take(self, index, batch_shape: tuple):
+        """``self``: a trajectory's value depends only on its own angles."""
+        return self
+
+    def _kernel(self, diff, rescaled: bool, what: str):
+        """e^{beta cos(diff)} (e^{beta (cos(diff) - 1)} when rescaled); an overflow raises naming beta."""
+        with np.errstate(over="raise"):
+            try:
+                return np.exp(self.beta * (np.cos(diff) - 1.0)) if rescaled else np.exp(self.beta * np.cos(diff))
+            except FloatingPointError:
+                hint = " or model='sa'" if "weight" in what else ""
+                raise ValidationError(f"{what} overflow at beta = {self.beta} (e^beta > 1.8e308); use "
+                                      f"rescaled=True (e^-beta times it){hint}.") from None
 
     def _weights(self, theta):
         """w_ij = e^{beta cos(theta_i - theta_j)} / N_i and the angle differences theta_j - theta_i."""
@@ -94,45 +131,55 @@ class CircleField:
         if self.model == "sa":
             E = np.exp(self.beta * (np.cos(diff) - 1.0))
             return E / np.sum(E, axis=-1, keepdims=True), diff
-        with np.errstate(over="raise"):
-            try:
-                return np.exp(self.beta * np.cos(diff)) / theta.shape[-1], diff
-            except FloatingPointError:
-                raise ValidationError(
-                    f"USA weights overflow at beta = {self.beta}; use model='sa'."
-                ) from None
+        return self._kernel(diff, self.rescaled, "USA weights") / theta.shape[-1], diff
 
-    def __call__(self, t: float, theta) -> np.ndarray:
-        """dtheta/dt, shape (..., n)."""
-        theta = _angles(theta)
+    def __call__(self, t, theta) -> np.ndarray:
+        """dtheta/dt, shape (..., n); the Field state (..., n, 1) gives shape (..., n, 1)."""
+        column = np.ndim(theta) >= 2 and np.shape(theta)[-1] == 1
+        theta = _angles(theta[..., 0] if column else theta)
         w, diff = self._weights(theta)
-        return np.sum(w * np.sin(diff), axis=-1)
+        out = np.sum(w * np.sin(diff), axis=-1)
+        return out[..., None] if column else out
 
-    def energy(self, theta) -> np.ndarray:
+    def _rescaled(self, rescaled) -> bool:
+        return self.rescaled if rescaled is None else check_rescaled(rescaled)
+
+    def energy(self, theta, *, rescaled=None, log: bool = False) -> np.ndarray:
         """E_beta(theta) = 1/(2 beta n^2) sum_{i,j} e^{beta cos(theta_i - theta_j)}, shape (...).
 
         At beta = 0 the limit of E_beta - 1/(2 beta), the Kuramoto energy
         1/(2n^2) sum cos(theta_i - theta_j).
-        Equal to :func:`riemattn.analysis.gradient_flow.energy` of :func:`to_points` (theta).
+        Equal to :func:`riemattn.analysis.gradient_flow.energy` of :func:`to_points` (theta), with
+        the same options: ``rescaled`` (default: the field's own) gives e^{-beta} E_beta, finite
+        at every beta; ``log=True`` the natural log (of the plain or rescaled energy; beta > 0).
         """
         theta = _angles(theta)
-        n = theta.shape[-1]
-        c = np.cos(theta[..., None, :] - theta[..., :, None])
+        rescaled, n = self._rescaled(rescaled), theta.shape[-1]
+        diff = theta[..., None, :] - theta[..., :, None]
+        c = np.cos(diff)
+        if log:
+            if self.beta == 0.0:
+                raise ValidationError("energy(log=True) needs beta > 0 (E_beta = +inf at beta = 0).")
+            S = self.beta * (c - 1.0)  # <= 0, and 0 on the diagonal
+            lse = np.log(np.sum(np.exp(S), axis=(-2, -1)))
+            return lse - np.log(2.0 * n * n) - np.log(self.beta) + (0.0 if rescaled else self.beta)
         if self.beta == 0.0:
             return np.sum(c, axis=(-2, -1)) / (2.0 * n * n)
-        return np.sum(np.exp(self.beta * c), axis=(-2, -1)) / (2.0 * self.beta * n * n)
+        K = self._kernel(diff, rescaled, "energy terms")
+        return np.sum(K, axis=(-2, -1)) / (2.0 * n * n) / self.beta
 
-    def energy_gradient(self, theta) -> np.ndarray:
+    def energy_gradient(self, theta, *, rescaled=None) -> np.ndarray:
         """dE_beta/dtheta_i = (1/n^2) sum_j e^{beta cos(theta_i - theta_j)} sin(theta_j - theta_i).
 
-        Shape (..., n).
+        Shape (..., n); ``rescaled`` (default: the field's own) gives e^{-beta} times it.
 
         So USA = n * this and SA = (n^2 / Z_{beta,i}) * this (a gradient ascent in a weighted metric).
         """
         theta = _angles(theta)
         n = theta.shape[-1]
         diff = theta[..., None, :] - theta[..., :, None]
-        return np.sum(np.exp(self.beta * np.cos(diff)) * np.sin(diff), axis=-1) / (n * n)
+        K = self._kernel(diff, self._rescaled(rescaled), "energy gradient terms")
+        return np.sum(K * np.sin(diff), axis=-1) / (n * n)
 
     def solve(
         self,
@@ -181,4 +228,4 @@ class CircleField:
         return sol.t, sol.y.T.reshape((len(sol.t),) + shape)
 
     def __repr__(self) -> str:
-        return f"CircleField(beta={self.beta}, model={self.model!r})"
+        return f"CircleField(beta={self.beta}, model={self.model!r}{', rescaled=True' if self.rescaled else ''})"

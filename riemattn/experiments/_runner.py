@@ -311,7 +311,8 @@ def reproduce(
 
     Results are written as each finishes; finished ones (see :func:`is_done`) are skipped.
     Returns the list of summaries in the order of ``names`` (a name given twice runs once).
-    ``smoke`` selects the test suite's sizes (see the module docstring); ``full`` the papers' sizes of
+    ``progress``: a progress bar (True), none (False), or one only where stderr is a terminal
+    (None). ``smoke`` selects the test suite's sizes (see the module docstring); ``full`` the papers' sizes of
     the looped-LLM reproductions and ``device`` where they run (see :func:`config_for`; the other
     reproductions run on the CPU whatever ``device`` says). The outputs do not depend
     on ``workers``. SIGINT or SIGTERM (in the main thread) stops every worker and raises
@@ -337,7 +338,7 @@ def reproduce(
     check_outputs(out, names, "out")
     started = time.time()
     summaries: dict[str, dict] = {}
-    bar = tqdm(total=len(names), desc="reproduce", unit="figure", disable=not progress)
+    bar = tqdm(total=len(names), desc="reproduce", unit="figure", disable=None if progress is None else not progress)
 
     def done(summary):
         summaries[summary["name"]] = summary

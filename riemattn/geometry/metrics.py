@@ -43,6 +43,8 @@ from ._fast import same_kind
 
 __all__ = ["EllipsoidMetric", "SphereMetric"]
 
+_EPS = float(np.finfo(np.float64).eps)
+
 
 def _safe_div(num, den):
     """num / den with 0 / 0 -> 0 (elementwise, any namespace)."""
@@ -150,16 +152,53 @@ class EllipsoidMetric(RiemannianMetric):
     def log(self, point, base_point):
         """log_x(y) = theta u / |u|_W, u = y - <x, y>_W x, theta = dist(x, y); shape (..., d).
 
-        Defined for y != -x (at y = -x every unit vector is a logarithm; 0 is returned).
+        Always tangent at x (|<x, log_x(y)>_W| at rounding level, ~eps theta), and
+        exp_x(log_x(y)) = y to rounding for every y, the antipode -x included. At y = -x every
+        tangent vector of length pi is a logarithm (the geodesics of every direction meet there);
+        where u is at the rounding level of y (|u|_W <= 4 (d + 1) cond(W) eps, so y is -x to
+        rounding), the direction returned is the tangent part of the coordinate axis e_k least
+        aligned with x (smallest (W x)_k^2 / W_kk): a deterministic choice, the same on every CPU.
         """
         y, x = same_kind(self._pt(point, "point"), self._pt(base_point))
         xp = namespace(x, y)
-        c = self._inner(x, y)
-        u = y - c[..., None] * x
+        xx, c = self._inner(x, x), self._inner(x, y)
+        # Two passes of the projection onto <x>^perp ("twice is enough", with <x, x>_W in the
+        # denominator so that a base point off E_W by rounding does not leave a multiple of x):
+        # near y = -x the first u is rounding noise whose normal part is as large as its tangent
+        # one, which theta / |u|_W ~ pi / eps amplified (issue 34: x^T W log_x(-x) = -3.13).
+        u = y - (c / xx)[..., None] * x
+        u = u - (self._inner(x, u) / xx)[..., None] * x
         nu = xp.sqrt(self._inner(u, u))
         theta = xp.atan2(nu, c)
+        # |u|_W at the rounding level of u = y - (c / <x, x>) x: its direction is noise
+        antipode = (nu <= 4.0 * (x.shape[-1] + 1) * self._cond() * _EPS) & (c < 0)
+        if bool(xp.any(antipode)):
+            u = xp.where(antipode[..., None], self._axis_direction(x), u)
+            nu = xp.sqrt(self._inner(u, u))
         coef = xp.where(nu == 0, xp.ones_like(nu), theta / xp.where(nu == 0, xp.ones_like(nu), nu))
         return coef[..., None] * u
+
+    def _cond(self) -> float:
+        """The condition number of W (cached on the space; 1 for the sphere)."""
+        space = self._space
+        if "_cond_W" not in space.__dict__:
+            space._cond_W = 1.0 if space.is_identity else float(np.linalg.cond(space.W))
+        return space._cond_W
+
+    def _axis_direction(self, x):
+        """The tangent part at x of the axis e_k with the smallest (W x)_k^2 / W_kk, shape (..., d).
+
+        Nonzero: (W x)_k^2 <= W_kk x^T W x (Cauchy-Schwarz in <., .>_W), with equality for at most
+        one k (x parallel to e_k), so the smallest ratio is below x^T W x and the tangent part
+        e_k - ((W x)_k / x^T W x) x has |.|_W^2 = W_kk - (W x)_k^2 / x^T W x > 0.
+        """
+        xp = namespace(x)
+        d = x.shape[-1]
+        Wx = self._space.apply_W(x)
+        diag = self._W(x, "W_diag", np.diag(self._space.W).copy())
+        k = xp.argmin(Wx * Wx / diag, axis=-1)
+        e = self._W(x, "eye", np.eye(d))[k]  # (..., d): the chosen axes
+        return e - (self._inner(x, e) / self._inner(x, x))[..., None] * x
 
     def dist(self, point_a, point_b):
         """Geodesic distance atan2(|b - <a, b>_W a|_W, <a, b>_W) in [0, pi], shape (...)."""

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..runs._cf import annotate
+from ..runs._paths import check_output_dir
 from ..errors import RiemattnError
 
 __all__ = ["LOOP_DATA_ATTRS", "add_loop_arguments", "run_loop_command"]
@@ -83,6 +84,7 @@ def _command(args: argparse.Namespace, variants: list[str]) -> str:
 def run_loop_command(args: argparse.Namespace) -> int:
     """Run ``riemattn loop``: write ``OUT/loop_NAME.nc``, ``.png`` and ``.json``; print a summary."""
     try:
+        check_output_dir(args.out, "--out")  # before the model runs
         from . import require_torch
 
         require_torch()

@@ -30,8 +30,10 @@ def local_cluster(n_workers: int | None = None):
     for name in ("distributed", "tornado"):
         if logging.getLogger(name).getEffectiveLevel() < logging.WARNING:
             logging.getLogger(name).setLevel(logging.WARNING)
-    # the worker processes read this at start (they too import geomstats)
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    # the worker processes read this at start (they too import geomstats). "error": a worker's
+    # warnings are its side of shutting down (heartbeats to a scheduler that closed first); a
+    # task's own failure reaches the client as its exception and is recorded in the store.
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     import multiprocessing
 
     if multiprocessing.current_process().daemon:
@@ -46,6 +48,27 @@ def local_cluster(n_workers: int | None = None):
                           "distributed.nanny.pre-spawn-environ": env}):
         return LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                             dashboard_address=":0", silence_logs=logging.WARNING)
+
+
+def close_quietly(client, cluster) -> None:
+    """Close a client and the LocalCluster riemattn made for it, without Dask's shutdown chatter.
+
+    On a loaded machine a closing nanny logs "Worker process still alive after 4.0 seconds,
+    killing" and the workers log heartbeat tracebacks for a scheduler that is already gone: what
+    a cluster that riemattn owns and closes says about being closed, not a result. Those loggers
+    are raised to ERROR for the duration of the close.
+    """
+    names = ("distributed", "distributed.nanny", "distributed.worker", "distributed.core",
+             "distributed.batched", "tornado")
+    saved = {name: logging.getLogger(name).level for name in names}
+    try:
+        for name in names:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        client.close()
+        cluster.close()
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _make_client(client, workers):

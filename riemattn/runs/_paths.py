@@ -7,6 +7,7 @@ the command line, ``out`` in Python).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from ..errors import InputTypeError, ValidationError
@@ -23,10 +24,12 @@ def _as_path(value, name: str) -> Path:
 
 
 def check_output_dir(value, name: str = "out") -> Path:
-    """``value`` as a directory that exists or can be created, and is writable; nothing is created.
+    """``value`` as a directory that exists or can be created, and is writable; nothing is left behind.
 
     Fails at once (instead of after a whole run) when ``value`` is an existing file, when one of its
-    parents is a file, or when the directory that would hold it is not writable.
+    parents is a file, or when the directory that would hold it is not writable. Permissions do not
+    tell everything (root may "write" to /proc, where no file can be made): the directory is then
+    created and a file made and removed in it, and what this made is removed again.
     """
     path = _as_path(value, name)
     if path.is_symlink() and not path.exists():
@@ -38,7 +41,7 @@ def check_output_dir(value, name: str = "out") -> Path:
             )
         if not os.access(path, os.W_OK | os.X_OK):
             raise ValidationError(f"{name} {str(value)!r} is a directory that is not writable.")
-        return path
+        return _probe(path, value, name)
     parent = path.absolute().parent
     while not parent.exists():
         parent = parent.parent
@@ -48,6 +51,26 @@ def check_output_dir(value, name: str = "out") -> Path:
         )
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValidationError(f"{name} {str(value)!r} cannot be created: {str(parent)!r} is not writable.")
+    return _probe(path, value, name)
+
+
+def _probe(path: Path, value, name: str) -> Path:
+    """Create ``path`` (and missing parents) and a file in it, then remove all that this made."""
+    missing = [d for d in (path, *path.parents) if not d.exists()]  # innermost first
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".riemattn-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise ValidationError(f"{name} {str(value)!r} cannot be written: {exc.strerror or exc}{where}.") from None
+    finally:
+        for d in missing:
+            try:
+                d.rmdir()
+            except OSError:
+                break
     return path
 
 

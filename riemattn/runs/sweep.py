@@ -46,7 +46,7 @@ from ..errors import InputTypeError, ValidationError
 __all__ = ["sweep", "SweepResult", "point_seed", "point_rng", "grid_points", "local_cluster", "STATUS_MISSING",
            "STATUS_DONE", "STATUS_FAILED"]
 
-from ._cluster import _make_client, local_cluster  # noqa: F401 - local_cluster is public here
+from ._cluster import _make_client, close_quietly, local_cluster  # noqa: F401 - local_cluster is public here
 from ._sweep_store import (  # noqa: F401 - status codes, streams and grids are public here
     _POINT_DIM,
     STATUS_DONE,
@@ -356,8 +356,7 @@ def sweep(point_fn, grid, store="out.zarr", client=None, *, seed: int = 0, batch
             if bar is not None:
                 bar.close()
             if cluster is not None:
-                dclient.close()
-                cluster.close()
+                close_quietly(dclient, cluster)
             if group is None and failed_new:
                 # every unit failed: a store of the status and the failures only
                 _create_store(store, kind, dims, values, batch_dims, seed, {"vars": {}, "coords": {}},

@@ -24,7 +24,7 @@ from .._backend import convert, is_torch, namespace, requires_grad, size, to_num
 from .._validation import as_float_array, check_finite, check_points
 from ..dynamics.attention import AttentionField
 from ..errors import InputTypeError, ValidationError
-from .steppers import ProjectedEuler, register
+from .steppers import ProjectedEuler, StepResult, _check_field, register
 
 __all__ = ["LayerStep", "TransformerLayer"]
 
@@ -37,10 +37,19 @@ class LayerStep(ProjectedEuler):
     attention + skip connection + layer normalization, exactly. It agrees with ``"euler"``
     (``pi_W(y + h F)``, F the tangent part of f) to first order in h: ``y + h f`` is
     ``(1 + h <y, f>_W) y + h F``, so the layer is an Euler step of size ``h / (1 + h <y, f>_W)``.
-    Needs a field with an ``update(t, y)`` method.
+    Needs a field with an ``update(t, y)`` method, or a ``block(t, y, h)`` method: a field that
+    defines its own discrete block (:class:`riemattn.dynamics.layernorm.LayerNormField`, the
+    placements of the layer norm) is advanced by ``field.block(t, y, h)``, one evaluation.
     """
 
     name = "layer"
+
+    def step(self, field, t, y, h, k1=None):
+        """One layer; a field with a ``block(t, y, h)`` method (its own discrete block, e.g. the
+        placements of :func:`riemattn.layernorm`) runs that block instead."""
+        if getattr(field, "block", None) is None:
+            return super().step(field, t, y, h, k1)
+        return StepResult(_check_field(field).block(t, y, h), None, 1)
 
     def _evaluate(self, field, t, y):
         update = getattr(field, "update", None)

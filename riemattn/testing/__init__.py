@@ -6,8 +6,9 @@ naming that extra. The user guide's page docs/testing.md shows a complete exampl
 
 * :mod:`riemattn.testing.strategies` -- manifolds (``spheres``, ``ellipsoids``, ``manifolds``,
   ``spd_matrices``), token configurations (``points``, ``hemisphere_points``,
-  ``tangent_vectors``) and attention (``head_matrices``, ``attention_fields``, ``betas``), all
-  small and shrinking toward small l, d, h;
+  ``tangent_vectors``), the edges (``token_configurations``: coincident and antipodal tokens;
+  ``step_sizes``: from one step over the whole horizon down) and attention (``head_matrices``,
+  ``attention_fields``, ``betas``), all small and shrinking toward small l, d, h;
 * :mod:`riemattn.testing.checks` -- ``assert_on_manifold``, ``assert_tangent``,
   ``assert_forward_invariant``: assertions whose messages name time, trajectory, token and the
   violated quantity;
@@ -47,7 +48,9 @@ from .strategies import (
     points,
     spd_matrices,
     spheres,
+    step_sizes,
     tangent_vectors,
+    token_configurations,
 )
 
 __all__ = [
@@ -70,6 +73,8 @@ __all__ = [
     "slopes",
     "spd_matrices",
     "spheres",
+    "step_sizes",
     "strategies",
     "tangent_vectors",
+    "token_configurations",
 ]

@@ -24,7 +24,7 @@ E. Hairer, S. P. Norsett, G. Wanner, *Solving Ordinary Differential Equations I*
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -32,73 +32,23 @@ from scipy.integrate import solve_ivp
 from ..errors import ValidationError
 from ..solvers.integrate import integrate
 from ..solvers.steppers import get_stepper
+from ._fit import Fit, fit_slope
 
 __all__ = ["Fit", "check_order", "check_retraction", "check_riemannian_gradient", "reference_solution"]
 
 #: SciPy's tightest DOP853 tolerances: the reference of :func:`check_order`.
 TIGHT = {"method": "DOP853", "rtol": 2.5e-14, "atol": 1e-14}
+#: Errors below ``REFERENCE_FLOOR * max(1, |y(t1)|)`` are at the reference's accuracy (the TIGHT
+#: solve's global error is about 1e-13 on the test problems: a margin of 100).
+REFERENCE_FLOOR = 1e-11
+#: The tolerance of "on the manifold" / "tangent" for the given base points and directions.
+ON_MANIFOLD = 1e-10
+EPS = np.finfo(float).eps
 
 
-@dataclass(frozen=True)
-class Fit:
-    """A least-squares line through ``(log h, log errors)``: ``errors ~ exp(intercept) h^slope``.
-
-    Attributes
-    ----------
-    h, errors : ndarray, shape (k,)
-        Step sizes (or step lengths t) and the measured errors.
-    slope, intercept : float
-    expected : float or None
-        The slope theory predicts.
-    quantity : str
-        What was measured (used in messages and plots).
-    """
-
-    h: np.ndarray
-    errors: np.ndarray
-    slope: float
-    intercept: float
-    expected: float | None
-    quantity: str
-
-    @property
-    def order(self) -> float:
-        """The slope (the measured order, for :func:`check_order`)."""
-        return self.slope
-
-    def assert_slope(self, expected=None, tol=0.2):
-        """Raise ``AssertionError`` (with the table of h and errors) unless |slope - expected| <= tol."""
-        expected = self.expected if expected is None else expected
-        if expected is None or not abs(self.slope - expected) <= tol:
-            rows = ", ".join(f"{h:.3g}: {e:.3e}" for h, e in zip(self.h, self.errors))
-            raise AssertionError(f"{self.quantity}: measured slope {self.slope:.3f}, expected {expected} "
-                                 f"+- {tol} (h: error = {rows}).")
-        return self
-
-    def plot(self, ax=None):
-        """The errors and the fitted line on log-log axes; returns the matplotlib Figure."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(4.5, 3.5), layout="constrained")
-        ax.loglog(self.h, self.errors, "o", label="measured")
-        ax.loglog(self.h, np.exp(self.intercept) * self.h ** self.slope, "-", label=f"slope {self.slope:.2f}")
-        if self.expected is not None:
-            ref = self.errors[-1] * (self.h / self.h[-1]) ** self.expected
-            ax.loglog(self.h, ref, "k:", label=f"slope {self.expected:g} (theory)")
-        ax.set_xlabel("h (step size or length)")
-        ax.set_ylabel("error")
-        ax.set_title(self.quantity, fontsize=9)
-        ax.legend(fontsize=8)
-        return ax.figure
-
-
-def _fit(h, errors, expected, quantity):
-    h, errors = np.asarray(h, dtype=float), np.asarray(errors, dtype=float)
-    if not np.all(np.isfinite(errors)) or not np.all(errors > 0):
-        raise ValidationError(f"{quantity}: errors must be finite and > 0 to fit a slope, got {errors}.")
-    slope, intercept = np.polyfit(np.log(h), np.log(errors), 1)
-    return Fit(h, errors, float(slope), float(intercept), expected, quantity)
+def _index(k):
+    """An index as plain ints, (2,) not (np.int64(2),)."""
+    return tuple(int(i) for i in k)
 
 
 def _steps(steps, name="steps"):
@@ -157,17 +107,28 @@ def check_order(stepper, field, y0, *, t_span=(0.0, 1.0), steps=(8, 16, 32, 64),
     Returns
     -------
     Fit
-        ``fit.order`` is the slope of log(max |y_h(t1) - y(t1)|) against log h.
+        ``fit.order`` is the slope of log(max |y_h(t1) - y(t1)|) against log h, fitted to the
+        errors above the reference's accuracy (the floor ``1e-11 max(1, |y(t1)|)``: about 100
+        times the tight reference's error; smaller errors are left out, ``fit.note`` names them).
+        When every error is at the floor -- the stepper reproduces the solution at every step
+        count, e.g. at an equilibrium or on a problem it solves exactly -- no order can be
+        measured: ``fit.order`` is inf ("order >= anything"), ``fit.exact`` is True and
+        :meth:`Fit.assert_slope` passes, with a note (to measure the order, use fewer steps).
 
     Raises
     ------
     ValidationError
-        If the smallest error is below 1e-11 (at the reference's accuracy: fewer steps needed).
+        If exactly one error is above the floor (no slope to measure: use fewer steps), an error
+        is not finite, or ``t_span`` has length 0.
     """
     st = get_stepper(stepper)
     ns = _steps(steps)
     y0 = np.asarray(y0, dtype=float)
     t0, t1 = float(t_span[0]), float(t_span[1])
+    if y0.size == 0:
+        raise ValidationError(f"y0 is empty (shape {y0.shape}): there is no error to measure.")
+    if not t1 != t0:
+        raise ValidationError(f"t_span must have t1 != t0 to measure an order, got {tuple(t_span)}.")
     ref = reference_solution(field, y0, (t0, t1)) if reference is None else np.asarray(reference, dtype=float)
     errors = []
     for n in ns:
@@ -179,30 +140,52 @@ def check_order(stepper, field, y0, *, t_span=(0.0, 1.0), steps=(8, 16, 32, 64),
         else:
             y = integrate(field, y0, (t0, t1), stepper=st, dt=h, saveat=[t1]).y[-1]
         errors.append(float(np.max(np.abs(np.asarray(y) - ref))))
-    if min(errors) < 1e-11:
-        raise ValidationError(f"steps={tuple(int(n) for n in ns)} give errors down to {min(errors):.1e}, at the "
-                              "reference's accuracy: use fewer steps.")
-    return _fit((t1 - t0) / ns, errors, st.order if expected is None else expected,
-                f"global error of {getattr(st, 'name', type(st).__name__)}")
+    floor = REFERENCE_FLOOR * max(1.0, float(np.max(np.abs(ref), initial=0.0)))
+    fit = fit_slope(abs(t1 - t0) / ns, errors, st.order if expected is None else expected,
+                    f"global error of {getattr(st, 'name', type(st).__name__)}", floor=floor,
+                    floor_means="floor of the reference's accuracy")
+    if fit.exact:
+        fit = replace(fit, note=fit.note + " (An equilibrium, or a problem the stepper solves exactly; to "
+                                           "measure the order, use fewer steps.)")
+    return fit
 
 
-def _random_point_and_direction(manifold, base_point, tangent_vector, seed):
+def _random_point_and_direction(manifold, base_point, tangent_vector, seed, name="tangent_vector", each=True):
+    """(y, u): the given or a random point on the manifold and a tangent vector at it, nonzero at
+    each point (``each``) or as a whole (one tangent vector of the product manifold)."""
     rng = np.random.default_rng(seed)
     d = manifold.ambient_dim
     y = manifold.retract(rng.standard_normal(d)) if base_point is None else np.asarray(base_point, dtype=float)
-    if tangent_vector is None:
-        u = manifold.tangent(y, rng.standard_normal(y.shape))
+    if y.shape[-1:] != (d,) or not np.all(np.isfinite(y)):
+        raise ValidationError(f"base_point must be a finite array of shape (..., {d}), got shape {y.shape}.")
+    flat = type(manifold).__name__ == "Euclidean"
+    if not flat and np.max(np.abs(manifold.inner(y, y) - 1.0), initial=0.0) > ON_MANIFOLD:
+        raise ValidationError(f"base_point must lie on {manifold!r} (|y^T W y - 1| <= {ON_MANIFOLD:g}), got "
+                              f"|y^T W y - 1| up to {np.max(np.abs(manifold.inner(y, y) - 1.0)):.2e}.")
+    if y.size == 0:
+        raise ValidationError(f"base_point is empty (shape {y.shape}): there is nothing to check.")
+    if tangent_vector is None:  # its own stream: a base point drawn from default_rng(seed) gets a tangent u
+        u = manifold.tangent(y, np.random.default_rng((seed, 1)).standard_normal(y.shape))
     else:
         u = np.asarray(tangent_vector, dtype=float)
-    if y.shape[-1] != d or u.shape != y.shape:
-        raise ValidationError(f"base_point and tangent_vector must have the same shape (..., {d}), got "
+    if u.shape != y.shape or not np.all(np.isfinite(u)):
+        raise ValidationError(f"base_point and {name} must be finite arrays of the same shape (..., {d}), got "
                               f"{y.shape} and {u.shape}.")
+    size = manifold.norm(u)
+    if each and not np.all(size > 0):
+        raise ValidationError(f"{name} must be nonzero at every point (a zero direction checks nothing), got "
+                              f"|u|_W = 0 at {np.argwhere(~(size > 0))[0].tolist()}.")
+    if not np.sum(size) > 0:
+        raise ValidationError(f"{name} must be nonzero (a zero direction checks nothing), got |u|_W = 0.")
+    if not flat and np.any(np.abs(manifold.inner(y, u)) > ON_MANIFOLD * (1.0 + size)):
+        raise ValidationError(f"{name} must be tangent at base_point (|y^T W u| <= {ON_MANIFOLD:g} (1 + |u|_W)), got "
+                              f"|y^T W u| up to {np.max(np.abs(manifold.inner(y, u))):.2e}.")
     return y, u
 
 
 def _ts(ts, default):
     ts = np.logspace(*default, 9) if ts is None else np.asarray(ts, dtype=float)
-    if ts.ndim != 1 or ts.size < 2 or np.any(ts <= 0):
+    if ts.ndim != 1 or ts.size < 2 or not np.all(np.isfinite(ts)) or np.any(ts <= 0):
         raise ValidationError(f"ts must be at least two positive step lengths, got {ts!r}.")
     return ts
 
@@ -214,8 +197,8 @@ def check_retraction(manifold, *, base_point=None, tangent_vector=None, against=
     ----------
     manifold : Sphere or Ellipsoid
     base_point, tangent_vector : array_like, shape (..., d), optional
-        y on the manifold and u tangent at y (default: random, from ``seed``); every point of a
-        batch is checked, the error is the largest.
+        y on the manifold and u tangent at y, nonzero (default: random, from ``seed``); every point
+        of a batch is checked, the error is the largest.
     against : {"line", "exp"}
         ``"line"``: e(t) = |pi_W(y + t u) - (y + t u)|_W, slope 2 for every retraction.
         ``"exp"``: e(t) = |pi_W(y + t u) - Exp_y(t u)|_W (the metric's exponential, ``manifold.metric.exp``),
@@ -226,6 +209,10 @@ def check_retraction(manifold, *, base_point=None, tangent_vector=None, against=
     Returns
     -------
     Fit
+        ``at_least``: e(t) = O(t^2) (``"line"``) and O(t^3) (``"exp"``); a larger slope passes
+        :meth:`Fit.assert_slope`. Errors below the rounding floor 8 d eps sqrt(cond W) (1 + t) (the
+        rounding of the d-term W-norms of vectors with entries up to 1/sqrt(lambda_min(W))) are
+        left out of the fit.
     """
     if type(manifold).__name__ == "Euclidean":
         raise ValidationError("check_retraction: the Euclidean space's retraction is exact (no slope to measure).")
@@ -238,8 +225,22 @@ def check_retraction(manifold, *, base_point=None, tangent_vector=None, against=
     for t in ts:
         target = y + t * u if against == "line" else manifold.metric.exp(t * u, y)
         errors.append(float(np.max(manifold.norm(manifold.retract(y + t * u) - target))))
+    lam = np.linalg.eigvalsh(np.asarray(manifold.W, dtype=float))
+    floor = 8 * manifold.ambient_dim * EPS * np.sqrt(lam[-1] / lam[0]) * (1.0 + ts)
     expected = 2.0 if against == "line" else 3.0
-    return _fit(ts, errors, expected, f"retraction of {type(manifold).__name__} vs the {'tangent line' if against == 'line' else 'exponential'}")
+    return fit_slope(ts, errors, expected, f"retraction of {type(manifold).__name__} vs the "
+                     f"{'tangent line' if against == 'line' else 'exponential'}", floor=floor, at_least=True)
+
+
+def _cost(cost, y, where):
+    value = cost(y)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValidationError(f"cost(y) must return a real number, got {type(value).__name__}.") from None
+    if not np.isfinite(value):
+        raise AssertionError(f"cost not finite at {where}: {value}.")
+    return value
 
 
 def check_riemannian_gradient(manifold, cost, gradient, base_point, *, direction=None, metric=None, ts=None, seed=0):
@@ -255,7 +256,7 @@ def check_riemannian_gradient(manifold, cost, gradient, base_point, *, direction
     base_point : array_like, shape (l, d)
         Tokens on the manifold.
     direction : array_like, optional
-        Tangent direction u (default: random, from ``seed``).
+        A nonzero tangent direction u (default: random, from ``seed``).
     metric : callable, optional
         ``metric(y, X, Y)`` -> float, the metric in which ``gradient`` is the gradient; default
         sum_i X_i^T W Y_i (the product metric of the manifold).
@@ -267,24 +268,42 @@ def check_riemannian_gradient(manifold, cost, gradient, base_point, *, direction
     Returns
     -------
     Fit
-        Of e(t) = |cost(pi_W(y + t u)) - cost(y) - t <grad cost(y), u>|: slope 2 when the gradient
-        is right, 1 when it is not.
+        Of e(t) = |cost(pi_W(y + t u)) - cost(y) - t <grad cost(y), u>|: O(t^2) when the gradient
+        is right (slope 2, or more where the cost's second derivative along u vanishes: the fit is
+        ``at_least``), slope 1 when it is not. Errors at or below the rounding floor are left out
+        of the fit; the floor is 10 (n + eps (|f(y)| + |f(y_t)| + t |g|_W |u|_W)), with n the
+        largest change of the cost under four random perturbations of y of relative size eps (the
+        rounding of a retracted point) -- measured, so it covers costs that cancel. When every error
+        (or all but one) is at the floor, the first-order model is exact to rounding (a constant
+        cost, or one linear along u): ``fit.exact`` and :meth:`Fit.assert_slope` passes.
 
     Raises
     ------
     AssertionError
-        If the gradient is not tangent (|y_i^T W g_i| > 1e-10 (1 + |g|)), naming the token.
+        If the gradient is not finite or not tangent (|y_i^T W g_i| > 1e-10 (1 + |g|)), naming the
+        token, or the cost is not finite.
+    ValidationError
+        If ``base_point`` is not on the manifold or ``direction`` is zero or not tangent.
     """
-    y, u = _random_point_and_direction(manifold, base_point, direction, seed)
+    y, u = _random_point_and_direction(manifold, base_point, direction, seed, name="direction", each=False)
     g = np.asarray(gradient(y), dtype=float)
     if g.shape != y.shape:
         raise ValidationError(f"gradient(y) must have the shape of y, {y.shape}, got {g.shape}.")
+    if not np.all(np.isfinite(g)):
+        raise AssertionError(f"gradient not finite at token {_index(np.argwhere(~np.isfinite(g))[0][:-1])}.")
     res = np.abs(manifold.inner(y, g)) if type(manifold).__name__ != "Euclidean" else np.zeros(y.shape[:-1])
     if np.any(res > 1e-10 * (1 + np.max(np.abs(g)))):
         k = np.unravel_index(np.argmax(res), res.shape)
-        raise AssertionError(f"gradient not tangent at token {k}: |y^T W g| = {res[k]:.3e}.")
+        raise AssertionError(f"gradient not tangent at token {_index(k)}: |y^T W g| = {res[k]:.3e}.")
     inner = (lambda a, b: float(np.sum(manifold.inner(a, b)))) if metric is None else (lambda a, b: float(metric(y, a, b)))
-    f0, slope0 = float(cost(y)), inner(g, u)
+    f0, slope0 = _cost(cost, y, "base_point"), inner(g, u)
     ts = _ts(ts, (-5, -2))
-    errors = [abs(float(cost(manifold.retract(y + t * u))) - f0 - t * slope0) for t in ts]
-    return _fit(ts, errors, 2.0, "first-order model of the cost with the claimed gradient")
+    values = np.array([_cost(cost, manifold.retract(y + t * u), f"t = {t:.3g}") for t in ts])
+    errors = np.abs(values - f0 - ts * slope0)
+    rng = np.random.default_rng(seed + 1)
+    scale = np.max(np.abs(y), axis=-1, keepdims=True)
+    noise = max(abs(_cost(cost, y + EPS * scale * rng.standard_normal(y.shape), "base_point") - f0) for _ in range(4))
+    size = np.sqrt(abs(inner(g, g) * inner(u, u)))  # Cauchy-Schwarz: the size of t <g, u>
+    floor = 10 * (noise + EPS * (abs(f0) + np.abs(values) + ts * size))
+    return fit_slope(ts, errors, 2.0, "first-order model of the cost with the claimed gradient", floor=floor,
+                     at_least=True)

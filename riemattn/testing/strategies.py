@@ -13,8 +13,8 @@ Guarantees (each is itself a property test, tests/test_testing.py):
 * :func:`points` -- ``|y_i^T W y_i - 1| <= 1e-12`` for every token (Sphere, Ellipsoid);
 * :func:`hemisphere_points` -- on the manifold, and ``v^T y_i >= min_margin`` for every token;
 * :func:`tangent_vectors` -- ``|y_i^T W u_i|`` at rounding level;
-* :func:`head_matrices` -- entries within ``[-scale, scale]`` per term, spectral norms at most
-  ``bound`` for all times;
+* :func:`head_matrices` -- entries within ``[-scale, scale]`` at every time (exactly symmetric
+  with ``symmetric=True``), spectral norms at most ``bound`` for all times;
 * :func:`betas` -- finite, within ``[min_value, max_value]``.
 
 References
@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import SearchStrategy
 
-from ..dynamics.attention import MASKS, NORMALIZATIONS, AttentionField
 from ..errors import InputTypeError, ValidationError
+from ..geometry.ellipsoid import ELLIPSOID_METRICS
 from ..geometry.manifolds import Ellipsoid, Euclidean, Sphere
 from ._draw import _floats, _matrix, _nonzero_rows, _positive, _shape, _size
-from ._heads import TimeVaryingHeads, _sym
+from ._attention import DIMS, HEADS, attention_fields, betas, head_matrices, symmetric_with_top_eigenvector
+from ._heads import TimeVaryingHeads
 
 __all__ = [
+    "CONFIGURATIONS",
     "DIMS",
     "HEADS",
     "MANIFOLD_KINDS",
@@ -53,16 +54,20 @@ __all__ = [
     "points",
     "spd_matrices",
     "spheres",
+    "step_sizes",
     "symmetric_with_top_eigenvector",
     "tangent_vectors",
+    "token_configurations",
     "unit_vectors",
 ]
 
 #: Default sizes: d in 2..5, l in 1..5, h in 1..3 (each shrinks toward its smallest value).
-DIMS = st.integers(2, 5)
-TOKENS = st.integers(1, 5)
-HEADS = st.integers(1, 3)
+TOKENS = st.integers(1, 5)  # (DIMS and HEADS: defined with the attention strategies)
+#: Every kind of manifold riemattn registers (``manifolds(kinds=MANIFOLD_KINDS)`` draws each;
+#: tests/test_edges_manifolds.py checks that every manifold class riemattn exports is here).
 MANIFOLD_KINDS = ("sphere", "ellipsoid", "euclidean")
+#: The token configurations of :func:`token_configurations`: where a first experiment lands.
+CONFIGURATIONS = ("generic", "coincident", "antipodal")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,6 +97,8 @@ def spd_matrices(draw, d, *, max_condition=10.0):
         raise ValidationError(f"max_condition must be >= 1, got {max_condition}.")
     Q = draw(orthogonal_matrices(d))
     lam = np.array(draw(st.lists(_floats(1.0, max_condition), min_size=len(Q), max_size=len(Q))))
+    if np.all(lam == 1.0):
+        return np.eye(len(Q))  # exactly the identity: the W = I edge (the sphere as an ellipsoid)
     W = (Q * lam) @ Q.T
     return 0.5 * (W + W.T)  # exactly symmetric (Ellipsoid checks symmetry)
 
@@ -102,29 +109,44 @@ def spheres(draw, *, dims=DIMS):
     return Sphere(_size(draw, dims, "dims", 2) - 1)
 
 
-@st.composite
-def ellipsoids(draw, *, dims=DIMS, max_condition=10.0):
-    """``Ellipsoid(W)``, W drawn by :func:`~riemattn.testing.strategies.spd_matrices` (condition number <= max_condition)."""
-    return Ellipsoid(draw(spd_matrices(_size(draw, dims, "dims", 2), max_condition=max_condition)))
+def _metrics(metrics):
+    metrics = tuple(metrics)
+    bad = [m for m in metrics if m not in ELLIPSOID_METRICS]
+    if not metrics or bad:
+        raise ValidationError(f"metrics must be a nonempty subset of {tuple(ELLIPSOID_METRICS)}, got {metrics!r}.")
+    return metrics
 
 
 @st.composite
-def manifolds(draw, *, dims=DIMS, kinds=("sphere", "ellipsoid"), max_condition=10.0):
+def ellipsoids(draw, *, dims=DIMS, max_condition=10.0, metrics=("W",)):
+    """``Ellipsoid(W, metric=...)``, W drawn by :func:`~riemattn.testing.strategies.spd_matrices`
+    (condition number <= max_condition; exactly the identity when it shrinks), the metric from
+    ``metrics`` (names of ``riemattn.geometry.ellipsoid.ELLIPSOID_METRICS``: ``"W"``, ``"euclidean"``)."""
+    metrics = _metrics(metrics)
+    W = draw(spd_matrices(_size(draw, dims, "dims", 2), max_condition=max_condition))
+    return Ellipsoid(W, metric=draw(st.sampled_from(metrics)))
+
+
+@st.composite
+def manifolds(draw, *, dims=DIMS, kinds=("sphere", "ellipsoid"), max_condition=10.0, metrics=("W",)):
     """A Sphere, Ellipsoid or (if ``"euclidean"`` is in ``kinds``) Euclidean of dimension d.
 
+    ``kinds`` is a subset of :data:`MANIFOLD_KINDS` (all of them: every manifold riemattn
+    registers); an ellipsoid's metric is drawn from ``metrics`` (see :func:`ellipsoids`).
     Shrinks toward the first kind in ``kinds`` (the sphere by default).
     """
     kinds = tuple(kinds)
     bad = [k for k in kinds if k not in MANIFOLD_KINDS]
     if not kinds or bad:
         raise ValidationError(f"kinds must be a nonempty subset of {MANIFOLD_KINDS}, got {kinds!r}.")
+    metrics = _metrics(metrics)
     kind = draw(st.sampled_from(kinds))
     d = _size(draw, dims, "dims", 2)
     if kind == "sphere":
         return Sphere(d - 1)
     if kind == "euclidean":
         return Euclidean(d)
-    return Ellipsoid(draw(spd_matrices(d, max_condition=max_condition)))
+    return Ellipsoid(draw(spd_matrices(d, max_condition=max_condition)), metric=draw(st.sampled_from(metrics)))
 
 
 def _manifold(draw, manifold):
@@ -155,6 +177,63 @@ def points(draw, manifold, *, tokens=TOKENS, batch_shape=()):
     if isinstance(manifold, Euclidean):
         return x
     return manifold.retract(_nonzero_rows(x))
+
+
+@st.composite
+def token_configurations(draw, manifold, *, tokens=TOKENS, batch_shape=(), kinds=CONFIGURATIONS):
+    """Token configurations at the edges a first experiment reaches, shape ``batch_shape + (l, d)``.
+
+    Parameters
+    ----------
+    manifold : Sphere, Ellipsoid or Euclidean, or a strategy of them
+    tokens, batch_shape :
+        As in :func:`points`.
+    kinds : subset of :data:`CONFIGURATIONS`
+        ``"generic"``: :func:`points`; ``"coincident"``: one token repeated l times (consensus, an
+        equilibrium of every attention field); ``"antipodal"``: a token and its antipode -y
+        alternating (on a Sphere or Ellipsoid -y is on the manifold; the cut locus of y, where
+        log_y is not unique). The kind is drawn per configuration of the batch.
+
+    Guarantee: as :func:`points` (|y^T W y - 1| <= 1e-12, no zero token); coincident tokens are
+    equal bit for bit, antipodal ones exact negatives. Shrinks toward the first kind.
+    """
+    manifold = _manifold(draw, manifold)
+    kinds = tuple(kinds)
+    bad = [k for k in kinds if k not in CONFIGURATIONS]
+    if not kinds or bad:
+        raise ValidationError(f"kinds must be a nonempty subset of {CONFIGURATIONS}, got {kinds!r}.")
+    l = _size(draw, tokens, "tokens", 1)
+    batch = _shape(draw, batch_shape)
+    y = draw(points(manifold, tokens=l, batch_shape=batch))
+    flat = y.reshape((-1, l, manifold.ambient_dim))
+    for k in range(len(flat)):
+        kind = draw(st.sampled_from(kinds))
+        if kind == "coincident":
+            flat[k] = flat[k, 0]
+        elif kind == "antipodal":
+            flat[k] = np.where((np.arange(l) % 2 == 0)[:, None], flat[k, 0], -flat[k, 0])
+    return flat.reshape(y.shape)
+
+
+def step_sizes(t_span, *, max_steps=16, max_factor=4.0):
+    """Step sizes dt for ``integrate`` over ``t_span = (t0, t1)``, from the whole horizon down.
+
+    Draws ``(t1 - t0) / n`` for n in 1..``max_steps`` (1: one step as long as the horizon), or a
+    step longer than the horizon, ``(t1 - t0) * f`` with f in (1, ``max_factor``] (integrate then
+    takes one step, clipped to t1). Tiny steps come from a tiny horizon. Shrinks toward one step
+    over the whole horizon. A span of length 0 gives ``just(1.0)`` (any step is clipped to it).
+    """
+    t0, t1 = (float(t) for t in t_span)
+    T = abs(t1 - t0)
+    if not np.isfinite(T):
+        raise ValidationError(f"t_span must be finite, got {t_span!r}.")
+    max_steps = _size(None, max_steps, "max_steps", 1)  # an int (no draw needed)
+    max_factor = _positive(max_factor, "max_factor", 1.0)
+    if T == 0:
+        return st.just(1.0)
+    inside = st.integers(1, max_steps).map(lambda n: T / n)
+    beyond = _floats(1.0, max_factor).filter(lambda f: f > 1.0).map(lambda f: T * f)
+    return st.one_of(inside, beyond)
 
 
 @st.composite
@@ -235,104 +314,3 @@ def tangent_vectors(draw, manifold, base_point, *, scale=1.0):
         )
     scale = _positive(scale, "scale")
     return manifold.tangent(y, draw(_matrix(y.shape, -scale, scale)))
-
-
-# ---------------------------------------------------------------------------------------------
-# attention
-@st.composite
-def head_matrices(draw, h, d, *, symmetric=False, time_varying=False, scale=1.0, max_terms=2, max_omega=6.0):
-    """Head matrices P_eta (or U_eta): entries in [-scale, scale].
-
-    Parameters
-    ----------
-    h, d : int or strategy of int
-    symmetric : bool
-        Symmetric matrices (M + M^T) / 2 (entries stay in [-scale, scale]).
-    time_varying : bool or None
-        False: an ndarray of shape (h, d, d) (its spectral norms are at most d * scale).
-        True: a :class:`TimeVaryingHeads` with 0..max_terms sinusoids of frequency
-        <= max_omega and its ``bound``. None: either.
-
-    Shrinks toward constant zero matrices of one head.
-    """
-    h, d = _size(draw, h, "h", 1), _size(draw, d, "d", 1)
-    scale = _positive(scale, "scale")
-    if time_varying is None:
-        time_varying = draw(st.booleans())
-    B = draw(_matrix((h, d, d), -scale, scale))
-    B = _sym(B) if symmetric else B
-    if not time_varying:
-        return B
-    K = draw(st.integers(0, max_terms))
-    A = draw(_matrix((K, h, d, d), -scale, scale))
-    omega = draw(hnp.arrays(np.float64, (K,), elements=_floats(0.0, max_omega)))
-    phi = draw(hnp.arrays(np.float64, (K,), elements=_floats(0.0, 2 * np.pi)))
-    return TimeVaryingHeads(B, _sym(A) if symmetric else A, omega, phi)
-
-
-@st.composite
-def symmetric_with_top_eigenvector(draw, d, *, min_gap=0.3, dominant=None):
-    """``(U, v)``: symmetric U (d, d) with a simple top eigenvalue lam_1 in [0.5, 2] and its unit
-    eigenvector v (d,) (the setting of ICML Theorem 4.5).
-
-    The other eigenvalues are <= (1 - min_gap) lam_1. ``dominant=True`` also makes them >= -lam_1
-    (lam_1 is the spectral radius); False allows down to -3 lam_1; None draws either.
-    """
-    Q = draw(orthogonal_matrices(d))
-    d = len(Q)
-    lam1 = draw(_floats(0.5, 2.0))
-    if dominant is None:
-        dominant = draw(st.booleans())
-    lo = -lam1 if dominant else -3.0 * lam1
-    rest = draw(st.lists(_floats(lo, (1 - min_gap) * lam1), min_size=d - 1, max_size=d - 1))
-    lam = np.array([lam1] + rest)
-    U = (Q * lam) @ Q.T
-    return 0.5 * (U + U.T), Q[:, 0].copy()
-
-
-def betas(*, min_value=0.0, max_value=10.0):
-    """Inverse temperatures beta: finite floats in [min_value, max_value] (no subnormals)."""
-    if not (np.isfinite(min_value) and np.isfinite(max_value) and 0 <= min_value <= max_value):
-        raise ValidationError(f"need 0 <= min_value <= max_value < inf, got {min_value}, {max_value}.")
-    return _floats(float(min_value), float(max_value))
-
-
-@st.composite
-def attention_fields(draw, *, dims=DIMS, heads=HEADS, kinds=("sphere", "ellipsoid"), masks=MASKS,
-                     normalizations=NORMALIZATIONS, values=("identity", "matrices"), time_varying=None,
-                     beta=None, scale=1.0, max_condition=10.0):
-    """An :class:`~riemattn.dynamics.attention.AttentionField` (ICML eq. 6).
-
-    Parameters
-    ----------
-    dims, heads : int or strategy of int
-        d and the number of heads h.
-    kinds : subset of {"sphere", "ellipsoid"}
-        The manifold (W drawn by :func:`spd_matrices`; the field's ``manifold`` attribute).
-    masks, normalizations : subsets of ``MASKS``, ``NORMALIZATIONS``
-    values : subset of {"identity", "matrices"}
-        U = I (None) or drawn head matrices.
-    time_varying : bool or None
-        P (and U) time-varying (:class:`TimeVaryingHeads`) or constant; None draws either.
-    beta : float or strategy of float, optional
-        Default :func:`betas` in [0, 2].
-    scale, max_condition : float
-        Entry bound of the head matrices; condition-number bound of W.
-
-    Draw tokens for it with ``points(field.manifold, ...)``. Shrinks toward one head, the sphere,
-    the first mask/normalization, U = I, constant zero P and beta = 0.
-    """
-    manifold = draw(manifolds(dims=dims, kinds=kinds, max_condition=max_condition))
-    if isinstance(manifold, Euclidean):
-        raise ValidationError("attention_fields: kinds must be a subset of ('sphere', 'ellipsoid').")
-    d, h = manifold.ambient_dim, _size(draw, heads, "heads", 1)
-    if time_varying is None:
-        time_varying = draw(st.booleans())
-    P = draw(head_matrices(h, d, time_varying=time_varying, scale=scale))
-    U = None
-    if draw(st.sampled_from(tuple(values))) == "matrices":
-        U = draw(head_matrices(h, d, time_varying=time_varying, scale=scale))
-    b = draw(betas(max_value=2.0)) if beta is None else (draw(beta) if isinstance(beta, SearchStrategy) else beta)
-    W = None if isinstance(manifold, Sphere) else manifold.W
-    return AttentionField(P, U, W=W, mask=draw(st.sampled_from(tuple(masks))),
-                          normalization=draw(st.sampled_from(tuple(normalizations))), beta=b)

@@ -41,7 +41,7 @@ def ready(adaptive: bool) -> bool:
         if loop.signatures:
             return True
         # numba's index of cached compilations of this function, empty when stale (the engine's
-        # code changed since: riemattn.solvers.compiled._cache) or absent
+        # code changed since: riemattn.dynamics._kernel_cache) or absent
         return bool(loop._cache._cache_file._load_index())
     except Exception:  # noqa: BLE001 -- a numba without these internals: never auto-compile
         return False

@@ -1,11 +1,8 @@
-"""The one place the compiled loops import the field kernels from (the contract of
-:mod:`riemattn.dynamics.kernels`): the stand-in until the real kernels are merged."""
+"""The one place the compiled loops import the field kernels from (:mod:`riemattn.dynamics.kernels`;
+importing it installs the engine-wide cache stamp of :mod:`riemattn.dynamics._kernel_cache` before
+any compiled loop is defined)."""
 
-from ._cache import install
-
-install()  # the engine's cache locators, before any of its compiled functions is defined
-
-from ._standin_kernel import (  # noqa: E402, F401
+from ...dynamics.kernels import (  # noqa: F401
     LIFTED_JAC,
     RHS,
     TIME_DERIVATIVE,

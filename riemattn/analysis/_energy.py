@@ -1,0 +1,156 @@
+"""GLPR's interaction energy E_beta and its SA metric weights, plain, rescaled and in log form.
+
+Private module of :mod:`riemattn.analysis.gradients` (which re-exports :func:`energy` and
+:func:`energy_weights`; their documented home is there). With G_ij = <x_i, x_j>::
+
+    E_beta(x)            = 1/(2 beta n^2) sum_{i,j} exp(beta G_ij)                (GLPR eq. 3.5)
+    e^{-beta} E_beta(x)  = 1/(2 beta n^2) sum_{i,j} exp(beta (G_ij - 1))          (rescaled=True)
+    log E_beta(x)        = beta + log sum_{i,j} exp(beta (G_ij - 1)) - log(2 beta n^2)   (log=True)
+
+The rescaled exponents beta (G_ij - 1) are those of the rescaled attention field (defined, with
+their rounding rule, in :mod:`riemattn.dynamics._softmax`): on the unit sphere they are <= 0, so
+the rescaled energy lies in (0, 1/(2 beta)] and its log is finite at every beta > 0. Rescaled
+USA is n times the gradient of the rescaled energy, as USA is of E_beta (GLPR eq. 3.11).
+Everything is written with autograd.numpy (or torch for tensors), so it can be differentiated.
+"""
+
+from __future__ import annotations
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.tracer import isbox
+
+from .._backend import is_torch, namespace, to_numpy
+from .._validation import check_beta, check_rescaled, check_token_array
+from ..dynamics._softmax import RESCALED_ROUNDING
+from ..errors import InputTypeError, ValidationError
+
+__all__ = ["energy", "energy_weights", "kernel_exponent"]
+
+
+def _setup(x, beta, rescaled):
+    beta = check_beta(beta)
+    check_rescaled(rescaled)
+    if not isbox(x):
+        x = check_token_array(x, "x", allow_d0=True)
+    xp = namespace(x) if is_torch(x) else anp
+    G = x @ x.transpose(-1, -2) if is_torch(x) else anp.matmul(x, anp.swapaxes(x, -1, -2))
+    return beta, xp, G, (x.shape[-2] if is_torch(x) else anp.shape(x)[-2])
+
+
+def kernel_exponent(G, beta: float, rescaled: bool, xp=anp):
+    """beta G_ij, or with ``rescaled`` beta (G_ij - 1) with the rounding rule of
+    :mod:`riemattn.dynamics._softmax` (|G_ij - 1| <= RESCALED_ROUNDING gives exactly 0)."""
+    if not rescaled:
+        return beta * G
+    D = G - 1.0
+    with np.errstate(over="ignore"):  # -inf: a weight of 0
+        return xp.where(xp.abs(D) <= RESCALED_ROUNDING, 0.0 * D, beta * D)
+
+
+def energy(x, beta, *, centered: bool = False, rescaled: bool = False, log: bool = False):
+    """GLPR's interaction energy E_beta(x) = 1/(2 beta n^2) sum_{i,j} exp(beta <x_i, x_j>).
+
+    Parameters
+    ----------
+    x : array_like, shape (..., n, d)
+        Particles (on the sphere for the dynamics; any points are accepted).
+    beta : float, >= 0
+    centered : bool, default False
+        Return E_beta - 1/(2 beta) = 1/(2 beta n^2) sum_{i,j} expm1(beta <x_i, x_j>) instead, which is
+        continuous at beta = 0. Both have the same gradient.
+    rescaled : bool, default False
+        Return e^{-beta} times the energy, 1/(2 beta n^2) sum_{i,j} exp(beta (<x_i, x_j> - 1)): the
+        energy of the rescaled USA (``riemattn.usa(beta, d, rescaled=True)`` is n times its
+        gradient), finite at every beta for points on the sphere (in (0, 1/(2 beta)]).
+    log : bool, default False
+        Return the natural log of the (plain or rescaled) energy, computed from the rescaled sum
+        (finite at every beta > 0 on the sphere; ``log E_beta = beta + log(e^{-beta} E_beta)``).
+
+    Returns
+    -------
+    ndarray, shape (...)
+
+    Notes
+    -----
+    E_beta diverges like 1/(2 beta) as beta -> 0; ``beta = 0`` returns the limit of the centered
+    energy, E_0 = 1/(2 n^2) sum_{i,j} <x_i, x_j> = |mean of x|^2 / 2 (the Kuramoto energy on the
+    circle), whatever ``centered`` and ``rescaled`` are (e^0 = 1); ``log`` at beta = 0 and ``log``
+    with ``centered`` raise (infinite / possibly negative). Written with autograd.numpy, so it can
+    be differentiated. Overflow of the plain energy (beta <x_i, x_j> > ~709) raises
+    ValidationError naming beta and pointing to ``rescaled`` and ``log``.
+
+    References
+    ----------
+    GLPR (Geshkovski, Letrouit, Polyanskiy, Rigollet), eq. (3.5), Remark 3.8, eq. (7.4).
+    """
+    beta, xp, G, n = _setup(x, beta, rescaled)
+    if not isinstance(log, (bool, np.bool_)):
+        raise InputTypeError(f"log must be True or False, got {type(log).__name__}.")
+    if log and (centered or beta == 0.0):
+        raise ValidationError("energy(log=True) needs beta > 0 and centered=False: E_beta - 1/(2 beta) may be "
+                              f"<= 0 and E_beta = +inf at beta = 0 (got beta = {beta}, centered={centered}).")
+    if beta == 0.0:
+        return xp.sum(G, axis=(-2, -1)) / (2.0 * n * n)
+    if log:
+        S = kernel_exponent(G, beta, True, xp)
+        m = xp.max(xp.max(S, axis=-1), axis=-1)
+        lse = m + xp.log(xp.sum(xp.exp(S - m[..., None, None]), axis=(-2, -1)))
+        return lse - np.log(2.0 * n * n) - np.log(beta) + (0.0 if rescaled else beta)
+    with np.errstate(over="ignore"):
+        S = kernel_exponent(G, beta, rescaled, xp)
+        if centered:
+            E = (xp.exp(S) - np.exp(-beta)) if rescaled else xp.expm1(S)
+        else:
+            E = xp.exp(S)
+        out = xp.sum(E, axis=(-2, -1)) / (2.0 * n * n) / beta  # (2 beta n^2 may overflow)
+    if not isbox(out) and not bool(xp.all(xp.isfinite(out))):
+        raise ValidationError(
+            f"energy overflowed at beta = {beta}: beta <x_i, x_j> reaches {beta * float(np.max(to_numpy(G))):.4g}; "
+            "use rescaled=True (e^-beta E_beta) or log=True (log E_beta)."
+        )
+    return out
+
+
+def energy_weights(x, beta, *, rescaled: bool = False) -> np.ndarray:
+    """Per-particle weights Z_{beta,i}(x)/n^2 of the metric in which (SA) is the gradient of E_beta.
+
+    Derivation (GLPR section 3.4, eq. 3.12). dE_beta/dx_i = (1/n^2) sum_j e^{beta <x_i,x_j>} x_j
+    (the 1/2 cancels the two equal halves of the double sum, beta cancels 1/beta). In the metric
+    <a, b>_x = sum_i c_i(x) <a_i, b_i> on (S^(d-1))^n the gradient is P^perp_{x_i}(dE/dx_i) / c_i,
+    which equals (SA)'s right-hand side P^perp_{x_i}((1/Z_i) sum_j e^{beta <x_i,x_j>} x_j) iff
+
+        c_i = Z_{beta,i} / n^2,       Z_{beta,i} = sum_j exp(beta <x_i, x_j>).
+
+    GLPR's eq. (3.12) uses the weights Z_{beta,i}/n, with which SA = n grad E_beta -- the same factor n
+    as USA = n grad E_beta for the standard metric (c_i = 1, GLPR eq. 3.11). At beta = 0,
+    Z_{0,i} = n and c_i = 1/n (SA = USA = n grad E_0).
+
+    Parameters
+    ----------
+    x : array_like, shape (..., n, d)
+    beta : float, >= 0
+    rescaled : bool, default False
+        e^{-beta} times the weights (finite at every beta on the sphere): with them SA is the
+        gradient of the rescaled energy (``energy(x, beta, rescaled=True)``), the same field.
+
+    Returns
+    -------
+    ndarray, shape (..., n)
+
+    References
+    ----------
+    GLPR, section 3.4.1, eq. (3.12); Remark 3.8, eq. (3.11).
+    """
+    beta, xp, G, n = _setup(x, beta, rescaled)
+    with np.errstate(over="ignore"):
+        c = xp.sum(xp.exp(kernel_exponent(G, beta, rescaled, xp)), axis=-1) / (n * n)
+    if not isbox(c) and not bool(xp.all(xp.isfinite(c))):
+        raise ValidationError(
+            f"energy_weights overflowed at beta = {beta}: exp(beta <x_i, x_j>) exceeds the float range; "
+            "use rescaled=True."
+        )
+    return c
+
+
+energy.__module__ = energy_weights.__module__ = "riemattn.analysis.gradients"  # documented there

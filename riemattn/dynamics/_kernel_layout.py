@@ -1,0 +1,75 @@
+"""The run-time layout of a packed field (private; see :mod:`riemattn.dynamics.kernels`).
+
+A packed field is three arrays: ``ints`` (configuration, ``N_INTS`` int64 slots at the indices
+below), ``floats`` (data shared by every trajectory) and ``per`` (one row of data per trajectory,
+or a single row for all). Every datum that may be shared or per trajectory is addressed by a
+*location* (``LOC_FLOATS`` or ``LOC_PER``) and an offset into that array. Slots not used by a
+field kind are 0; reserved slots keep their meaning when a kind is added, so packs and kernels
+stay compatible (the compiled code reads the slots, it is not specialised on them).
+
+Head-matrix sources (P and U), ``*_KIND``:
+
+- ``SRC_IDENTITY`` (U only): U_eta = I, nothing stored;
+- ``SRC_CONST``: ``heads * d * d`` numbers (C order, head-major);
+- ``SRC_SCALAR``: one number c, M = c I (one head; GLPR's SA/USA);
+- ``SRC_SINES`` (:class:`~riemattn.dynamics.schedules.TimeVaryingHeads`, ``terms`` = K):
+  B (heads d d), A (K heads d d), omega (K), phi (K);
+- ``SRC_STEPS`` (:class:`~riemattn.dynamics.schedules.PiecewiseConstantHeads`, ``terms`` = m):
+  times (m), stacks (m heads d d).
+"""
+
+from __future__ import annotations
+
+# --- ints slots ---------------------------------------------------------------------------
+KIND = 0  # KIND_ATTENTION, KIND_CIRCLE
+MANIFOLD = 1  # MAN_SPHERE, MAN_ELLIPSOID, MAN_FLAT
+L = 2  # tokens
+D = 3  # dimension of a token
+H = 4  # heads of the field (max of P's and U's heads)
+MASK = 5  # MASK_FULL, MASK_CAUSAL
+NORM = 6  # NORM_PAPER, NORM_SOFTMAX, NORM_MEAN
+RESCALED = 7  # reserved (issue 35): 1 = scores beta (<x_i, P x_j> - 1), "mean" in the log domain
+PLACEMENT = 8  # reserved (issue 36): 0 post (today's field); 1 pre, 2 peri, 3 ngpt, 4 mix
+BETA_LOC = 9
+BETA_OFF = 10
+P_KIND = 11
+P_LOC = 12
+P_OFF = 13
+P_HEADS = 14
+P_TERMS = 15
+U_KIND = 16
+U_LOC = 17
+U_OFF = 18
+U_HEADS = 19
+U_TERMS = 20
+W_OFF = 21  # offset of W (d, d) in floats (ellipsoid), -1 otherwise
+MODEL = 22  # circle form: MODEL_SA, MODEL_USA
+LN_ALPHA_LOC = 23  # reserved (issue 36): ngpt's alpha / mix's switch time
+LN_ALPHA_OFF = 24  # reserved
+LN_SWITCH_OFF = 25  # reserved
+N_INTS = 32
+
+# --- values ---------------------------------------------------------------------------------
+KIND_ATTENTION, KIND_CIRCLE = 0, 1
+MAN_SPHERE, MAN_ELLIPSOID, MAN_FLAT = 0, 1, 2
+MASK_FULL, MASK_CAUSAL = 0, 1
+NORM_PAPER, NORM_SOFTMAX, NORM_MEAN = 0, 1, 2
+LOC_FLOATS, LOC_PER = 0, 1
+SRC_IDENTITY, SRC_CONST, SRC_SCALAR, SRC_SINES, SRC_STEPS = 0, 1, 2, 3, 4
+MODEL_SA, MODEL_USA = 0, 1
+#: operations of kernels.evaluate
+OP_RHS, OP_UPDATE, OP_LIFTED_JAC, OP_TIME_DERIVATIVE = 0, 1, 2, 3
+
+#: "mean": scores below this are exponentiated directly (exp(700) ~ 1e304 is finite); a row
+#: with a larger score is shifted by its maximum, as in riemattn.dynamics._softmax.
+MEAN_DIRECT_MAX = 700.0
+
+
+def work_length(ints) -> int:
+    """Length of the float64 scratch vector one kernel call needs for the pack ``ints``."""
+    l, d, h = int(ints[L]), int(ints[D]), max(int(ints[H]), 1)
+    if int(ints[KIND]) == KIND_CIRCLE:
+        return 4 * l + 8
+    # Pt, Ut, dPt, dUt (h d d each); p, q, u, fh, dfh (h l d each); A, dA (h l l);
+    # f, Wy, Wf, yn, df, row (l d each); c (l) -- see _kernel_attention.offsets
+    return 4 * h * d * d + 5 * h * l * d + 2 * h * l * l + 6 * l * d + l

@@ -1,0 +1,123 @@
+"""Problems at the edges, drawn with riemattn.testing's own strategies (tests/test_edges.py).
+
+A :class:`Problem` is a field on a manifold, initial tokens, a time span and a step size. Fields:
+
+* ``"attention"``: an :class:`~riemattn.AttentionField` (Sphere or Ellipsoid) with head matrices
+  from ``head_matrices`` (constant or time-varying), U = I, drawn, or 0, P possibly 0, beta from
+  ``betas`` or 0 -- the zero-weight and beta = 0 edges;
+* ``"user"``: a user's function wrapped in :class:`~riemattn.VectorField` that counts its calls:
+  F(y) = (I - y y^T W)(y K + a) (the projection of an affine field; on the Euclidean space y K + a
+  itself), K and a with entries up to 3 -- with K skew and W = I this is issue 34's rotation field
+  a x y + a - <y, a> y.
+
+Tokens from ``token_configurations`` (generic, coincident, antipodal), batches (), (2,) and the
+empty (0,); horizons from 1e-9 to 3 and step sizes from ``step_sizes`` (one step over the whole
+horizon, down to horizon / 12, and steps longer than the horizon).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field as dc_field
+
+import numpy as np
+from hypothesis import strategies as st
+
+import riemattn as ra
+from riemattn.testing import strategies as rs
+
+HORIZONS = (0.7, 3.0, 0.05, 1e-9)  # shrinks toward the first
+BATCHES = ((), (2,), (0,))
+SMALL_DIMS = st.integers(2, 3)
+SMALL_TOKENS = st.integers(1, 3)
+
+
+@dataclass
+class Problem:
+    manifold: object
+    field: object
+    y0: np.ndarray
+    t_span: tuple
+    dt: float
+    field_kind: str
+    manifold_kind: str
+    calls: list = dc_field(default_factory=lambda: [0])
+
+    def batched(self, n):
+        """The same problem on a batch of n configurations: the first as given, the others rotated
+        copies of it (so their adaptive steps differ)."""
+        y = [self.y0] + [np.roll(self.y0, k, axis=-1) for k in range(1, n)]
+        return Problem(self.manifold, self.field, np.stack(y), self.t_span, self.dt, self.field_kind,
+                       self.manifold_kind, self.calls)
+
+    def __repr__(self):
+        return (f"Problem({self.field_kind} field on {self.manifold!r}, y0 {self.y0.shape} = {self.y0.tolist()}, "
+                f"t_span {self.t_span}, dt {self.dt!r})")
+
+
+def kind_of(manifold) -> str:
+    return {ra.Sphere: "sphere", ra.Ellipsoid: "ellipsoid", ra.Euclidean: "euclidean"}[type(manifold)]
+
+
+def user_field(manifold, K, a, calls):
+    """F(t, y) = (I - y y^T W)(y K + a) (y K + a on R^d), counting its calls in ``calls[0]``."""
+    flat = isinstance(manifold, ra.Euclidean)
+
+    def f(t, y):
+        calls[0] += 1
+        v = y @ K + a
+        return v if flat else manifold.tangent(y, v)
+
+    return ra.VectorField(f, manifold)
+
+
+@st.composite
+def attention(draw, manifold):
+    d = manifold.ambient_dim
+    h = draw(st.integers(1, 2))
+    P = draw(st.one_of(rs.head_matrices(h, d, time_varying=None), st.just(np.zeros((h, d, d)))))
+    U = draw(st.sampled_from(["identity", "drawn", "zero"]))
+    U = {"identity": None, "zero": np.zeros((h, d, d))}.get(U) if U != "drawn" else draw(rs.head_matrices(h, d))
+    beta = draw(st.one_of(rs.betas(max_value=2.0), st.just(0.0)))
+    W = None if isinstance(manifold, ra.Sphere) else manifold.W
+    return ra.AttentionField(P, U, W=W, beta=beta, mask=draw(st.sampled_from(["full", "causal"])))
+
+
+@st.composite
+def problems(draw, *, field_kinds=("user", "attention"), batches=BATCHES, horizons=HORIZONS):
+    field_kind = draw(st.sampled_from(field_kinds))
+    kinds = rs.MANIFOLD_KINDS if field_kind == "user" else ("sphere", "ellipsoid")
+    M = draw(rs.manifolds(dims=SMALL_DIMS, kinds=kinds))
+    d = M.ambient_dim
+    calls = [0]
+    if field_kind == "user":
+        K = draw(rs.head_matrices(1, d, scale=3.0))[0]
+        a = draw(rs.head_matrices(1, d, scale=3.0))[0][0]
+        F = user_field(M, K, a, calls)
+    else:
+        F = draw(attention(M))
+    y0 = draw(rs.token_configurations(M, tokens=SMALL_TOKENS, batch_shape=st.sampled_from(batches)))
+    T = draw(st.sampled_from(horizons))
+    dt = draw(rs.step_sizes((0.0, T), max_steps=12))
+    return Problem(M, F, y0, (0.0, T), dt, field_kind, kind_of(M), calls)
+
+
+def issue_rotation_problem(dt, T):
+    """Issue 34 item 3: S^2, F = a x y + a - <y, a> y, a = (0, 0, 3), y0 = pi((1, .2, -.5))."""
+    S = ra.Sphere(2)
+    a = np.array([0.0, 0.0, 3.0])
+    K = np.array([[0.0, a[2], -a[1]], [-a[2], 0.0, a[0]], [a[1], -a[0], 0.0]])  # y K = a x y
+    calls = [0]
+    return Problem(S, user_field(S, K, a, calls), S.projection(np.array([[1.0, 0.2, -0.5]])), (0.0, float(T)),
+                   float(dt), "user", "sphere", calls)
+
+
+def tiny_problem(field_kind, manifold_kind):
+    """One small fixed problem of each kind (for ``_edges.refusal``)."""
+    M = {"sphere": ra.Sphere(2), "ellipsoid": ra.Ellipsoid(np.diag([1.0, 2.0, 4.0])),
+         "euclidean": ra.Euclidean(3)}[manifold_kind]
+    y0 = M.projection(np.array([[1.0, 0.2, -0.5], [0.3, 1.0, 0.1]]))
+    if field_kind == "user":
+        F = user_field(M, np.eye(3)[::-1], np.ones(3), [0])
+    else:
+        F = ra.AttentionField(np.eye(3), W=None if manifold_kind == "sphere" else M.W)
+    return Problem(M, F, y0, (0.0, 0.1), 0.05, field_kind, manifold_kind)

@@ -1,0 +1,410 @@
+"""Compiled field kernels (riemattn.dynamics.kernels) against the NumPy field and finite differences.
+
+Every kernel is compiled once per session (numba's on-disk cache makes later sessions cheap): all
+tests call the same few entry points with run-time data.
+
+Tolerances (``_scales``): a sum of N products computed in two different orders differs by at most
+about ``2 N eps`` times the sum of the absolute values of its terms; the attention weights carry a
+relative error of about ``eps`` times the size of the scores' terms (``exp`` turns the absolute
+rounding of a score into a relative error of the weight), ``kappa = d^2 max|beta P| max|y|^2``.
+So each compared quantity gets ``8 eps (N + kappa)`` times the sum of the absolute values of its
+terms (the factor 8: both implementations round, and the projection and the lifting add two
+more products of the same size).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import riemattn as ra
+from riemattn.dynamics import _kernel_layout as K
+from riemattn.dynamics import kernels as kk
+from riemattn.dynamics.circle import CircleField
+from riemattn.dynamics.jacobians import lifted_attention_jacobian
+from riemattn.dynamics.schedules import PiecewiseConstantHeads, TimeVaryingHeads
+from riemattn.errors import UnsupportedByEngine, ValidationError
+from riemattn.testing import strategies as rst
+
+EPS = np.finfo(float).eps
+
+
+def _eval(pack, op, t, y, b=0):
+    """One kernel operation on one trajectory y (l, d)."""
+    y = np.ascontiguousarray(y, dtype=float)
+    l, d = y.shape
+    out = np.empty((l * d, l * d) if op == kk.LIFTED_JAC else (l, d))
+    work = np.full(pack.work, np.nan)  # the kernels must not read scratch they did not write
+    kk.evaluate(op, float(t), y, b, pack.ints, pack.floats, pack.per, work, out)
+    return out
+
+
+def _G(pack, t, x, b=0):
+    """The lifted field |x|_W F(t, pi_W x) through the kernels (project, wnorm, rhs)."""
+    xn, r = np.empty_like(x), np.empty(x.shape[0])
+    kk.project(x, pack.ints, pack.floats, xn)
+    kk.wnorm(x, pack.ints, pack.floats, r)
+    return r[:, None] * _eval(pack, kk.RHS, t, xn, b)
+
+
+def _scales(field, t, y):
+    """(error bound of F and f, error bound of J_G) for the tokens y (..., l, d), the largest over
+    the batch; see the module docstring."""
+    l, d = y.shape[-2:]
+    A = field.attention(t, y)  # (..., h, l, l)
+    h = A.shape[-3]
+    Pmax = np.max(np.abs(field.P(t)))  # beta included
+    U = np.broadcast_to(field.U(t), y.shape[:-2] + (h, d, d))
+    u = np.abs(np.einsum("...hab,...jb->...hja", U, y))
+    absf = np.einsum("...hij,...hja->...ia", A, u)  # sum of |terms| of f
+    Wn = np.max(np.sum(np.abs(field.manifold.W), axis=-1))
+    ymax = np.max(np.abs(y))
+    kappa = d * d * Pmax * ymax ** 2
+    n_terms = l * h + 2 * d
+    proj = 1.0 + d * Wn * ymax ** 2  # the tangent projection's terms
+    bound_f = 8 * EPS * (n_terms + kappa) * np.max(absf) * proj + 1e-300
+    s = {"paper": math.sqrt(d), "softmax": 1.0, "mean": 0.0}[field.normalization]
+    pq = d * Pmax * ymax  # bounds |P y_j| and |P^T y_i|
+    rows = np.max(np.sum(A, axis=(-3, -1)))  # largest sum of alpha over heads and neighbours
+    termsJ = rows * (pq * (np.max(u) + s * np.max(absf)) + np.max(np.abs(U)) + np.max(u) * pq) + Wn * np.max(absf)
+    bound_J = 8 * EPS * (n_terms * d + kappa) * termsJ * proj ** 2 + 1e-300
+    return bound_f, bound_J
+
+
+def _check_against_numpy(field, t, y):
+    """F, f and J_G of every trajectory of y (..., l, d) equal the NumPy engine's."""
+    pack = kk.pack_field(field, y.shape)
+    F, f = field(t, y), field.update(t, y)
+    J = lifted_attention_jacobian(field, t, y)
+    bound_f, bound_J = _scales(field, t, y)
+    yb, Fb, fb, Jb = (a.reshape((-1,) + a.shape[-2:]) for a in (y, F, f, J))
+    for b in range(yb.shape[0]):
+        np.testing.assert_allclose(_eval(pack, kk.RHS, t, yb[b], b), Fb[b], rtol=0, atol=bound_f)
+        np.testing.assert_allclose(_eval(pack, kk.UPDATE, t, yb[b], b), fb[b], rtol=0, atol=bound_f)
+        np.testing.assert_allclose(_eval(pack, kk.LIFTED_JAC, t, yb[b], b), Jb[b], rtol=0, atol=bound_J)
+    return pack
+
+
+def _fd_jacobian(pack, t, x, b=0):
+    """Central differences of the lifted field G (kernels) in every ambient direction."""
+    l, d = x.shape
+    delta = np.cbrt(EPS)
+    J = np.empty((l * d, l * d))
+    for m in range(l * d):
+        e = np.zeros(l * d)
+        e[m] = delta
+        e = e.reshape(l, d)
+        J[:, m] = ((_G(pack, t, x + e, b) - _G(pack, t, x - e, b)) / (2 * delta)).reshape(-1)
+    return J
+
+
+# ---------------------------------------------------------------------------------------------
+# every supported combination, drawn
+@settings(max_examples=120)
+@given(data=st.data())
+def test_value_update_and_jacobian_equal_the_numpy_engine(data):
+    field = data.draw(rst.attention_fields(dims=st.integers(2, 4), heads=st.integers(1, 3),
+                                           values=("identity", "matrices")), label="field")
+    y = data.draw(rst.points(field.manifold, tokens=st.integers(1, 5)), label="y")
+    t = data.draw(st.floats(-2.0, 2.0), label="t")
+    _check_against_numpy(field, t, y)
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_lifted_jacobian_matches_finite_differences(data):
+    field = data.draw(rst.attention_fields(dims=st.integers(2, 4), heads=st.integers(1, 2)), label="field")
+    y = data.draw(rst.points(field.manifold, tokens=st.integers(1, 4)), label="y")
+    pack = kk.pack_field(field, y.shape)
+    J = _eval(pack, kk.LIFTED_JAC, 0.3, y)
+    # truncation delta^2 / 6 |G'''| with every derivative of exp(y^T beta P y) bringing a factor
+    # up to 2 |beta P|_2 max|y| (at most ~ 20 here); rounding eps |G| / delta
+    growth = 1.0 + 2.0 * np.max(np.linalg.norm(field.P(0.3), ord=2, axis=(-2, -1))) * np.max(np.abs(y))
+    _, bound_J = _scales(field, 0.3, y)
+    scale = bound_J / (8 * EPS) / 100 + np.max(np.abs(J)) + 1.0  # the size of J's terms
+    tol = (np.cbrt(EPS) ** 2 * growth ** 3 + 10 * np.cbrt(EPS) ** 2) * scale
+    np.testing.assert_allclose(J, _fd_jacobian(pack, 0.3, y), rtol=0, atol=tol)
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_time_derivative_matches_finite_differences(data):
+    field = data.draw(rst.attention_fields(dims=st.integers(2, 3), heads=st.integers(1, 2), time_varying=True),
+                      label="field")
+    y = data.draw(rst.points(field.manifold, tokens=st.integers(1, 4)), label="y")
+    pack = kk.pack_field(field, y.shape)
+    assert pack.autonomous is False
+    t, dt = 0.7, np.cbrt(EPS)
+    fd = (_G(pack, t + dt, y) - _G(pack, t - dt, y)) / (2 * dt)
+    # third t-derivatives: omega <= 6 per sinusoid, times the growth of the weights
+    growth = (1.0 + 6.0) * (1.0 + 2.0 * np.max(np.abs(field.P(t))) * field.d)
+    scale = 1.0 + np.max(np.abs(fd))
+    np.testing.assert_allclose(_eval(pack, kk.TIME_DERIVATIVE, t, y), fd, rtol=0,
+                               atol=(dt ** 2 * growth ** 3 + 10 * dt ** 2) * scale)
+
+
+# ---------------------------------------------------------------------------------------------
+# explicit edges
+def _sphere_points(rng, l, d):
+    y = rng.normal(size=(l, d))
+    return y / np.linalg.norm(y, axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("normalization", ["paper", "softmax", "mean"])
+@pytest.mark.parametrize("mask", ["full", "causal"])
+@pytest.mark.parametrize("tokens", ["coincident", "antipodal"])
+def test_coincident_and_antipodal_tokens(normalization, mask, tokens):
+    rng = np.random.default_rng(1)
+    v = _sphere_points(rng, 1, 3)[0]
+    y = np.stack([v, v, v]) if tokens == "coincident" else np.stack([v, -v, v, -v])
+    P, U = rng.normal(size=(2, 3, 3)), rng.normal(size=(2, 3, 3))
+    for field in (ra.AttentionField(P, U, mask=mask, normalization=normalization, beta=1.3),
+                  ra.AttentionField(np.eye(3), mask=mask, normalization=normalization, beta=1.3)):
+        _check_against_numpy(field, 0.0, y)
+
+
+def test_zero_weights_zero_beta_and_identity_W():
+    rng = np.random.default_rng(2)
+    y = _sphere_points(rng, 4, 3)
+    P = rng.normal(size=(3, 3))
+    fields = [ra.AttentionField(np.zeros((3, 3))), ra.AttentionField(P, np.zeros((3, 3))),
+              ra.AttentionField(P, beta=0.0), ra.usa(0.0, 3), ra.AttentionField(P, W=np.eye(3)),
+              ra.AttentionField(P, 0.5 * np.eye(3))]
+    for field in fields:
+        _check_against_numpy(field, 0.0, y)
+    pack = kk.pack_field(fields[-2], y.shape)
+    assert pack.ints[K.MANIFOLD] == K.MAN_SPHERE  # W = I: the sphere's path
+    # the ellipsoid path itself at W = I gives the same numbers
+    ints = pack.ints.copy()
+    ints[K.MANIFOLD], ints[K.W_OFF] = K.MAN_ELLIPSOID, pack.floats.size
+    pack_e = pack._replace(ints=ints, floats=np.concatenate([pack.floats, np.eye(3).ravel()]))
+    bound_f, bound_J = _scales(fields[-2], 0.0, y)
+    np.testing.assert_allclose(_eval(pack_e, kk.RHS, 0.0, y), fields[-2](0.0, y), rtol=0, atol=bound_f)
+    np.testing.assert_allclose(_eval(pack_e, kk.LIFTED_JAC, 0.0, y),
+                               lifted_attention_jacobian(fields[-2], 0.0, y), rtol=0, atol=bound_J)
+
+
+@pytest.mark.parametrize("beta", [700.0, 1e4])
+@pytest.mark.parametrize("normalization", ["paper", "softmax", "mean"])
+def test_large_beta_near_overflow(beta, normalization):
+    rng = np.random.default_rng(3)
+    y = _sphere_points(rng, 5, 3)
+    y[1] = y[0] * np.array([1.0, 1.0, 1.0])  # a coincident pair: the largest possible score beta
+    field = ra.AttentionField(np.eye(3), normalization=normalization, beta=beta)
+    if normalization == "mean" and beta > 709:  # e^beta / l overflows: NumPy raises, the kernel gives inf
+        with pytest.raises(ValidationError, match="overflow"):
+            field(0.0, y)
+        pack = kk.pack_field(field, y.shape)
+        assert not np.all(np.isfinite(_eval(pack, kk.RHS, 0.0, y)))
+        return
+    _check_against_numpy(field, 0.0, y)
+
+
+def test_beta_per_trajectory_and_batches():
+    rng = np.random.default_rng(4)
+    beta = np.array([[0.0], [0.5], [3.0]])  # broadcasts against the batch (3, 2)
+    y = np.stack([[_sphere_points(rng, 4, 3) for _ in range(2)] for _ in range(3)])
+    for norm in ("paper", "mean"):
+        field = ra.AttentionField(rng.normal(size=(2, 3, 3)), rng.normal(size=(3, 3)), beta=beta,
+                                  normalization=norm, mask="causal")
+        pack = _check_against_numpy(field, 0.2, y)
+        assert pack.per.shape == (6, 1)
+
+
+def test_per_trajectory_weights_from_packed_rows():
+    """One P and U per trajectory (the data layout of batched weights): rows of ``per``."""
+    rng = np.random.default_rng(5)
+    B, h, l, d = 3, 2, 4, 3
+    Ps, Us = rng.normal(size=(B, h, d, d)), rng.normal(size=(B, h, d, d))
+    betas = np.array([0.5, 1.0, 2.0])
+    W = np.diag([1.0, 2.0, 0.5])
+    fields = [ra.AttentionField(Ps[b], Us[b], W=W, beta=betas[b], normalization="softmax") for b in range(B)]
+    y = np.stack([fields[0].manifold.projection(rng.normal(size=(l, d))) for _ in range(B)])
+    pack = kk.pack_field(fields[0], (l, d))
+    ints = pack.ints.copy()
+    ints[K.BETA_LOC], ints[K.BETA_OFF] = K.LOC_PER, 0
+    ints[K.P_LOC], ints[K.P_OFF] = K.LOC_PER, 1
+    ints[K.U_LOC], ints[K.U_OFF] = K.LOC_PER, 1 + h * d * d
+    per = np.ascontiguousarray(np.concatenate([betas[:, None], Ps.reshape(B, -1), Us.reshape(B, -1)], axis=1))
+    packed = pack._replace(ints=ints, per=per)
+    for b in range(B):
+        bound_f, bound_J = _scales(fields[b], 0.0, y[b])
+        np.testing.assert_allclose(_eval(packed, kk.RHS, 0.0, y[b], b), fields[b](0.0, y[b]), rtol=0, atol=bound_f)
+        np.testing.assert_allclose(_eval(packed, kk.LIFTED_JAC, 0.0, y[b], b),
+                                   lifted_attention_jacobian(fields[b], 0.0, y[b]), rtol=0, atol=bound_J)
+
+
+def test_piecewise_constant_weights():
+    rng = np.random.default_rng(6)
+    stacks = rng.normal(size=(3, 2, 3, 3))
+    P = PiecewiseConstantHeads([0.0, 1.0, 2.5], stacks)
+    U = PiecewiseConstantHeads([0.0, 2.0], rng.normal(size=(2, 3, 3)))
+    field = ra.AttentionField(P, U, normalization="paper")
+    y = _sphere_points(rng, 4, 3)
+    pack = kk.pack_field(field, y.shape)
+    assert pack.autonomous is False and pack.breaks.tolist() == [1.0, 2.0, 2.5]
+    for t in (-1.0, 0.0, 0.99, 1.0, 2.2, 2.5, 9.0):
+        _check_against_numpy(field, t, y)
+        const = ra.AttentionField(stacks[P.index(t)], U(t), normalization="paper")
+        np.testing.assert_array_equal(field(t, y), const(t, y))  # the NumPy engine takes it too
+        np.testing.assert_array_equal(_eval(pack, kk.TIME_DERIVATIVE, t, y), 0.0)
+
+
+def test_time_varying_heads_and_its_derivative():
+    rng = np.random.default_rng(7)
+    tv = TimeVaryingHeads(rng.normal(size=(2, 3, 3)), rng.normal(size=(2, 2, 3, 3)), np.array([1.0, 3.0]),
+                          np.array([0.2, 1.0]))
+    dt = 1e-6
+    np.testing.assert_allclose(tv.derivative(0.4), (tv(0.4 + dt) - tv(0.4 - dt)) / (2 * dt), atol=1e-8)
+    field = ra.AttentionField(tv, tv, W=np.diag([2.0, 1.0, 1.0]), mask="causal", normalization="mean", beta=0.8)
+    y = field.manifold.projection(rng.normal(size=(2, 4, 3)))
+    for t in (0.0, 1.7):
+        _check_against_numpy(field, t, y)
+
+
+def test_flat_space_attention_is_its_update():
+    """MAN_FLAT (the residual stream of the pre-norm placements): F = f and J_G = Df."""
+    rng = np.random.default_rng(8)
+    field = ra.AttentionField(rng.normal(size=(2, 3, 3)), normalization="softmax")
+    y = rng.normal(size=(4, 3))
+    pack = kk.pack_field(field, y.shape)
+    ints = pack.ints.copy()
+    ints[K.MANIFOLD] = K.MAN_FLAT
+    flat = pack._replace(ints=ints)
+    f = field.update(0.0, y)
+    bound_f, bound_J = _scales(field, 0.0, y)
+    np.testing.assert_allclose(_eval(flat, kk.RHS, 0.0, y), f, rtol=0, atol=bound_f)
+    J = _eval(flat, kk.LIFTED_JAC, 0.0, y)
+    delta, fd = np.cbrt(EPS), np.empty_like(J)
+    for m in range(y.size):
+        e = np.zeros(y.size)
+        e[m] = delta
+        fd[:, m] = ((field.update(0.0, y + e.reshape(y.shape)) - field.update(0.0, y - e.reshape(y.shape)))
+                    / (2 * delta)).ravel()
+    np.testing.assert_allclose(J, fd, rtol=0, atol=1e-8 * (1 + np.max(np.abs(J))))
+
+
+def test_geometry_kernels():
+    rng = np.random.default_rng(9)
+    for field in (ra.AttentionField(np.eye(3)), ra.AttentionField(np.eye(3), W=np.diag([3.0, 1.0, 0.5]))):
+        M = field.manifold
+        x, v = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+        pack = kk.pack_field(field, x.shape)
+        out, r = np.empty_like(x), np.empty(4)
+        kk.project(x, pack.ints, pack.floats, out)
+        np.testing.assert_allclose(out, M.projection(x), rtol=4 * EPS)
+        kk.wnorm(x, pack.ints, pack.floats, r)
+        np.testing.assert_allclose(r, M.norm(x), rtol=4 * EPS)
+        y = M.projection(x)
+        kk.to_tangent(v, y, pack.ints, pack.floats, out)
+        np.testing.assert_allclose(out, M.to_tangent(v, y), rtol=0, atol=32 * EPS * np.max(np.abs(v)))
+
+
+@pytest.mark.parametrize("model", ["sa", "usa"])
+@pytest.mark.parametrize("beta", [0.0, 2.0, 40.0])
+def test_circle_form(model, beta):
+    rng = np.random.default_rng(10)
+    theta = rng.uniform(-np.pi, np.pi, size=6)
+    theta[1] = theta[0]  # coincident
+    theta[2] = theta[0] + np.pi  # antipodal
+    field = CircleField(beta, model)
+    pack = kk.pack_field(field, (6, 1))
+    y = theta[:, None]
+    ref = field(0.0, theta)
+    scale = np.max(np.sum(np.exp(beta * np.cos(theta[None] - theta[:, None])), axis=-1))
+    scale = scale / 6 if model == "usa" else 1.0
+    atol = 8 * EPS * (6 + beta) * scale
+    np.testing.assert_allclose(_eval(pack, kk.RHS, 0.0, y)[:, 0], ref, rtol=0, atol=atol)
+    J = _eval(pack, kk.LIFTED_JAC, 0.0, y)
+    delta, fd = np.cbrt(EPS), np.empty((6, 6))
+    for k in range(6):
+        e = np.zeros(6)
+        e[k] = delta
+        fd[:, k] = (field(0.0, theta + e) - field(0.0, theta - e)) / (2 * delta)
+    np.testing.assert_allclose(J, fd, rtol=0, atol=delta ** 2 * (1 + beta) ** 3 * scale + 10 * delta ** 2 * scale)
+    np.testing.assert_array_equal(_eval(pack, kk.TIME_DERIVATIVE, 0.0, y), 0.0)
+
+
+def test_unsupported_fields_are_named():
+    rng = np.random.default_rng(11)
+    P = rng.normal(size=(3, 3))
+    with pytest.raises(UnsupportedByEngine, match="VectorField"):
+        kk.pack_field(ra.VectorField(lambda t, y: y, ra.Sphere(2)), (2, 3))
+    with pytest.raises(UnsupportedByEngine, match="callable P"):
+        kk.pack_field(ra.AttentionField(lambda t: np.cos(t) * P), (2, 3))
+
+    class Sub(ra.AttentionField):
+        pass
+
+    with pytest.raises(UnsupportedByEngine, match="Sub"):
+        kk.pack_field(Sub(P), (2, 3))
+    with pytest.raises(ValidationError, match="y_shape"):
+        kk.pack_field(ra.AttentionField(P), (2, 4))
+    with pytest.raises(ValidationError, match="beta"):
+        kk.pack_field(ra.AttentionField(P, beta=np.ones(3)), (2, 2, 3))
+    # the rescaled low-temperature forms have no kernel yet: refused, never packed as the plain form
+    with pytest.raises(UnsupportedByEngine, match="rescaled"):
+        kk.pack_field(ra.usa(800.0, 3, rescaled=True), (2, 3))
+    with pytest.raises(UnsupportedByEngine, match="rescaled"):
+        kk.pack_field(ra.circle.CircleField(800.0, "usa", rescaled=True), (5, 1))
+    with pytest.raises(UnsupportedByEngine, match="LayerNormField"):
+        kk.pack_field(ra.layernorm(ra.usa(1.0, 3), "pre"), (2, 3))
+
+
+def test_unsupported_torch_parameters():
+    torch = pytest.importorskip("torch")
+    P = torch.eye(3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(UnsupportedByEngine, match="gradient"):
+        kk.pack_field(ra.AttentionField(P), (2, 3))
+
+
+def test_cache_is_keyed_on_every_engine_source(tmp_path):
+    """A cached kernel embeds the code of the helpers it calls: its stamp covers all engine files."""
+    from riemattn.dynamics import _kernel_cache as kc
+
+    assert kc.INSTALLED
+    assert isinstance(kk.evaluate._cache._impl.locator, kc._EngineStamp)
+    names = {p.name for p in kc.engine_sources()}
+    assert {"kernels.py", "_kernel_attention.py", "_kernel_circle.py", "_kernel_dtime.py"} <= names
+    (tmp_path / "dynamics").mkdir()
+    for name in ("kernels.py", "_kernel_attention.py", "other.py"):
+        (tmp_path / "dynamics" / name).write_text("x = 1\n")
+    before = kc.engine_stamp(tmp_path)
+    (tmp_path / "dynamics" / "other.py").write_text("x = 2\n")  # not an engine file
+    assert kc.engine_stamp(tmp_path) == before
+    (tmp_path / "dynamics" / "_kernel_attention.py").write_text("x = 2\n")
+    assert kc.engine_stamp(tmp_path) != before
+
+
+def test_per_trajectory_weights_packed_from_batched_stacks():
+    """pack_field on weights with leading batch axes (constant, and TimeVaryingHeads with batch
+    axes on B and A), as AttentionField holds them with per-trajectory weights: HeadMatrices
+    ``const`` / ``fn`` of shape batch + (h, d, d), here set by hand."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(12)
+    nb, h, l, d, n_terms = 3, 2, 4, 3, 2
+    Ps = rng.normal(size=(nb, 1, h, d, d))  # batch (3, 1) against y's batch (3, 2)
+    omega, phi = np.array([1.0, 2.5]), np.array([0.3, -0.4])
+    Bs, As = rng.normal(size=(nb, 1, h, d, d)), rng.normal(size=(n_terms, nb, 1, h, d, d))
+    y = np.stack([[_sphere_points(rng, l, d) for _ in range(2)] for _ in range(nb)])
+    field = ra.AttentionField(Ps[0, 0], TimeVaryingHeads(Bs[0, 0], As[:, 0, 0], omega, phi), mask="causal")
+    field._P = SimpleNamespace(fn=None, const=Ps, param=None, shape=Ps.shape)
+    field._U = SimpleNamespace(fn=TimeVaryingHeads(Bs, As, omega, phi), const=None, param=None, shape=Bs.shape)
+    pack = kk.pack_field(field, y.shape)
+    assert pack.per.shape[0] == 6 and pack.ints[K.P_LOC] == K.LOC_PER == pack.ints[K.U_LOC]
+    t = 0.8
+    for b in range(6):
+        i, j = divmod(b, 2)
+        single = ra.AttentionField(Ps[i, 0], TimeVaryingHeads(Bs[i, 0], As[:, i, 0], omega, phi), mask="causal")
+        bound_f, bound_J = _scales(single, t, y[i, j])
+        np.testing.assert_allclose(_eval(pack, kk.RHS, t, y[i, j], b), single(t, y[i, j]), rtol=0, atol=bound_f)
+        np.testing.assert_allclose(_eval(pack, kk.LIFTED_JAC, t, y[i, j], b),
+                                   lifted_attention_jacobian(single, t, y[i, j]), rtol=0, atol=bound_J)
+        one = kk.pack_field(single, (l, d))
+        np.testing.assert_allclose(_eval(pack, kk.TIME_DERIVATIVE, t, y[i, j], b),
+                                   _eval(one, kk.TIME_DERIVATIVE, t, y[i, j]), rtol=0, atol=bound_f)
