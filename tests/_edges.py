@@ -5,8 +5,8 @@
 * ``MANIFOLD_KINDS`` / ``METRICS``: every manifold kind of ``riemattn.testing.strategies`` and
   every ellipsoid metric of ``ELLIPSOID_METRICS`` (tests/test_edges_manifolds.py checks that every
   manifold class riemattn exports is drawn);
-* ``ENGINES``: the integration engines; ``integrate(..., engine=...)`` is coming (a compiled
-  engine): add its name here and every edge test runs on it;
+* ``ENGINES``: the integration engines of ``integrate(..., engine=...)``: every edge test runs on
+  each;
 * ``KNOWN``: the strict xfails, each a bug that another branch fixes (reason names the issue item);
   a fix turns its mark into an XPASS failure, and the mark is removed then;
 * ``budget(n)``: examples per property, scaled by the Hypothesis profile (n in ``ci``, 5n in
@@ -28,8 +28,9 @@ STEPPERS = sorted(ra.STEPPERS)
 ADAPTIVE = frozenset(n for n in STEPPERS if ra.STEPPERS[n].adaptive)
 MANIFOLD_KINDS = rs.MANIFOLD_KINDS
 METRICS = tuple(ELLIPSOID_METRICS)
-#: the integration engines (one today; ``integrate(..., engine=...)`` adds "compiled")
-ENGINES = ["numpy"]
+#: the integration engines (``integrate(..., engine=...)``); on "compiled", a call the compiled
+#: engine does not support (UnsupportedByEngine) is skipped: the "numpy" run covers it
+ENGINES = ["numpy", "compiled"]
 
 #: test name -> {stepper: reason}: the parametrizations that fail today, marked xfail(strict=True)
 #: (issue 34 items 2, 3, 6 and 8, the adaptive RKMK45's overflow and the empty batch's skipped

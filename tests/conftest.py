@@ -18,6 +18,7 @@ docs/contributing.md ("Running the tests") shows the commands.
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # The suite runs as two xdist workers on two cores: one thread per worker. PyTorch's default of one
@@ -40,3 +41,15 @@ settings.register_profile("thorough", max_examples=1000, derandomize=False, dead
                           suppress_health_check=_SLOW_DRAWS, print_blob=True)
 settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+#: The executions of ``integrate`` (issue 37). A test module runs on both with
+#: ``pytestmark = pytest.mark.usefixtures("engine")``: ``engine`` makes ``integrate``'s default
+#: ``engine="auto"`` prefer the named engine (RIEMATTN_ENGINE; calls the compiled engine cannot run
+#: stay on NumPy). ``RIEMATTN_ENGINE=compiled pytest`` runs the whole suite that way.
+ENGINES = ("numpy", "compiled")
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request, monkeypatch):
+    monkeypatch.setenv("RIEMATTN_ENGINE", request.param)
+    return request.param

@@ -71,8 +71,8 @@ def test_import_contract_fails_on_a_planted_forbidden_import(tmp_path, module, p
 def test_private_core_modules_are_all_forbidden_to_the_outer_rooms():
     contracts = _contract()["contracts"]
     listed = next(c for c in contracts if "private module" in c["name"])["forbidden_modules"]
-    private = sorted(f"riemattn.{room}.{p.stem}" for room in CORE
-                     for p in (PACKAGE / room).glob("_*.py") if p.name != "__init__.py")
+    private = sorted("riemattn." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts) for room in CORE
+                     for p in (PACKAGE / room).rglob("_*.py") if p.name != "__init__.py")
     assert sorted(listed) == private
 
 

@@ -23,6 +23,11 @@ crossing can be located by root finding on the dense output (docs/events.md):
   GLPR's interaction energy E_beta (:func:`riemattn.analysis.gradients.energy`) and
   :func:`lyapunov_level` for V(y) = max_i (1 - <v, y_i>) (ICML eq. 7).
 
+Compiled engine (``integrate(..., engine="compiled")``): consensus, cluster_merge(s),
+leave_hemisphere and lyapunov_level carry a declarative ``spec`` that the compiled loops evaluate
+themselves; level, energy_level and leave_common_hemisphere (Python functions, a linear program)
+run on the NumPy engine.
+
 Backends: consensus, cluster_merge, leave_hemisphere and lyapunov_level compute with the tokens'
 array namespace (NumPy or torch, on the device); energy_level and leave_common_hemisphere compute
 on the host with NumPy (one copy per call for tensors).
@@ -38,6 +43,7 @@ linkage cluster analysis", J. R. Stat. Soc. C 18 (1969).
 
 from __future__ import annotations
 
+import dataclasses
 from numbers import Integral
 
 import numpy as np
@@ -117,7 +123,8 @@ def consensus(threshold: float, *, measure: str = "misalignment", terminal=True,
     def g(t, y):
         return fn(y) - threshold
 
-    return Event(g, direction=-1, terminal=terminal, name=name or f"consensus_{measure}")
+    return Event(g, direction=-1, terminal=terminal, name=name or f"consensus_{measure}",
+                 spec=(measure, threshold))
 
 
 def merge_heights(y):
@@ -211,7 +218,7 @@ def cluster_merge(tol: float, clusters: int, *, terminal=False, name=None) -> Ev
             raise ValidationError(f"cluster_merge(clusters={c}) needs more than {c} tokens, got l = {l}.")
         return merge_heights(y)[..., c - 1] - tol
 
-    return Event(g, direction=-1, terminal=terminal, name=name or f"merge_to_{c}")
+    return Event(g, direction=-1, terminal=terminal, name=name or f"merge_to_{c}", spec=("merge", tol, c))
 
 
 def cluster_merges(tol: float, counts, *, terminal_at=None) -> list:
@@ -244,7 +251,8 @@ def cluster_merges(tol: float, counts, *, terminal_at=None) -> list:
             if c >= y.shape[-2]:
                 raise ValidationError(f"cluster_merge(clusters={c}) needs more than {c} tokens, got l = {y.shape[-2]}.")
             return heights(y)[..., c - 1] - tol
-        return Event(g, direction=-1, terminal=bool(terminal_at == c), name=f"merge_to_{c}")
+        return Event(g, direction=-1, terminal=bool(terminal_at == c), name=f"merge_to_{c}",
+                     spec=("merge", tol, c))
 
     return [make(c) for c in counts]
 
@@ -270,7 +278,8 @@ def leave_hemisphere(v, *, terminal=False, name=None) -> Event:
             vv = consts[key] = v if type(y) is np.ndarray else xp.asarray(v, dtype=y.dtype, device=y.device)
         return xp.min((y @ vv) / _norms(y), axis=-1)
 
-    return Event(g, direction=-1, terminal=terminal, name=name or "leave_hemisphere")
+    return Event(g, direction=-1, terminal=terminal, name=name or "leave_hemisphere",
+                 spec=("leave_hemisphere", *map(float, v)))
 
 
 def _lp_margin(U):
@@ -357,4 +366,6 @@ def lyapunov_level(v, value: float, *, direction=-1, terminal=False, name=None) 
     def V(y):
         return hemisphere_lyapunov(y, v)
 
-    return level(V, value, direction=direction, terminal=terminal, name=name or "lyapunov_level")
+    ev_value = check_real(value, "value")
+    ev = level(V, value, direction=direction, terminal=terminal, name=name or "lyapunov_level")
+    return dataclasses.replace(ev, spec=("lyapunov_level", float(ev_value), *map(float, v)))

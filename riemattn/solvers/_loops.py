@@ -219,6 +219,11 @@ def initial_step(field, stepper, t0, y0, f0, rtol, atol, t1):
 #: or contracting mode (large beta attention, near consensus); the small proportional term damps
 #: that at no cost elsewhere. After a rejection the step is not allowed to grow.
 PI_BETA, SAFETY, FACMIN, FACMAX = 0.04, 0.9, 0.2, 10.0
+#: A step that ends within LAST_STEP_RTOL * max(1, |t1|) of t1 is stretched to end on t1 exactly;
+#: a rejected step shorter than UNDERFLOW_RTOL * max(1, |t|) stops the trajectory (step size
+#: underflow); the previous error the PI term sees is at least ERR_PREV_FLOOR. (The compiled
+#: engine, riemattn.solvers.compiled, reads these constants too.)
+LAST_STEP_RTOL, UNDERFLOW_RTOL, ERR_PREV_FLOOR = 1e-12, 1e-14, 1e-4
 
 
 #: A batch is compacted to its unfinished trajectories when they are fewer than this fraction of
@@ -322,7 +327,7 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
             active = ~done
         remaining = t1 - t_w
         h_try = xp.where(active, xp.minimum(h_w, remaining), 0.0)
-        last = active & (h_try >= remaining - 1e-12 * max(1.0, abs(t1)))
+        last = active & (h_try >= remaining - LAST_STEP_RTOL * max(1.0, abs(t1)))
         h_try = xp.where(last, remaining, h_try)
         extra = {} if state is None else {"state": shaped(state)}
         res = stepper.step(field_w, shaped(t_w), shaped(y_w), shaped(h_try), None if k1 is None else shaped(k1), **extra)
@@ -365,7 +370,7 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
             shrink = xp.where(finite & (err > 1.0), xp.clip(SAFETY * err ** (-1.0 / k), FACMIN, None), FACMIN)
         h_new = xp.where(accept, xp.where(last, xp.maximum(h_w, h_try), h_try) * grow, h_try * shrink)
         h_w = xp.where(active, h_new, h_w)
-        err_prev = xp.where(accept, xp.clip(err, 1e-4, None), err_prev)
+        err_prev = xp.where(accept, xp.clip(err, ERR_PREV_FLOOR, None), err_prev)
         rejected_prev = xp.where(active, ~accept, rejected_prev)
         nonfinite_prev = xp.where(active, ~finite, nonfinite_prev)
         t_w = xp.where(accept, t_new, t_w)
@@ -382,7 +387,7 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
             status[w] = xp.where(hit, TERMINAL, status[w])
             finished = finished | hit
         done = done | finished
-        tiny = active & ~accept & (h_w < 1e-14 * xp.clip(xp.abs(t_w), 1.0, None))
+        tiny = active & ~accept & (h_w < UNDERFLOW_RTOL * xp.clip(xp.abs(t_w), 1.0, None))
         if _any(tiny):
             status[w] = xp.where(tiny, xp.where(nonfinite_prev, NON_FINITE, UNDERFLOW), status[w])
             t_fail[w] = xp.where(tiny, t_w, t_fail[w])

@@ -82,6 +82,11 @@ class Event:
     samples : int
         Interior sample points per accepted step (0: the step's ends only). Two crossings more
         than h / (samples + 1) apart inside one step are both found.
+    spec : tuple, optional
+        A declarative form of ``g`` the compiled engine evaluates itself (``(name, *numbers)``;
+        set by the built-in events of :mod:`riemattn.analysis.events`, see
+        ``integrate(..., engine=...)``); None for a user function, which runs on the NumPy engine.
+        It must describe the same function as ``g``.
 
     References
     ----------
@@ -93,6 +98,7 @@ class Event:
     terminal: bool | int = False
     name: str | None = None
     samples: int = 0
+    spec: tuple | None = None
 
     def __post_init__(self):
         if not callable(self.g):
@@ -114,6 +120,9 @@ class Event:
         if isinstance(s, bool) or not isinstance(s, Integral) or s < 0:
             raise ValidationError(f"samples must be an integer >= 0, got {plain(s)}.")
         object.__setattr__(self, "samples", int(s))
+        if self.spec is not None and (not isinstance(self.spec, tuple) or not self.spec
+                                      or not isinstance(self.spec[0], str)):
+            raise ValidationError(f"spec must be None or a tuple (name, *numbers), got {self.spec!r}.")
 
 
 def _on_host(event):
@@ -146,7 +155,8 @@ def as_events(events) -> tuple:
             e = Event(e, getattr(e, "direction", 0), getattr(e, "terminal", False), None)
         if e.name is None:
             name = getattr(e.g, "__name__", "")
-            e = Event(e.g, e.direction, e.terminal, name if name and name != "<lambda>" else f"event{i}", e.samples)
+            e = Event(e.g, e.direction, e.terminal, name if name and name != "<lambda>" else f"event{i}", e.samples,
+                      e.spec)
         out.append(e)
     names = [e.name for e in out]
     if len(set(names)) != len(names):

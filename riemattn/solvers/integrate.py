@@ -17,6 +17,7 @@ from ._recorder import check_saveat
 from ._event_tracker import Tracker
 from .events import Events, _on_host, as_events
 from .steppers import get_stepper
+from .compiled._dispatch import dispatch
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
 
@@ -76,6 +77,8 @@ class Trajectory:
         The same counters and the status of each trajectory.
     stepper : str
         Name of the stepper used.
+    engine : str
+        ``"numpy"`` or ``"compiled"``: the engine that ran (``integrate(..., engine=...)``).
     events : Events or None
         With ``integrate(..., events=...)``: the crossings per trajectory (padded arrays with
         counts, :class:`riemattn.solvers.events.Events`); None without events.
@@ -94,6 +97,7 @@ class Trajectory:
     attrs: dict = dc_field(default_factory=dict)
     events: Events | None = None
     dense: object = dc_field(default=None, repr=False)
+    engine: str = "numpy"
 
     def interpolate(self, t):
         """The solution at any time(s) ``t`` of the solved interval (``integrate(..., dense_output=True)``).
@@ -210,6 +214,7 @@ def integrate(
     events=None,
     event_tol=None,
     dense_output=False,
+    engine="auto",
 ):
     """Integrate ``dy/dt = field(t, y)`` on the field's manifold from ``t0`` to ``t1``.
 
@@ -265,6 +270,8 @@ def integrate(
     dense_output : bool
         Record every accepted step so that ``Trajectory.interpolate(t)`` gives the solution at any
         time of the solved interval (a fresh step from the step's start; one token array per step).
+    engine : {"auto", "numpy", "compiled"}
+        Which execution runs the call: docs/performance.md, "Which engine when" (``Trajectory.engine``).
 
     Returns
     -------
@@ -282,10 +289,9 @@ def integrate(
             def save_fn(t, y):  # the caller's save_fn sees NumPy arrays, as without the device
                 return host_fn(to_numpy(t) if is_torch(t) else t, to_numpy(y))
         events = [_on_host(e) for e in as_events(events)] or None
-        sol = integrate(field, y0, t_span, stepper, dt, rtol, atol, saveat, save_fn, progress,
-                        max_steps=max_steps, raise_on_failure=raise_on_failure, project=project,
-                        first_step=first_step, events=events, event_tol=event_tol, dense_output=dense_output)
-        return sol.to_numpy()
+        return integrate(field, y0, t_span, stepper, dt, rtol, atol, saveat, save_fn, progress,
+                         max_steps=max_steps, raise_on_failure=raise_on_failure, project=project, first_step=first_step,
+                         events=events, event_tol=event_tol, dense_output=dense_output, engine=engine).to_numpy()
     step = get_stepper(stepper)
     manifold = getattr(field, "manifold", None)
     if manifold is None or not callable(field):
@@ -343,9 +349,11 @@ def integrate(
     batch = y0.shape[:-2]
     if save is None and step.adaptive and batch:
         save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
-
     if size(y0) == 0:  # an empty batch: an empty result
         return _empty_result(y0, save if save is not None else np.unique([t0, t1]), save_fn, step.name)
+    if (sol := dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, save, max_steps, events,
+                        event_tol, save_fn, progress, dense_output, raise_on_failure)) is not None:
+        return sol  # the compiled engine ran
     batch = tuple(batch)
     rec = _loops.Recorder(save, batch, save_fn, like=y0)
     stats = _loops.Stats(batch, like=y0)

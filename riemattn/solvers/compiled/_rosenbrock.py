@@ -1,0 +1,200 @@
+"""The Rosenbrock steps of the compiled engine, for one trajectory: the NumPy engine's algorithm.
+
+:func:`ros_step` is :meth:`riemattn.solvers.rosenbrock.ProjectedRosenbrock.step` (the RODAS form
+applied to the lifted field with its exact Jacobian, retracted; the error estimate projected onto
+the tangent space), with one LU factorisation of ``I / (h gamma) - J`` per step instead of
+NumPy's explicit inverse (the same solution to rounding); :func:`ros_dense` is its dense output;
+:func:`explicit_signal` and :func:`stiff_signal` are ``"auto"``'s stiffness tests
+(:mod:`riemattn.solvers.auto`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from ._kernel import LIFTED_JAC, RHS, evaluate
+from ._steps import hsum, normalize, tangent_error
+
+_JIT = dict(cache=True, nogil=True, error_model="numpy")
+
+
+@numba.njit(**_JIT)
+def lu_factor(M, piv):
+    """In-place LU with partial pivoting (a zero pivot gives inf/NaN, reported as non-finite)."""
+    n = M.shape[0]
+    for k in range(n):
+        p = k
+        big = abs(M[k, k])
+        for i in range(k + 1, n):
+            v = abs(M[i, k])
+            if v > big:
+                big = v
+                p = i
+        piv[k] = p
+        if p != k:
+            for j in range(n):
+                tmp = M[k, j]
+                M[k, j] = M[p, j]
+                M[p, j] = tmp
+        inv = 1.0 / M[k, k]
+        for i in range(k + 1, n):
+            f = M[i, k] * inv
+            M[i, k] = f
+            if f != 0.0:
+                for j in range(k + 1, n):
+                    M[i, j] -= f * M[k, j]
+
+
+@numba.njit(**_JIT)
+def lu_solve(M, piv, v):
+    """Solve in place (v flat of length n)."""
+    n = M.shape[0]
+    for k in range(n):
+        p = piv[k]
+        if p != k:
+            tmp = v[k]
+            v[k] = v[p]
+            v[p] = tmp
+    for i in range(n):
+        acc = v[i]
+        for j in range(i):
+            acc -= M[i, j] * v[j]
+        v[i] = acc
+    for i in range(n - 1, -1, -1):
+        acc = v[i]
+        for j in range(i + 1, n):
+            acc -= M[i, j] * v[j]
+        v[i] = acc / M[i, i]
+
+
+@numba.njit(**_JIT)
+def ros_step(m, flat, autonomous, dt_factor, t, y, h, F0, has_k1, b, ints, floats, per, work,
+             J, M, piv, Us, Ft, x, X, r, x1, y_new, r_new, err, k_next):
+    """One projected Rosenbrock step (RODAS form). J: the lifted Jacobian at (t, y), kept for
+    ``auto``'s test; x1 the lifted end point (for the dense output). Returns the evaluations."""
+    l, d = y.shape
+    n = l * d
+    nfev = 0
+    if not has_k1:
+        evaluate(RHS, t, y, b, ints, floats, per, work, F0)
+        nfev += 1
+    evaluate(LIFTED_JAC, t, y, b, ints, floats, per, work, J)
+    hg = h * m.rgamma
+    for i in range(n):
+        for j in range(n):
+            M[i, j] = (1.0 if i == j else 0.0) / hg - J[i, j]
+    lu_factor(M, piv)
+    if not autonomous:  # forward difference in t, as the NumPy stepper
+        dt = dt_factor * max(1.0, abs(t))
+        evaluate(RHS, t + dt, y, b, ints, floats, per, work, Ft)
+        for p in range(l):
+            for a in range(d):
+                Ft[p, a] = (Ft[p, a] - F0[p, a]) / dt
+        nfev += 1
+    stages = m.rmm.shape[1]
+    for i in range(stages):
+        Ui = Us[i]
+        if i == 0:
+            Ui[:, :] = F0
+        else:
+            for p in range(l):
+                for a in range(d):
+                    sa = 0.0
+                    for j in range(i):
+                        sa += m.ra[i, j] * Us[j, p, a]
+                    x[p, a] = y[p, a] + sa
+            normalize(x, flat, ints, floats, X, r)
+            evaluate(RHS, t + m.rc[i] * h, X, b, ints, floats, per, work, Ui)
+            nfev += 1
+            for p in range(l):
+                for a in range(d):
+                    sc = 0.0
+                    for j in range(i):
+                        sc += m.rC[i, j] * Us[j, p, a]
+                    if not flat:
+                        Ui[p, a] *= r[p]
+                    Ui[p, a] += sc / h
+        if not autonomous and m.rd[i] != 0.0:
+            hd = h * m.rd[i]
+            for p in range(l):
+                for a in range(d):
+                    Ui[p, a] += hd * Ft[p, a]
+        lu_solve(M, piv, Ui.reshape(n))
+    for p in range(l):
+        for a in range(d):
+            acc = 0.0
+            for j in range(stages):
+                acc += m.rmm[0, j] * Us[j, p, a]
+            x1[p, a] = y[p, a] + acc
+            if m.ints[6]:  # stiffly accurate: the error estimate is the last stage
+                x[p, a] = Us[stages - 1, p, a]
+            else:
+                acc = 0.0
+                for j in range(stages):
+                    acc += m.rmm[1, j] * Us[j, p, a]
+                x[p, a] = acc
+    normalize(x1, flat, ints, floats, y_new, r_new)
+    tangent_error(x, y_new, r_new, flat, ints, floats, err)
+    evaluate(RHS, t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
+    nfev += 1
+    return nfev
+
+
+@numba.njit(**_JIT)
+def ros_dense(m, flat, y, x1, Us, theta, ints, floats, x, out):
+    """retract((1 - s) y + s (x1 + (1 - s) (k_a + s k_b))), k_a, k_b = H U."""
+    l, d = y.shape
+    stages = m.rmm.shape[1]
+    s = theta
+    for p in range(l):
+        for a in range(d):
+            ka = 0.0
+            kb = 0.0
+            for j in range(stages):
+                ka += m.rH[0, j] * Us[j, p, a]
+                kb += m.rH[1, j] * Us[j, p, a]
+            x[p, a] = (1.0 - s) * y[p, a] + s * (x1[p, a] + (1.0 - s) * (ka + s * kb))
+    r = np.empty(l)
+    normalize(x, flat, ints, floats, out, r)
+
+
+@numba.njit(**_JIT)
+def explicit_signal(m, h, K, x):
+    """``auto``: rho = |h| rms(K_7 - K_6) / rms(h sum_j b6_j K_j); 2 stiff, 1 elevated, 0 not."""
+    l, d = x.shape
+    s = m.ints[1]
+    hsum(h, m.b6, s, K, x)
+    num = 0.0
+    den = 0.0
+    for p in range(l):
+        for a in range(d):
+            v = K[6, p, a] - K[5, p, a]
+            num += v * v
+            den += x[p, a] * x[p, a]
+    rho = abs(h) * math.sqrt(num / (l * d)) / math.sqrt(den / (l * d))
+    if not math.isfinite(rho):
+        return 0.0
+    if rho > m.ctrl[7]:
+        return 2.0
+    if rho > m.ctrl[9]:
+        return 1.0
+    return 0.0
+
+
+@numba.njit(**_JIT)
+def stiff_signal(m, h, J):
+    """``auto``: 0 when h |J|_inf < rho_back (the explicit method would be stable), else 2."""
+    n = J.shape[0]
+    norm = 0.0
+    for i in range(n):
+        acc = 0.0
+        for j in range(n):
+            acc += abs(J[i, j])
+        if acc > norm or math.isnan(acc):
+            norm = acc
+    if abs(h) * norm < m.ctrl[8]:
+        return 0.0
+    return 2.0

@@ -1,0 +1,243 @@
+"""One step of each method, for one trajectory, in compiled code: the NumPy engine's algorithms.
+
+Each function mirrors its NumPy counterpart line by line (the same sums in the same order where
+the NumPy code fixes one), on one trajectory ``y`` of shape (l, d):
+
+* :func:`rk_step` -- :meth:`riemattn.solvers.steppers.ProjectedRK.step` (the tableau applied to
+  the lifted field ``G = |x|_W F(pi_W x)``, retracted; the embedded difference projected onto
+  the tangent space at the new point and divided by ``|x|_W``); ``layer`` evaluates the
+  un-normalised update instead (:class:`riemattn.solvers.layer.LayerStep`).
+* :func:`dop853_extra` -- the second error estimate and the closing evaluation of
+  :meth:`riemattn.solvers.dormand_prince.ProjectedDOP853.step`; :func:`dop853_dense` its
+  continuous extension, :func:`dopri5_dense` DOPRI5's.
+* the Rosenbrock steps: :mod:`riemattn.solvers.compiled._rosenbrock`;
+* the error norms of :meth:`riemattn.solvers.steppers.Stepper.error_norm` and DOP853's.
+
+The field enters only through the kernels (:mod:`riemattn.solvers.compiled._kernel`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from ._kernel import RHS, UPDATE, evaluate, to_tangent, wnorm
+
+_JIT = dict(cache=True, nogil=True, error_model="numpy")
+
+
+@numba.njit(**_JIT)
+def normalize(x, flat, ints, floats, X, r):
+    """(pi_W(x), |x|_W per token) into X, r (flat: X = x, r = 1)."""
+    l, d = x.shape
+    if flat:
+        for i in range(l):
+            r[i] = 1.0
+            for a in range(d):
+                X[i, a] = x[i, a]
+        return
+    wnorm(x, ints, floats, r)
+    for i in range(l):
+        for a in range(d):
+            X[i, a] = x[i, a] / r[i]
+
+
+@numba.njit(**_JIT)
+def _last_nonzero(row, n):
+    m = 0
+    for j in range(n):
+        if row[j] != 0.0:
+            m = j + 1
+    return m
+
+
+@numba.njit(**_JIT)
+def axpy(y, h, coef, n, K, out):
+    """out = y + h * sum_j coef_j K_j over the first n stages (up to the last nonzero coefficient)."""
+    l, d = y.shape
+    m = _last_nonzero(coef, n)
+    for i in range(l):
+        for a in range(d):
+            acc = 0.0
+            for j in range(m):
+                acc += coef[j] * K[j, i, a]
+            out[i, a] = acc * h + y[i, a]
+
+
+@numba.njit(**_JIT)
+def hsum(h, coef, n, K, out):
+    """out = h * sum_j coef_j K_j over the first n stages."""
+    l, d = out.shape
+    m = _last_nonzero(coef, n)
+    for i in range(l):
+        for a in range(d):
+            acc = 0.0
+            for j in range(m):
+                acc += coef[j] * K[j, i, a]
+            out[i, a] = acc * h
+
+
+@numba.njit(**_JIT)
+def tangent_error(e, y_new, r, flat, ints, floats, out):
+    """(I - y y^T W) e / |x|_W per token (flat: e itself)."""
+    l, d = e.shape
+    if flat:
+        out[:, :] = e
+        return
+    to_tangent(e, y_new, ints, floats, out)
+    for i in range(l):
+        for a in range(d):
+            out[i, a] /= r[i]
+
+
+@numba.njit(**_JIT)
+def rk_step(m, layer, flat, t, y, h, K, has_k1, b, ints, floats, per, work, x, X, r, y_new, r_new, err):
+    """One projected RK step of the tableau in ``m``; stages into K (K[0] given when has_k1).
+    Writes y_new, r_new (|x|_W of the lifted end point) and, for adaptive tableaux, err (the
+    tangent error e5). Returns the field evaluations."""
+    s = m.ints[1]
+    nfev = 0
+    if not has_k1:
+        if layer:  # the ops as literal constants (one specialisation of the kernel per op)
+            evaluate(UPDATE, t, y, b, ints, floats, per, work, K[0])
+        else:
+            evaluate(RHS, t, y, b, ints, floats, per, work, K[0])
+        nfev += 1
+    l, d = y.shape
+    for i in range(1, s):
+        axpy(y, h, m.A[i], i, K, x)
+        normalize(x, flat, ints, floats, X, r)
+        if layer:
+            evaluate(UPDATE, t + m.c[i] * h, X, b, ints, floats, per, work, K[i])
+        else:
+            evaluate(RHS, t + m.c[i] * h, X, b, ints, floats, per, work, K[i])
+        if not flat:
+            for p in range(l):
+                for a in range(d):
+                    K[i, p, a] *= r[p]
+        nfev += 1
+    axpy(y, h, m.b, s, K, x)
+    normalize(x, flat, ints, floats, y_new, r_new)
+    if m.ints[5]:  # adaptive: the embedded difference as a tangent vector at y_new
+        hsum(h, m.e, s, K, x)
+        tangent_error(x, y_new, r_new, flat, ints, floats, err)
+    return nfev
+
+
+@numba.njit(**_JIT)
+def fsal_next(K, s, r_new, k_next):
+    """k_next = K[s - 1] / |x|_W: the field at the new point (the last stage sits there)."""
+    l, d = k_next.shape
+    for i in range(l):
+        for a in range(d):
+            k_next[i, a] = K[s - 1, i, a] / r_new[i]
+
+
+@numba.njit(**_JIT)
+def dop853_extra(m, flat, t, h, y_new, r_new, K, b, ints, floats, per, work, x, e3, k_next):
+    """DOP853: the order-3 tangent error e3 and F(t + h, y_new) (one evaluation)."""
+    s = m.ints[1]
+    hsum(h, m.e3, s, K, x)
+    tangent_error(x, y_new, r_new, flat, ints, floats, e3)
+    evaluate(RHS, t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
+    return 1
+
+
+@numba.njit(**_JIT)
+def rms_norm(err, scale):
+    l, d = err.shape
+    acc = 0.0
+    for i in range(l):
+        for a in range(d):
+            v = err[i, a] / scale[i, a]
+            acc += v * v
+    return math.sqrt(acc / (l * d))
+
+
+@numba.njit(**_JIT)
+def dop853_norm(e5, e3, scale):
+    l, d = e5.shape
+    n5 = 0.0
+    n3 = 0.0
+    for i in range(l):
+        for a in range(d):
+            v = e5[i, a] / scale[i, a]
+            n5 += v * v
+            w = e3[i, a] / scale[i, a]
+            n3 += w * w
+    denom = math.sqrt((n5 + 0.01 * n3) * (l * d))
+    if denom > 0:
+        return n5 / denom
+    if denom == 0.0:
+        return 0.0
+    return n5 / denom  # NaN propagates
+
+
+@numba.njit(**_JIT)
+def dopri5_dense(m, flat, y, h, K, theta, ints, floats, x, out):
+    """Shampine's continuous extension of DOPRI5 at theta, retracted."""
+    l, d = y.shape
+    s = m.ints[1]
+    x[:, :] = y
+    for i in range(s):
+        w = 0.0
+        for k in range(4):
+            w += theta ** (k + 1) * m.dense[i, k]
+        if w != 0.0:
+            hw = h * w
+            for p in range(l):
+                for a in range(d):
+                    x[p, a] += hw * K[i, p, a]
+    r = np.empty(l)
+    normalize(x, flat, ints, floats, out, r)
+
+
+@numba.njit(**_JIT)
+def dop853_prepare(m, flat, t, y, h, K, r_new, k_next, b, ints, floats, per, work, Kx, Fd, x, X, r):
+    """DOP853's continuous extension: three more stages into Kx[13:16], the polynomial's
+    coefficients F_1..F_7 into Fd. Returns the evaluations (3)."""
+    l, d = y.shape
+    s = m.ints[1]
+    for j in range(s):
+        Kx[j, :, :] = K[j]
+    for p in range(l):
+        for a in range(d):
+            Kx[s, p, a] = r_new[p] * k_next[p, a]
+    n = s + 1
+    for q in range(3):
+        axpy(y, h, m.dense[q], n, Kx, x)
+        normalize(x, flat, ints, floats, X, r)
+        evaluate(RHS, t + m.cx[q] * h, X, b, ints, floats, per, work, Kx[n])
+        if not flat:
+            for p in range(l):
+                for a in range(d):
+                    Kx[n, p, a] *= r[p]
+        n += 1
+    # x1 - y
+    hsum(h, m.b, s, K, x)
+    for p in range(l):
+        for a in range(d):
+            x1 = y[p, a] + x[p, a]
+            dy = x1 - y[p, a]
+            Fd[0, p, a] = dy
+            Fd[1, p, a] = h * K[0, p, a] - dy
+            Fd[2, p, a] = 2.0 * dy - h * (K[0, p, a] + Kx[s, p, a])
+    for q in range(4):
+        hsum(h, m.dense[3 + q], n, Kx, Fd[3 + q])
+    return 3
+
+
+@numba.njit(**_JIT)
+def dop853_dense(flat, y, Fd, theta, ints, floats, x, out):
+    l, d = y.shape
+    s = theta
+    for p in range(l):
+        for a in range(d):
+            acc = Fd[6, p, a]
+            for k in range(5, -1, -1):
+                acc = Fd[k, p, a] + (s if k % 2 else 1.0 - s) * acc
+            x[p, a] = y[p, a] + s * acc
+    r = np.empty(l)
+    normalize(x, flat, ints, floats, out, r)

@@ -1,0 +1,254 @@
+"""The compiled engine (issue 37): the same algorithms as the NumPy engine, run in numba loops.
+
+The two engines must take the same steps (per-trajectory accepted and rejected counts, statuses)
+and agree to rounding. Rounding bound: each step of either engine rounds differently (the
+summation order of the field's reductions, the LU solve against NumPy's explicit inverse for the
+Rosenbrock steppers), a few ulp per operation; the fields here are contractive or mildly
+expanding over the short horizons used, so the difference after n steps stays below
+``ROUNDING * n`` with ROUNDING = 1e3 eps (measured: at most 2e-15 after 60 steps; the margin
+covers the LU solve of a (l d)^2 = 225-entry matrix, conditioning ~ 1e2).
+
+Adaptive step sizes agree to less: the error estimate is a difference of O(1) stage values that
+is about rtol in size, so its rounding is about eps / rtol relative, and each step size inherits
+it (err^(-1/k)), and the times add the steps up. Step times of the two engines therefore agree
+to ``100 eps / rtol`` relative (measured: 2e-6 at rtol = 1e-10, 7e-9 at rtol = 1e-6, after fewer
+than 10 steps), and states saved at step times to that
+times |F| <= 1 more; the step sequences (counts, accept/reject) are the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import riemattn as ra
+from riemattn.analysis import events as rae
+from riemattn.errors import UnsupportedByEngine, ValidationError
+
+EPS = np.finfo(float).eps
+ROUNDING = 1e3 * EPS
+FIXED = ("layer", "euler", "heun", "rk4")
+ADAPTIVE = ("dopri5", "dop853", "rodas4", "rodas4p", "auto")
+
+
+def tokens(rng, batch, l, d):
+    y = rng.standard_normal(tuple(batch) + (l, d))
+    return y / np.linalg.norm(y, axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(37)
+    d, l = 3, 5
+    P = rng.standard_normal((d, d))
+    field = ra.AttentionField(P, beta=np.array([0.5, 1.0, 2.0]))
+    return field, tokens(rng, (3,), l, d)
+
+
+def both(field, y0, t_span, stepper, **kw):
+    a = ra.integrate(field, y0, t_span, stepper, engine="numpy", **kw)
+    b = ra.integrate(field, y0, t_span, stepper, engine="compiled", **kw)
+    assert (a.engine, b.engine) == ("numpy", "compiled")
+    return a, b
+
+
+def assert_same_steps(a, b, nfev=True, rtol=None):
+    """Same statuses and step counts; times and states equal to rounding (``rtol``: the
+    tolerance of an adaptive solve whose step times are compared, see the module docstring)."""
+    pa, pb = a.per_trajectory, b.per_trajectory
+    np.testing.assert_array_equal(pb.status, pa.status)
+    np.testing.assert_array_equal(pb.n_steps, pa.n_steps)
+    np.testing.assert_array_equal(pb.n_rejected, pa.n_rejected)
+    if nfev:
+        np.testing.assert_array_equal(pb.nfev, pa.nfev)
+    tol_t = 0.0 if rtol is None else 100 * EPS / rtol
+    np.testing.assert_allclose(b.t, a.t, rtol=tol_t, atol=0)
+    n = max(1, int(pa.n_steps.max()) + int(pa.n_rejected.max()))
+    np.testing.assert_allclose(b.y, a.y, rtol=0, atol=ROUNDING * n + tol_t * np.abs(a.t).max())
+    np.testing.assert_allclose(pb.t_fail, pa.t_fail, rtol=tol_t, atol=0)
+
+
+@pytest.mark.parametrize("stepper", FIXED)
+def test_fixed_steppers_agree(problem, stepper):
+    field, y0 = problem
+    a, b = both(field, y0, (0.0, 2.0), stepper, dt=0.1)
+    assert_same_steps(a, b)
+    assert b.y.shape == (21, 3, 5, 3)
+
+
+@pytest.mark.parametrize("stepper", ADAPTIVE)
+def test_adaptive_steppers_agree(problem, stepper):
+    field, y0 = problem
+    a, b = both(field, y0, (0.0, 3.0), stepper, rtol=1e-7, atol=1e-9, saveat=np.linspace(0, 3, 7))
+    # (saveat: values from the dense output between steps, which agree to rounding)
+    # DOP853's dense output costs 3 evaluations; NumPy counts them for every row of the batch when
+    # one row needs it (per trajectory, alone, the counts agree: test_single_trajectory_...)
+    assert_same_steps(a, b, nfev=stepper != "dop853")
+    assert (b.per_trajectory.nfev <= a.per_trajectory.nfev).all()
+    assert a.per_trajectory.n_steps.min() >= 5
+
+
+def test_single_trajectory_saves_every_step(problem):
+    _, y0 = problem
+    field = ra.AttentionField(np.eye(3) + 0.3, beta=1.5)
+    for stepper in ("dopri5", "rodas4"):
+        a, b = both(field, y0[1], (0.0, 2.0), stepper, rtol=1e-6, atol=1e-9)
+        assert_same_steps(a, b, rtol=1e-6)
+        assert len(b.t) == b.n_steps + 1
+    a, b = both(field, y0[2], (0.0, 2.0), "dop853", rtol=1e-9, atol=1e-9, saveat=[0.3, 1.1, 2.0])
+    assert_same_steps(a, b)
+
+
+def test_auto_switches_the_same_way():
+    """GLPR's USA at beta = 9 (stiff once the tokens gather; issue 28's case) next to beta = 1:
+    auto's per-trajectory switches to RODAS4P and back happen on the same steps in both engines."""
+    rng = np.random.default_rng(5)
+    y0 = tokens(rng, (2,), 6, 3)
+    field = ra.AttentionField(np.eye(3), normalization="mean", beta=np.array([1.0, 9.0]))
+    a, b = both(field, y0, (0.0, 20.0), "auto", rtol=1e-8, atol=1e-10)
+    # nfev: NumPy counts a mixed batch's evaluations of both methods on every row
+    assert_same_steps(a, b, nfev=False, rtol=1e-8)
+    stiff = ra.usa(9.0, 3)
+    # (the engines agree, see above; the explicit reference takes ~25 000 steps: compiled)
+    rodas = ra.integrate(stiff, y0[1], (0.0, 20.0), "rodas4p", rtol=1e-8, atol=1e-10, engine="compiled")
+    dopri = ra.integrate(stiff, y0[1], (0.0, 20.0), "dopri5", rtol=1e-8, atol=1e-10, engine="compiled")
+    assert a.per_trajectory.n_steps[1] not in (rodas.n_steps, dopri.n_steps)  # it did switch
+    assert a.per_trajectory.n_steps[1] < dopri.n_steps / 10
+
+
+def test_max_steps_and_status(problem):
+    field, y0 = problem
+    a, b = both(field, y0, (0.0, 3.0), "dopri5", rtol=1e-10, atol=1e-12, max_steps=7)
+    assert_same_steps(a, b, rtol=1e-10)
+    assert (b.per_trajectory.status == -1).all() and not b.success
+    assert b.message.split("(")[0] == a.message.split("(")[0]
+    a, b = both(field, y0, (0.0, 3.0), "rk4", dt=0.1, max_steps=12)
+    assert_same_steps(a, b)
+    assert (b.per_trajectory.status == -1).all()
+    np.testing.assert_array_equal(b.per_trajectory.t_fail, a.per_trajectory.t_fail)
+
+
+def test_saveat_fixed_and_first_step(problem):
+    field, y0 = problem
+    save = np.array([0.25, 0.5, 1.7, 2.0])
+    a, b = both(field, y0, (0.0, 2.0), "heun", dt=0.3, saveat=save)
+    assert_same_steps(a, b)
+    a, b = both(field, y0, (0.0, 2.0), "dop853", rtol=1e-9, atol=1e-12, first_step=0.01, saveat=save)
+    assert_same_steps(a, b, nfev=False)  # DOP853's dense output: see test_adaptive_steppers_agree
+
+
+@pytest.mark.parametrize("stepper, kw", [("rk4", dict(dt=0.05)), ("dopri5", dict(rtol=1e-8, atol=1e-10)),
+                                         ("dop853", dict(rtol=1e-8, atol=1e-10)),
+                                         ("rodas4", dict(rtol=1e-8, atol=1e-10))])
+def test_events_agree(problem, stepper, kw):
+    field, y0 = problem
+    events = [rae.consensus(0.05), rae.leave_hemisphere(np.array([0.0, 0.0, 1.0])),
+              rae.lyapunov_level(np.array([1.0, 0.0, 0.0]), 1.5),
+              *rae.cluster_merges(0.3, [3, 2])]
+    tol = 1e-10
+    a, b = both(field, y0, (0.0, 30.0), stepper, events=events, event_tol=tol, **kw)
+    assert_same_steps(a, b, nfev=False)  # nfev: NumPy counts the batch's root finding on every row
+    ea, eb = a.events, b.events
+    np.testing.assert_array_equal(eb.count, ea.count)
+    np.testing.assert_array_equal(eb.which, ea.which)
+    # each engine reports the end, after the crossing, of a bracket at most tol long around the
+    # dense output's zero: the two times differ by at most tol (the tokens by |F| tol, |F| <= 1)
+    # (plus the shift of the zero between the two dense outputs, whose steps differ by rounding:
+    # measured 2e-12; allowed: another tol)
+    np.testing.assert_allclose(eb.t, ea.t, rtol=0, atol=2 * tol)
+    np.testing.assert_allclose(eb.y, ea.y, rtol=0, atol=4 * tol)
+    np.testing.assert_allclose(eb.t_stop, ea.t_stop, rtol=0, atol=2 * tol)
+    assert (eb.count > 0).any()
+
+
+def test_thread_count_does_not_change_results(problem):
+    numba = pytest.importorskip("numba")
+    field, y0 = problem
+    y0 = np.concatenate([y0] * 3)
+    field = ra.AttentionField(field.P()[0] / field.beta[0], beta=np.linspace(0.5, 3.0, len(y0)))
+    before = numba.get_num_threads()
+    out = []
+    try:
+        for n in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(n)
+            out.append(ra.integrate(field, y0, (0.0, 3.0), "dopri5", rtol=1e-8, atol=1e-10, engine="compiled"))
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(out[0].y, out[1].y)  # bitwise: each row's arithmetic is its own
+    np.testing.assert_array_equal(out[0].per_trajectory.nfev, out[1].per_trajectory.nfev)
+
+
+def test_unsupported_calls_name_what(problem):
+    field, y0 = problem
+    M = ra.Sphere(2)
+
+    def flow(t, y):
+        return M.to_tangent(np.roll(y, 1, axis=-1), y)
+
+    cases = [
+        (dict(field=ra.dynamics.fields.VectorField(flow, M)), "VectorField"),
+        (dict(save_fn=lambda t, y: y[..., 0, 0]), "save_fn"),
+        (dict(events=[ra.solvers.events.Event(lambda t, y: y[:, 0, 0])]), "events without a compiled form"),
+        (dict(stepper="rkmk4"), "rkmk4"),
+        (dict(progress=True), "progress"),
+        (dict(field=ra.AttentionField(lambda t: np.cos(t) * np.eye(3))), "callable P"),
+    ]
+    for kw, what in cases:
+        args = dict(field=field, stepper="rk4", dt=0.1)
+        args.update(kw)
+        f, st = args.pop("field"), args.pop("stepper")
+        with pytest.raises(UnsupportedByEngine, match=what):
+            ra.integrate(f, y0, (0.0, 1.0), st, engine="compiled", **args)
+        sol = ra.integrate(f, y0, (0.0, 1.0), st, engine="auto", **args)
+        assert sol.engine == "numpy"
+    torch = pytest.importorskip("torch")
+    with pytest.raises(UnsupportedByEngine, match="torch tensors"):
+        ra.integrate(field, torch.as_tensor(y0), (0.0, 1.0), "rk4", dt=0.1, engine="compiled")
+    with pytest.raises(UnsupportedByEngine, match="dense_output"):
+        ra.integrate(field, y0, (0.0, 1.0), "dopri5", dense_output=True, engine="compiled")
+    with pytest.raises(ValidationError, match="engine must be one of"):
+        ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1, engine="numba")
+
+
+@pytest.mark.parametrize("stepper", ["rk4", "dopri5"])
+def test_edges(problem, stepper):
+    _, y0 = problem
+    field = ra.AttentionField(np.eye(3) + 0.3, beta=1.5)
+    kw = dict(dt=0.1) if stepper == "rk4" else dict(rtol=1e-6, atol=1e-9)
+    empty = ra.integrate(field, y0[:0], (0.0, 1.0), stepper, engine="compiled", **kw)
+    assert empty.y.shape[1:] == (0, 5, 3) and empty.success  # nothing ran (engine "numpy")
+    a, b = both(field, y0, (0.5, 0.5), stepper, **kw)  # an empty time span
+    assert_same_steps(a, b)
+    np.testing.assert_allclose(b.y[-1], y0, rtol=0, atol=4 * EPS)  # (a step of size 0 retracts y0)
+    long = dict(dt=10.0) if stepper == "rk4" else dict(rtol=1e-6, atol=1e-9, first_step=10.0)
+    a, b = both(field, y0, (0.0, 1.0), stepper, **long)  # a step longer than the horizon
+    assert_same_steps(a, b)
+
+
+def test_environment_variable_makes_auto_compiled(problem, monkeypatch):
+    field, y0 = problem
+    monkeypatch.setenv("RIEMATTN_ENGINE", "compiled")
+    assert ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1).engine == "compiled"
+    monkeypatch.setenv("RIEMATTN_ENGINE", "numpy")
+    assert ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1).engine == "numpy"
+
+
+def test_auto_uses_the_compiled_engine_only_once_compiled(problem, monkeypatch, tmp_path):
+    """A fresh cache (nothing compiled): "auto" runs NumPy and compiles nothing; after the cache
+    holds the loops (another process compiled them), "auto" runs them."""
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("RIEMATTN_ENGINE", raising=False)
+    code = ("import numpy as np, riemattn as ra\n"
+            "f = ra.AttentionField(np.eye(3), beta=2.0)\n"
+            "y = f.manifold.projection(np.random.default_rng(0).normal(size=(2, 4, 3)))\n"
+            "print(ra.integrate(f, y, (0.0, 1.0), 'rk4', dt=0.1).engine)\n")
+    env = dict(__import__("os").environ, NUMBA_CACHE_DIR=str(tmp_path))
+    env.pop("RIEMATTN_ENGINE", None)
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert first.stdout.split() == ["numpy"], first.stderr
+    assert not any(tmp_path.rglob("*.nbi"))  # nothing was compiled
+    field, y0 = problem
+    ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1, engine="compiled")  # compiled (or loaded) here
+    assert ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1).engine == "compiled"
