@@ -138,7 +138,8 @@ def run(config: dict) -> xr.Dataset:
     t_save, theta, merge_t, leader, segments = _long_part(config, theta0)
     ok = np.isfinite(theta).all(axis=-1)
     pts = to_points(np.where(np.isfinite(theta), theta, 0.0))
-    clusters = np.where(ok, cluster_count(pts, config["tol"]), -1)
+    # one saved time at a time: cluster_count builds an (l, l, 2) array per configuration
+    clusters = np.where(ok, np.stack([cluster_count(p, config["tol"]) for p in pts]), -1)
     x1 = to_points(theta0[: config["long_configurations"], :1])  # (configuration, 1, 2)
     dist = np.where(ok, np.max(np.linalg.norm(pts - x1, axis=-1), axis=-1), np.nan)
     drift_sphere, sphere_vs_angles = _sphere_check(config, theta0)
