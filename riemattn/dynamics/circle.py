@@ -21,6 +21,15 @@ Low temperature (``rescaled=True``, USA only): e^{-beta} times the USA equations
 finite at every beta (the exponents are <= 0, and exactly 0 for coincident angles): the USA
 trajectories in the time s = e^beta t. (SA is finite at every beta as it is.)
 
+Causal mask (``mask="causal"``): token i attends to j <= i only (the sums over j run over j <= i,
+Z_{beta,i} too; USA keeps the factor 1/n, as ``AttentionField(mask="causal")``): Karagodin,
+Polyanskiy, Rigollet's causal self-attention on S^1. Token 1 sees only itself and does not move.
+The causal equations are not a gradient flow; :meth:`CircleField.energy` stays the (unmasked) E_beta.
+
+:meth:`CircleField.jacobian` is the closed-form Jacobian d(dtheta_i/dt)/dtheta_k, the matrix the
+stiff steppers (``"rodas4p"``, ``"auto"``) linearise; :func:`riemattn.dynamics.jacobians.jacobian`
+uses it.
+
 Angles live on the flat torus: :class:`CircleField` is a :class:`~riemattn.dynamics.fields.Field`
 on the flat line ``Euclidean(1)``, whose state is the angles as a column, shape (..., n, 1) (what
 :func:`riemattn.integrate` passes), so every stepper integrates it (``integrate(field,
@@ -31,6 +40,8 @@ References
 ----------
 Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
 section 7.1 (eq. 7.1), section 7.2 (eq. 7.2-7.4).
+Karagodin, Polyanskiy, Rigollet, "Clustering in causal attention masking", NeurIPS 2024
+(arXiv 2411.04990), the causal system (CSA) with Q = K = V = I on S^1.
 """
 
 from __future__ import annotations
@@ -88,6 +99,9 @@ class CircleField(Field):
     rescaled : bool, default False
         ("usa" only) e^{-beta} times the USA equations: weights e^{beta (cos(theta_i - theta_j) - 1)} / n,
         finite at every beta; the USA trajectories in the time s = e^beta t (module docstring).
+    mask : {"full", "causal"}, default "full"
+        "causal": token i attends to tokens j <= i only (module docstring); the same equations as
+        ``riemattn.sa(beta, 2, mask="causal")`` (``usa``) written in angles.
 
     Notes
     -----
@@ -101,15 +115,17 @@ class CircleField(Field):
 
     References
     ----------
-    GLPR, eq. (7.1), (7.2) and (7.4).
+    GLPR, eq. (7.1), (7.2) and (7.4). Karagodin, Polyanskiy, Rigollet, NeurIPS 2024, (CSA) on S^1.
     """
 
     manifold = Euclidean(1)
+    autonomous = True  # no time dependence: the stiff steppers skip the time derivative
 
-    def __init__(self, beta: float = 1.0, model: str = "sa", *, rescaled: bool = False):
+    def __init__(self, beta: float = 1.0, model: str = "sa", *, rescaled: bool = False, mask: str = "full"):
         self.beta = check_beta(beta)
         self.model = check_choice(model, "model", ("sa", "usa"))
         self.rescaled = check_rescaled(rescaled, None if self.model == "usa" else "model='sa'")
+        self.mask = check_choice(mask, "mask", ("full", "causal"))
 
     def take(self, index, batch_shape: tuple):
         """``self``: a trajectory's value depends only on its own angles."""
@@ -126,12 +142,16 @@ class CircleField(Field):
                                       f"rescaled=True (e^-beta times it){hint}.") from None
 
     def _weights(self, theta):
-        """w_ij = e^{beta cos(theta_i - theta_j)} / N_i and the angle differences theta_j - theta_i."""
+        """w_ij = e^{beta cos(theta_i - theta_j)} / N_i (0 for j > i if causal) and theta_j - theta_i."""
+        n = theta.shape[-1]
         diff = theta[..., None, :] - theta[..., :, None]  # [i, j] = theta_j - theta_i
         if self.model == "sa":
             E = np.exp(self.beta * (np.cos(diff) - 1.0))
+            if self.mask == "causal":
+                E = np.tril(E)
             return E / np.sum(E, axis=-1, keepdims=True), diff
-        return self._kernel(diff, self.rescaled, "USA weights") / theta.shape[-1], diff
+        w = self._kernel(diff, self.rescaled, "USA weights") / n
+        return (np.tril(w) if self.mask == "causal" else w), diff
 
     def __call__(self, t, theta) -> np.ndarray:
         """dtheta/dt, shape (..., n); the Field state (..., n, 1) gives shape (..., n, 1)."""
@@ -140,6 +160,31 @@ class CircleField(Field):
         w, diff = self._weights(theta)
         out = np.sum(w * np.sin(diff), axis=-1)
         return out[..., None] if column else out
+
+    def jacobian(self, t, theta) -> np.ndarray:
+        """Closed-form Jacobian J_ik = d(dtheta_i/dt)/dtheta_k, shape (..., n, n).
+
+        With w_ij the weights, s_ij = sin(theta_j - theta_i), c_ij = cos(theta_j - theta_i) and
+        F_i = dtheta_i/dt: off the diagonal J_ik = w_ik (c_ik - beta s_ik^2 + beta s_ik F_i) for SA
+        (the last term is the derivative of Z_{beta,i}) and w_ik (c_ik - beta s_ik^2) for USA; the
+        diagonal is minus the sum of the row's other entries (a common rotation of all angles leaves
+        the field unchanged). Masked entries (k > i, causal) are 0. The Field state (..., n, 1) gives
+        the Field Jacobian layout (..., n, 1, n, 1) (what :func:`riemattn.dynamics.jacobians.jacobian`
+        returns).
+        """
+        column = np.ndim(theta) >= 2 and np.shape(theta)[-1] == 1
+        theta = _angles(theta[..., 0] if column else theta)
+        w, diff = self._weights(theta)
+        s, c = np.sin(diff), np.cos(diff)
+        A = c - self.beta * s * s
+        if self.model == "sa":
+            A += self.beta * s * np.sum(w * s, axis=-1, keepdims=True)
+        A *= w
+        n = theta.shape[-1]
+        idx = np.arange(n)
+        A[..., idx, idx] = 0.0
+        A[..., idx, idx] = -np.sum(A, axis=-1)
+        return A[..., :, None, :, None] if column else A
 
     def _rescaled(self, rescaled) -> bool:
         return self.rescaled if rescaled is None else check_rescaled(rescaled)
@@ -228,4 +273,5 @@ class CircleField(Field):
         return sol.t, sol.y.T.reshape((len(sol.t),) + shape)
 
     def __repr__(self) -> str:
-        return f"CircleField(beta={self.beta}, model={self.model!r}{', rescaled=True' if self.rescaled else ''})"
+        extra = (", rescaled=True" if self.rescaled else "") + (", mask='causal'" if self.mask == "causal" else "")
+        return f"CircleField(beta={self.beta}, model={self.model!r}{extra})"

@@ -23,6 +23,8 @@ This is the Jacobian of the field's ambient extension (the formula evaluated at 
 manifold or not), the map that the stiff steppers linearise (see
 :mod:`riemattn.solvers.rosenbrock`). A causal mask needs nothing more (masked ``alpha_ij`` are 0).
 
+A field with its own ``jacobian(t, y)`` method returning the layout (..., l, d, l, d) (e.g.
+:meth:`riemattn.dynamics.circle.CircleField.jacobian`, closed form in angles) is used as it is.
 Other fields (user :class:`~riemattn.dynamics.fields.VectorField` s, ...) get central finite
 differences, all ``2 l d`` perturbed token sets evaluated as one batch (relative accuracy about
 1e-10 for smooth fields of size 1).
@@ -90,8 +92,9 @@ def jacobian(field, t, y) -> np.ndarray:
     Parameters
     ----------
     field : Field
-        An :class:`~riemattn.dynamics.attention.AttentionField` (closed form) or any field
-        (central finite differences, one batched evaluation of ``2 l d`` token sets).
+        An :class:`~riemattn.dynamics.attention.AttentionField` (closed form), a field with its own
+        ``jacobian(t, y)`` method (used as it is, e.g. :class:`~riemattn.dynamics.circle.CircleField`)
+        or any field (central finite differences, one batched evaluation of ``2 l d`` token sets).
     t : float or array_like
         Time, or one time per trajectory (shape ``y.shape[:-2]``).
     y : ndarray, shape (..., l, d)
@@ -107,6 +110,12 @@ def jacobian(field, t, y) -> np.ndarray:
     """
     y = _check(field, y)
     if not isinstance(field, AttentionField):
+        if callable(getattr(field, "jacobian", None)):
+            J = np.asarray(field.jacobian(t, y), dtype=float)
+            if J.shape != y.shape + y.shape[-2:]:
+                raise ValidationError(f"{type(field).__name__}.jacobian returned shape {J.shape}; "
+                                      f"expected {y.shape + y.shape[-2:]} (..., l, d, l, d).")
+            return J
         return _fd_jacobian(field, t, y)
     A, P, U, u, fh, s = _parts(field, t, y)
     # einsum, not matmul, for the small products: BLAS rounding would depend on the batch around
