@@ -35,6 +35,8 @@ section 7.1 (eq. 7.1), section 7.2 (eq. 7.2-7.4).
 
 from __future__ import annotations
 
+import contextlib
+import copy
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -110,6 +112,24 @@ class CircleField(Field):
         self.beta = check_beta(beta)
         self.model = check_choice(model, "model", ("sa", "usa"))
         self.rescaled = check_rescaled(rescaled, None if self.model == "usa" else "model='sa'")
+        self._checked = True  # public calls validate the angles; integrate() steps an unchecked twin
+
+    def _unchecked(self):
+        """This field's twin whose calls skip the angle checks (made once, then cached).
+
+        ``integrate`` checks theta0 once and steps the twin: a non-finite stage point (a step far
+        too long for a stiff stepper) then gives NaN derivatives, and the integration reports the
+        trajectory failed instead of raising (as :class:`~riemattn.AttentionField` does).
+        """
+        if not self._checked:
+            return self
+        twin = self.__dict__.get("_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin._checked = False
+            twin._twin = twin
+            self._twin = twin
+        return twin
 
     def take(self, index, batch_shape: tuple):
         """``self``: a trajectory's value depends only on its own angles."""
@@ -135,10 +155,16 @@ class CircleField(Field):
 
     def __call__(self, t, theta) -> np.ndarray:
         """dtheta/dt, shape (..., n); the Field state (..., n, 1) gives shape (..., n, 1)."""
-        column = np.ndim(theta) >= 2 and np.shape(theta)[-1] == 1
-        theta = _angles(theta[..., 0] if column else theta)
-        w, diff = self._weights(theta)
-        out = np.sum(w * np.sin(diff), axis=-1)
+        theta = as_float_array(theta, "theta")
+        column = theta.ndim >= 2 and theta.shape[-1] == 1
+        if column:
+            theta = theta[..., 0]
+        if self._checked:
+            theta = _angles(theta)
+        # unchecked (inside integrate): non-finite angles give NaN, which the stepper reports
+        with np.errstate(invalid="ignore") if not self._checked else contextlib.nullcontext():
+            w, diff = self._weights(theta)
+            out = np.sum(w * np.sin(diff), axis=-1)
         return out[..., None] if column else out
 
     def _rescaled(self, rescaled) -> bool:
