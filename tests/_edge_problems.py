@@ -8,7 +8,13 @@ A :class:`Problem` is a field on a manifold, initial tokens, a time span and a s
 * ``"user"``: a user's function wrapped in :class:`~riemattn.VectorField` that counts its calls:
   F(y) = (I - y y^T W)(y K + a) (the projection of an affine field; on the Euclidean space y K + a
   itself), K and a with entries up to 3 -- with K skew and W = I this is issue 34's rotation field
-  a x y + a - <y, a> y.
+  a x y + a - <y, a> y;
+* ``"circle"``: a :class:`~riemattn.dynamics.circle.CircleField` (SA, USA or rescaled USA, beta from
+  ``betas`` or 0) on ``Euclidean(1)``, angles as a column (..., n, 1): generic, coincident or
+  antipodal (theta, theta + pi) angles.
+
+``FIELD_KINDS`` maps each field kind to the manifold kinds it is drawn on: a new kind of field
+added there is drawn by every property of the suite.
 
 Tokens from ``token_configurations`` (generic, coincident, antipodal), batches (), (2,) and the
 empty (0,); horizons from 1e-9 to 3 and step sizes from ``step_sizes`` (one step over the whole
@@ -23,12 +29,15 @@ import numpy as np
 from hypothesis import strategies as st
 
 import riemattn as ra
+from riemattn.dynamics.circle import CircleField
 from riemattn.testing import strategies as rs
 
 HORIZONS = (0.7, 3.0, 0.05, 1e-9)  # shrinks toward the first
 BATCHES = ((), (2,), (0,))
 SMALL_DIMS = st.integers(2, 3)
 SMALL_TOKENS = st.integers(1, 3)
+#: field kind -> the manifold kinds it is drawn on (the registry of the suite's fields)
+FIELD_KINDS = {"user": rs.MANIFOLD_KINDS, "attention": ("sphere", "ellipsoid"), "circle": ("euclidean",)}
 
 
 @dataclass
@@ -83,12 +92,40 @@ def attention(draw, manifold):
 
 
 @st.composite
-def problems(draw, *, field_kinds=("user", "attention"), batches=BATCHES, horizons=HORIZONS):
+def circle_field(draw):
+    model = draw(st.sampled_from(["sa", "usa"]))
+    rescaled = model == "usa" and draw(st.booleans())
+    return CircleField(draw(st.one_of(rs.betas(max_value=2.0), st.just(0.0))), model, rescaled=rescaled)
+
+
+@st.composite
+def circle_angles(draw, batch_shape):
+    """Angles (batch + (n, 1)): generic, coincident (equal bit for bit) or antipodal (theta, theta + pi)."""
+    n = draw(SMALL_TOKENS)
+    batch = draw(batch_shape)
+    theta = np.empty(batch + (n, 1))
+    flat = theta.reshape((-1, n))
+    for k in range(len(flat)):
+        kind = draw(st.sampled_from(rs.CONFIGURATIONS))
+        first = draw(st.floats(-np.pi, np.pi))
+        if kind == "generic":
+            flat[k] = [first] + [draw(st.floats(-np.pi, np.pi)) for _ in range(n - 1)]
+        else:
+            flat[k] = first + (np.pi * (np.arange(n) % 2) if kind == "antipodal" else 0.0)
+    return theta
+
+
+@st.composite
+def problems(draw, *, field_kinds=tuple(FIELD_KINDS), batches=BATCHES, horizons=HORIZONS):
     field_kind = draw(st.sampled_from(field_kinds))
-    kinds = rs.MANIFOLD_KINDS if field_kind == "user" else ("sphere", "ellipsoid")
-    M = draw(rs.manifolds(dims=SMALL_DIMS, kinds=kinds))
-    d = M.ambient_dim
     calls = [0]
+    if field_kind == "circle":
+        M, F = ra.Euclidean(1), draw(circle_field())
+        y0 = draw(circle_angles(st.sampled_from(batches)))
+        T = draw(st.sampled_from(horizons))
+        return Problem(M, F, y0, (0.0, T), draw(rs.step_sizes((0.0, T), max_steps=12)), field_kind, "euclidean", calls)
+    M = draw(rs.manifolds(dims=SMALL_DIMS, kinds=FIELD_KINDS[field_kind]))
+    d = M.ambient_dim
     if field_kind == "user":
         K = draw(rs.head_matrices(1, d, scale=3.0))[0]
         a = draw(rs.head_matrices(1, d, scale=3.0))[0][0]
@@ -113,6 +150,9 @@ def issue_rotation_problem(dt, T):
 
 def tiny_problem(field_kind, manifold_kind):
     """One small fixed problem of each kind (for ``_edges.refusal``)."""
+    if field_kind == "circle":
+        return Problem(ra.Euclidean(1), CircleField(1.0, "usa"), np.array([[0.0], [0.3], [2.0]]), (0.0, 0.1), 0.05,
+                       field_kind, manifold_kind)
     M = {"sphere": ra.Sphere(2), "ellipsoid": ra.Ellipsoid(np.diag([1.0, 2.0, 4.0])),
          "euclidean": ra.Euclidean(3)}[manifold_kind]
     y0 = M.projection(np.array([[1.0, 0.2, -0.5], [0.3, 1.0, 0.1]]))

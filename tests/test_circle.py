@@ -187,3 +187,26 @@ def test_causal_circle_stiff_solve_agrees_with_scipy_radau():
     # both within ~1e-8 of the solution (tolerances 1e-9 / 1e-11 over a few hundred steps)
     assert np.max(np.abs(sol.y[-1, 0, :, 0] - ref.y[:, -1])) <= 1e-6
     assert sol.y[-1, 0, 0, 0] == theta0[0]  # token 1 never moves
+def test_non_finite_stage_points_inside_integrate_are_reported_not_raised():
+    """Inside ``integrate`` a non-finite stage point is the stepper's business: the trajectory is
+    rejected or reported failed, never a ValidationError from the field's angle check. (Before the
+    unchecked twin: rodas4p on the published metastable configuration at beta = 1000 towards
+    t1 = 1e60 raised "theta contains 5 NaN or infinite entries" between steps 700 and 1000.) A user's own call
+    is still checked."""
+    import warnings
+
+    theta0 = 0.5 * np.array([0.0, 0.5, 2.0, 4.0, 7.0]) * np.log(2000.0) / np.sqrt(2000.0)
+    field = CircleField(1000.0, "usa", rescaled=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        sol = ra.integrate(field, theta0[:, None], (0.0, 1e60), "rodas4p", rtol=1e-8, atol=1e-10, max_steps=1000)
+    pt = sol.per_trajectory
+    assert not sol.success and int(pt.status) in (-1, -2, -3) and np.isfinite(pt.t_fail)
+    assert np.isfinite(sol.y[np.isfinite(sol.t)][-1]).all()
+    with pytest.raises(ValidationError, match="theta"):
+        field(0.0, np.array([[0.0], [np.nan]]))
+    twin = field._unchecked()
+    assert twin._unchecked() is twin and field._unchecked() is twin and field._checked
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert np.isnan(twin(0.0, np.array([[0.0], [np.inf]]))).all()

@@ -19,6 +19,7 @@ import pytest
 
 from riemattn.analysis.critical_points import (
     certify,
+    circle_cluster_spectrum,
     clusters,
     deduplicate,
     invariants,
@@ -131,3 +132,84 @@ def test_bad_input():
         newton_search(np.ones((3, 2)), 1.0)
     with pytest.raises(ValidationError, match="n"):
         search(0, 2, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# rescaled: e^{-beta} E_beta (issue 35 item 1)
+def closed_form_rescaled(n, k, beta):
+    """e^{-beta} x closed_form (drop the rotation), with the weights written as
+    e^{beta (cos phi - 1)} (beta sin^2 phi - cos phi) -- this test's own formula, finite at every beta."""
+    q = n // k
+    phis = 2 * np.pi * np.arange(k) / k
+    with np.errstate(over="ignore"):
+        wr = np.exp(beta * (np.cos(phis) - 1.0)) * (beta * np.sin(phis) ** 2 - np.cos(phis))
+    lam = [q / n**2 * sum(wr[j] * (1 - np.cos(2 * np.pi * j * m / k)) for j in range(1, k)) for m in range(1, k)]
+    return np.sort(lam + [q / n**2 * wr.sum()] * (k * (q - 1)))
+
+
+@pytest.mark.parametrize("n,k,d", [(6, 3, 2), (6, 2, 3), (4, 4, 2), (5, 1, 3)])
+def test_rescaled_certificate_is_exp_minus_beta_times_plain(n, k, d):
+    """At beta = 5 every rescaled quantity is e^{-beta} times the plain one: the spectrum of the
+    same Hessian computed twice (rescaled vs plain kernel), closed forms, and the energy."""
+    beta = 5.0
+    x = k_clusters(n, d, k) + 1e-3 * np.random.default_rng(n).standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=-1, keepdims=True)
+    x = newton_search(x, beta)[0]
+    p, r = certify(x, beta), certify(x, beta, rescaled=True)
+    e = np.exp(-beta)
+    assert r.rescaled and not p.rescaled and (r.index, r.n_zero, r.shape) == (p.index, p.n_zero, p.shape)
+    scale = np.max(np.abs(p.eigenvalues))
+    assert np.max(np.abs(r.eigenvalues - e * p.eigenvalues)) <= 1e-12 * e * scale
+    assert abs(r.energy - e * p.energy) <= 1e-12 * e * p.energy
+    # the Hessian itself: rescaled kernel vs plain kernel, independent computations
+    Mr = energy_hessian(x, beta, "standard", rescaled=True).matrix()[0]
+    Mp = energy_hessian(x, beta, "standard").matrix()[0]
+    assert np.max(np.abs(Mr - e * Mp)) <= 1e-12 * e * scale
+    # closed forms, where x is k equal clusters on the circle
+    if d == 2 and n % k == 0:
+        ref = closed_form(n, k, beta, drop_rotation=True)
+        assert np.max(np.abs(circle_cluster_spectrum(n, k, beta, rescaled=True)[-len(ref):] - e * ref)) \
+            <= 1e-12 * e * np.max(np.abs(ref))
+
+
+@pytest.mark.parametrize("beta", [800.0, 1e5, 1e300])
+def test_rescaled_tools_are_finite_and_exact_at_any_beta(beta):
+    """k equal clusters (exactly coincident tokens) on the circle, rotated in R^3: the certificate at
+    beta = 800, 1e5, 1e300 equals this test's closed form of the rescaled spectrum (the splitting
+    eigenvalue -q/n^2 and eigenvalues e^{-beta (1 - cos phi)} ~ 0). Before the difference form of
+    the Hessian's beta term the computed spectrum at 1e300 was of size 1e266."""
+    n, k = 6, 3
+    Q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))
+    x = k_clusters(n, 3, k) @ Q.T
+    p = certify(x, beta, rescaled=True)
+    ref = closed_form_rescaled(n, k, beta)
+    # on S^2 the splitting of a cluster has 2 directions per token (the closed form: 1 on the circle)
+    assert np.all(np.isfinite(p.eigenvalues)) and p.shape == "2+2+2"
+    assert np.max(np.abs(p.eigenvalues[:2 * k * (n // k - 1)] - ref[0])) <= 1e-14
+    assert np.max(np.abs(p.eigenvalues[2 * k * (n // k - 1):])) <= 1e-14 and p.grad_norm <= 1e-14
+    got = circle_cluster_spectrum(n, k, beta, rescaled=True)
+    assert np.all(np.isfinite(got)) and np.max(np.abs(got - ref)) <= 1e-15
+    z, gn, ok = newton_search(x, beta, rescaled=True)
+    # a critical point already: only the polishing steps (moves at the rounding of the gradient) act
+    assert ok and np.isfinite(gn) and gn <= 1e-14 and np.max(np.abs(z - x)) <= 1e-13
+    points, stats = search(3, 2, beta, n_random=6, seed=0, rescaled=True)
+    assert stats["n_converged"] > 0 and all(np.isfinite(q.energy) and np.isfinite(q.eigenvalues).all() for q in points)
+
+
+def test_plain_beyond_the_float_range_names_beta():
+    x = k_clusters(4, 2, 2)
+    for call in (lambda: certify(x, 800.0), lambda: newton_search(x, 800.0), lambda: search(3, 2, 800.0),
+                 lambda: circle_cluster_spectrum(4, 2, 800.0)):
+        with pytest.raises(ValidationError, match="beta = 800.*rescaled=True"):
+            call()
+
+
+def test_rescaled_search_finds_the_plain_points():
+    """The search runs on the rescaled energy either way: rescaled and plain give the same points,
+    energies e^{-beta} apart."""
+    beta = 4.0
+    pp, _ = search(4, 2, beta, n_random=12, seed=5)
+    pr, _ = search(4, 2, beta, n_random=12, seed=5, rescaled=True)
+    assert [q.shape for q in pp] == [q.shape for q in pr] and [q.index for q in pp] == [q.index for q in pr]
+    e = np.exp(-beta)
+    assert np.allclose([q.energy * e for q in pp], [q.energy for q in pr], rtol=1e-12, atol=0)

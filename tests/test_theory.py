@@ -8,6 +8,8 @@
 * Theorem 4.5's consensus points against the eigen-equation.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -154,3 +156,64 @@ def test_theory_validation():
         th.consensus_points(np.eye(3))
     with pytest.raises(ValidationError, match="positive"):
         th.consensus_points(-np.eye(3) - np.diag([0, 1, 2]))
+
+
+# ---------------------------------------------------------------------------------------------
+# rescaled USA (issue 35 item 1): e^{-beta} times the field, the time s = e^beta t
+def test_rescaled_predictions_are_the_time_changed_plain_ones():
+    """At beta = 5: the rate is e^{-beta} times USA's (a closed form, to rounding); rho_rescaled(s) =
+    rho(e^{-beta} s) and the clustering time is e^beta times USA's (both from tight solves of the same
+    scalar ODE / quadrature: agreement to 1e-11, the solver's rtol 1e-12 with a margin); the noise
+    predictions are e^{-beta} (rate, with sigma_s = e^{-beta/2} sigma) and e^{-beta/2} (sigma_c)."""
+    beta, n = 5.0, 4
+    e = np.exp(-beta)
+    rho = np.linspace(-1 / (n - 1), 1.0, 9)
+    np.testing.assert_allclose(th.equiangular_rate(rho, beta, n, "usa", rescaled=True),
+                               e * th.equiangular_rate(rho, beta, n, "usa"), rtol=1e-14, atol=0)
+    s = np.array([0.0, 1.0, 10.0, 50.0, 300.0])
+    np.testing.assert_allclose(th.equiangular_rho(s, beta, n, "usa", rescaled=True),
+                               th.equiangular_rho(e * s, beta, n, "usa"), rtol=1e-11, atol=1e-14)
+    assert abs(th.clustering_time(beta, n, 1e-3, "usa", rescaled=True) / (th.clustering_time(beta, n, 1e-3, "usa") / e) - 1) <= 1e-12
+    k = np.array([1, 2, 3])
+    np.testing.assert_allclose(th.uniform_growth_rate(k, beta, 0.3 * np.sqrt(e), "usa", rescaled=True),
+                               e * th.uniform_growth_rate(k, beta, 0.3, "usa"), rtol=1e-12)
+    assert abs(th.critical_noise(beta, "usa", rescaled=True) / (np.sqrt(e) * th.critical_noise(beta, "usa")) - 1) <= 1e-12
+    # the boundary in rescaled time is the largest beta that clusters by s (T_s increases in beta)
+    b = th.phase_boundary(1e4, n, 1e-3, "usa", rescaled=True)
+    assert abs(th.clustering_time(b, n, 1e-3, "usa", rescaled=True) / 1e4 - 1) <= 1e-10
+    assert th.clustering_time(b - 0.1, n, 1e-3, "usa", rescaled=True) < 1e4 < th.clustering_time(b + 0.1, n, 1e-3, "usa", rescaled=True)
+
+
+@pytest.mark.parametrize("beta", [800.0, 1e5, 1e300])
+def test_rescaled_predictions_finite_at_any_beta_and_errors_name_beta(beta):
+    n = 4
+    r = th.equiangular_rate(np.linspace(0, 1, 5), beta, n, "usa", rescaled=True)
+    assert np.all(np.isfinite(r)) and r[-1] == 0.0 and r[0] <= 1e-300  # e^{-beta} at rho = 0
+    assert np.all(th.equiangular_rho([1.0, 1e300], beta, n, "usa", rescaled=True) <= 1e-40)  # e^{-beta} s < 1e-40
+    assert np.all(np.isfinite(th.equiangular_rho([1.0, 1e300], beta, n, "sa")))
+    # Hankel: sigma_c(rescaled)^2 = 2 e^{-beta} I_1 / beta ~ 2 / (beta sqrt(2 pi beta)) (1 - 3 / (8 beta))
+    ref = np.sqrt(2 / np.sqrt(2 * np.pi * beta)) / np.sqrt(beta) * np.sqrt(1 - 3 / (8 * beta))
+    assert abs(th.critical_noise(beta, "usa", rescaled=True) / ref - 1) <= 1e-5
+    assert np.isfinite(th.uniform_growth_rate([1, 2], beta, 0.1, "usa", rescaled=True)).all()
+    assert 0 < th.clustering_time(beta, n, 1e-3, "usa") < n / beta  # plain USA: about n / (2 beta), finite
+    with pytest.raises(ValidationError, match=f"beta = {re.escape(str(beta))}.*rescaled=True"):
+        th.equiangular_rho(1.0, beta, n, "usa")
+    with pytest.raises(ValidationError, match=f"beta = {re.escape(str(beta))}.*rescaled=True"):
+        th.critical_noise(beta, "usa")
+    for model, kw in (("usa", {"rescaled": True}), ("sa", {})):
+        with pytest.raises(ValidationError, match=f"beta = {re.escape(str(beta))}.*float range"):
+            th.clustering_time(beta, n, 1e-3, model, **kw)
+
+
+def test_rescaled_refused_for_sa_and_hankel_matches_scipy():
+    from riemattn.analysis._stability import _ive_hankel
+
+    for call in (lambda: th.equiangular_rate(0.5, 1.0, 3, "sa", rescaled=True),
+                 lambda: th.equiangular_rho(1.0, 1.0, 3, "sa", rescaled=True),
+                 lambda: th.critical_noise(1.0, "sa", rescaled=True)):
+        with pytest.raises(ValidationError, match="rescaled"):
+            call()
+    from scipy import special
+    for k in (0, 1, 2):  # where SciPy is finite (beta <= ~1e9), the expansion's O(k^6 / beta^3) is below eps
+        b = np.array([1e6, 1e8])
+        np.testing.assert_allclose(_ive_hankel(k, b), special.ive(k, b), rtol=1e-14)

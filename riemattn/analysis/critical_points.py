@@ -22,6 +22,13 @@ Hessian has a positive eigenvalue. This module asks the computer:
   necessary conditions, so two inequivalent points with identical invariants would be merged).
 * :func:`search` combines them for one (n, d, beta).
 
+Every function that takes beta also takes ``rescaled``: the energy e^{-beta} E_beta (kernel
+exp(beta (<x_i, x_j> - 1))), whose gradient, Hessian and spectrum are e^{-beta} times E_beta's, and
+whose critical points, indices and cluster shapes are the same. The search always runs on it (the
+Newton iteration is scale invariant), so it is finite at every beta; the plain values are the
+rescaled ones times e^beta and are refused, naming beta, where that exceeds the float range
+(beta > ~709.78). :func:`newton_search` lives in the private :mod:`riemattn.analysis._newton`.
+
 The census over a grid of (n, d, beta), the figure and the claims are the reproduction
 ``glpr-critical`` (:mod:`riemattn.experiments.glpr_critical`). A finite search finds what it
 finds: the census is an observation with its budget, never a proof. Theory and limits:
@@ -39,9 +46,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_beta, check_int, check_points, check_positive, check_token_array
+from .._validation import check_beta, check_int, check_rescaled, check_token_array
 from ..errors import ValidationError
-from ..geometry.manifolds import Sphere
+from ._newton import ascend, newton_search, plain_scale
 from .gradients import energy
 from .hessians import energy_hessian, spectrum
 
@@ -113,7 +120,7 @@ def structured_starts(n: int, d: int) -> np.ndarray:
     return np.stack(starts)
 
 
-def circle_cluster_spectrum(n: int, k: int, beta) -> np.ndarray:
+def circle_cluster_spectrum(n: int, k: int, beta, *, rescaled: bool = False) -> np.ndarray:
     """Round-metric Hessian eigenvalues of E_beta at k equally spaced clusters of n/k tokens on S^1.
 
     In angles the Hessian is L / n^2, L the Laplacian with weights
@@ -124,93 +131,24 @@ def circle_cluster_spectrum(n: int, k: int, beta) -> np.ndarray:
 
     plus 0 for the rotation (m = 0), which is left out. Sorted, shape (n - 1,).
     k = n is the regular n-gon, k = 1 consensus. Derivation: docs/theory/critical_points.md.
+
+    ``rescaled=True``: the spectrum of e^{-beta} E_beta, e^{-beta} times this, with the weights
+    e^{-2 beta sin^2(phi/2)} (beta sin^2 phi - cos phi) (= e^{beta (cos phi - 1)} (...)), finite at
+    every beta (the cluster-splitting eigenvalue tends to -q/n^2). Plain at beta > ~709.78 (e^beta
+    overflows) raises ValidationError naming beta.
     """
     n, k, beta = check_int(n, "n", 1), check_int(k, "k", 1), check_beta(beta)
+    rescaled = check_rescaled(rescaled)
     if n % k:
         raise ValidationError(f"k = {k} equal clusters need k to divide n = {n}.")
     q, phi = n // k, 2 * np.pi * np.arange(k) / k
-    w = np.exp(beta * np.cos(phi)) * (beta * np.sin(phi) ** 2 - np.cos(phi))
+    plain = plain_scale(beta, rescaled, "circle_cluster_spectrum")
+    with np.errstate(over="ignore"):  # beta sin^2(phi/2) may overflow to inf: a weight of 0
+        kernel = np.exp(-2.0 * beta * np.sin(phi / 2) ** 2) * plain  # e^{beta (cos phi - 1)} (x e^beta)
+    w = kernel * (beta * np.sin(phi) ** 2 - np.cos(phi))
     m = np.arange(1, k)
     lam = (q / n**2) * ((1 - np.cos(np.outer(m, np.arange(k)) * 2 * np.pi / k)) @ w)
     return np.sort(np.concatenate([lam, np.full(k * (q - 1), q / n**2 * w.sum())]))
-
-
-# ---------------------------------------------------------------------------------------------
-# Newton / Levenberg-Marquardt on grad E = 0
-def _state(x, beta):
-    H = energy_hessian(x, beta, "standard")
-    M, B = H.matrix()
-    g = np.einsum("...aij,...ij->...a", B, H.grad)
-    return M, B, g
-
-
-def newton_search(x0, beta, *, max_iter: int = 100, gtol: float = 1e-14, max_step: float = 0.5,
-                  polish: int = 3):
-    """Damped Riemannian Newton iterations for grad E_beta = 0 from a batch of starts.
-
-    Each step solves ``(M^2 + mu I) eta = -M g`` in an orthonormal tangent basis (M the round-metric
-    Hessian, g the gradient), i.e. Newton's step where ``|eigenvalue| >> sqrt(mu)`` and a short
-    gradient-like step elsewhere, caps the move of every token at ``max_step``, retracts
-    ``x_i <- x_i / |x_i|``, and accepts the step iff ``|grad|`` decreases (then ``mu /= 10``, else
-    ``mu *= 10``).
-
-    Parameters
-    ----------
-    x0 : array_like, shape (..., n, d), on the sphere
-    beta : float, >= 0
-    max_iter : int
-    gtol : float
-        Converged when |grad E_beta| <= gtol * e^beta / n (e^beta / n is the size of the Hessian at
-        consensus, the natural scale of E_beta's derivatives).
-    max_step : float
-        Largest Euclidean move of a token per step (trust radius).
-    polish : int
-        Extra iterations after convergence (steps accepted only if |grad| decreases), which bring
-        the points to the rounding floor so that duplicates agree closely.
-
-    Returns
-    -------
-    x : ndarray, shape (..., n, d)
-    grad_norm : ndarray, shape (...)
-        |grad E_beta| for the round metric at the returned points.
-    converged : ndarray of bool, shape (...)
-    """
-    beta = check_beta(beta)
-    x = np.asarray(check_points(x0, "x0", Sphere(np.shape(x0)[-1] - 1)), dtype=float)
-    check_positive(gtol, "gtol")
-    check_positive(max_step, "max_step")
-    max_iter = check_int(max_iter, "max_iter", 0)
-    lead, n = x.shape[:-2], x.shape[-2]
-    x = x.reshape((-1,) + x.shape[-2:])
-    scale = np.exp(beta) / n
-    M, B, g = _state(x, beta)
-    gn = np.linalg.norm(g, axis=-1)
-    mu = np.full(len(x), 1e-4 * scale**2)
-    extra = np.zeros(len(x), dtype=int)
-    for it in range(max_iter + polish):
-        done = gn <= gtol * scale
-        active = (((~done) & (it < max_iter)) | (done & (extra < polish))) & (mu < 1e12 * scale**2)
-        extra += done
-        if not active.any():
-            break
-        lam, U = np.linalg.eigh(M[active])
-        coef = lam / (lam**2 + mu[active, None])
-        eta_c = -np.einsum("...ab,...b->...a", U, coef * np.einsum("...ba,...b->...a", U, g[active]))
-        eta = np.einsum("...a,...aij->...ij", eta_c, B[active])
-        step = np.max(np.linalg.norm(eta, axis=-1), axis=-1)
-        eta *= np.minimum(1.0, max_step / np.maximum(step, 1e-300))[:, None, None]
-        y = x[active] + eta
-        y /= np.linalg.norm(y, axis=-1, keepdims=True)
-        M1, B1, g1 = _state(y, beta)
-        gn1 = np.linalg.norm(g1, axis=-1)
-        ok = gn1 < gn[active]
-        idx = np.flatnonzero(active)
-        acc = idx[ok]
-        x[acc], M[acc], B[acc], g[acc], gn[acc] = y[ok], M1[ok], B1[ok], g1[ok], gn1[ok]
-        mu[acc] = np.maximum(mu[acc] / 10, 1e-24 * scale**2)
-        mu[idx[~ok]] *= 10
-    conv = gn <= gtol * scale
-    return x.reshape(lead + x.shape[-2:]), gn.reshape(lead), conv.reshape(lead)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +178,8 @@ class CriticalPoint:
     0 for a local maximum); ``n_zero`` the eigenvalues that are zero within the tolerance once the
     ``n_symmetry`` rotation directions are removed (n_zero > 0: degenerate, or not resolved in double
     precision); ``shape`` the cluster sizes, largest first (e.g. "3+3+2"); ``hits`` how many starts
-    converged to this class.
+    converged to this class. ``rescaled``: ``energy``, ``grad_norm`` and ``eigenvalues`` are those
+    of e^{-beta} E_beta (e^{-beta} times E_beta's; the counts and the shape are the same).
     """
 
     x: np.ndarray
@@ -256,6 +195,7 @@ class CriticalPoint:
     shape: str
     hits: int = 1
     invariants: np.ndarray = field(default=None, repr=False)
+    rescaled: bool = False
 
     @property
     def is_consensus(self) -> bool:
@@ -292,21 +232,26 @@ def _canonical(x, labels):
     return y * np.where(np.sum(y, axis=0) < 0, -1.0, 1.0)
 
 
-def certify(x, beta, *, rtol: float = 1e-11, cluster_tol: float = 1e-5) -> CriticalPoint:
+def certify(x, beta, *, rtol: float = 1e-11, cluster_tol: float = 1e-5, rescaled: bool = False) -> CriticalPoint:
     """The certificate of one configuration x of shape (n, d) on the sphere (see :class:`CriticalPoint`).
 
     ``rtol``: an eigenvalue is zero when |lambda| <= rtol * max |lambda| (the round metric).
+    ``rescaled``: certify for e^{-beta} E_beta (finite at every beta); plain at beta > ~709.78
+    raises ValidationError naming beta. The Hessian is computed rescaled in both cases (the counts
+    do not depend on the scale).
     """
     beta = check_beta(beta)
-    H = energy_hessian(x, beta, "standard")
+    rescaled = check_rescaled(rescaled)
+    plain = plain_scale(beta, rescaled, "certify")
+    H = energy_hessian(x, beta, "standard", rescaled=True)
     sp = spectrum(H, rtol=rtol)
     labels = clusters(H.x, cluster_tol)
     sizes = np.sort(np.bincount(labels))[::-1]
     return CriticalPoint(
-        x=_canonical(H.x, labels), beta=beta, energy=float(energy(H.x, beta)),
-        grad_norm=float(np.linalg.norm(H.grad)), eigenvalues=sp.eigenvalues,
+        x=_canonical(H.x, labels), beta=beta, energy=float(energy(H.x, beta, rescaled=rescaled)),
+        grad_norm=plain * float(np.linalg.norm(H.grad)), eigenvalues=plain * sp.eigenvalues,
         n_symmetry=sp.n_symmetry, index=sp.n_positive, n_negative=sp.n_negative, n_zero=sp.n_zero,
-        n_clusters=len(sizes), shape="+".join(map(str, sizes)), invariants=invariants(H.x),
+        n_clusters=len(sizes), shape="+".join(map(str, sizes)), invariants=invariants(H.x), rescaled=rescaled,
     )
 
 
@@ -323,22 +268,11 @@ def deduplicate(points, tol: float = 1e-5) -> list:
                 break
         else:
             out.append(p)
-    return sorted(out, key=lambda p: (-round(p.energy, 9), p.index, p.shape))
-
-
-def _ascend(x, beta, steps, tau: float = 0.5):
-    """Projected gradient ascent of E_beta, ``steps[b]`` steps of size tau n / (e^beta (1 + beta))."""
-    h = tau * x.shape[-2] / (np.exp(beta) * (1.0 + beta))
-    for s in range(int(np.max(steps, initial=0))):
-        live = steps > s
-        g = energy_hessian(x[live], beta, "standard").grad
-        y = x[live] + h * g
-        x[live] = y / np.linalg.norm(y, axis=-1, keepdims=True)
-    return x
+    return sorted(out, key=lambda p: (-float(f"{p.energy:.10g}"), p.index, p.shape))  # 10 digits: ties
 
 
 def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool = True,
-           max_iter: int = 100, gtol: float = 1e-14, max_ascent: int = 400):
+           max_iter: int = 100, gtol: float = 1e-14, max_ascent: int = 400, rescaled: bool = False):
     """Critical points of E_beta on (S^(d-1))^n found from random and structured starts.
 
     Parameters
@@ -357,6 +291,10 @@ def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool
         leave their symmetry class).
     max_iter, gtol
         See :func:`newton_search`.
+    rescaled : bool, default False
+        Certify for e^{-beta} E_beta (:func:`certify`): finite at every beta. The search itself is
+        the same (it runs on the rescaled energy either way); plain at beta > ~709.78 raises
+        ValidationError naming beta.
 
     Returns
     -------
@@ -367,13 +305,15 @@ def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool
     """
     n, d = check_int(n, "n", 1), check_int(d, "d", 2)
     beta = check_beta(beta)
+    rescaled = check_rescaled(rescaled)
+    plain_scale(beta, rescaled, "search")
     n_random = check_int(n_random, "n_random", 0)
     rng = np.random.default_rng(seed)
     R = rng.standard_normal((n_random, n, d))
     R /= np.linalg.norm(R, axis=-1, keepdims=True)
     third = np.arange(n_random) % 3
     steps = np.exp(rng.uniform(0.0, np.log(max(max_ascent, 1)), n_random)).astype(int)
-    R = _ascend(R, beta, np.where(third == 1, steps, 0))
+    R = ascend(R, beta, np.where(third == 1, steps, 0))
     C = rng.standard_normal((n_random, n, d))  # random clusterings
     k = rng.integers(1, n + 1, n_random)
     labels = (rng.random((n_random, n)) * k[:, None]).astype(int)
@@ -386,6 +326,6 @@ def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool
         starts += [S, S + 1e-3 * rng.standard_normal(S.shape)]
     x0 = np.concatenate(starts)
     x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
-    x, _, conv = newton_search(x0, beta, max_iter=max_iter, gtol=gtol)
-    pts = [certify(p, beta) for p in x[conv]]
+    x, _, conv = newton_search(x0, beta, max_iter=max_iter, gtol=gtol, rescaled=True)
+    pts = [certify(p, beta, rescaled=rescaled) for p in x[conv]]
     return deduplicate(pts), {"n_starts": len(x0), "n_converged": int(conv.sum())}

@@ -55,6 +55,7 @@ from .._validation import (
 )
 from ..errors import ValidationError
 from ._energy import kernel_exponent
+from ..dynamics._softmax import RESCALED_ROUNDING
 from ..geometry.manifolds import Ellipsoid, Sphere
 
 __all__ = [
@@ -92,6 +93,12 @@ class InteractionHessian:
         self._xP = x @ P
         with np.errstate(over="ignore"):  # rescaled: exp(beta (x_i^T P x_j - 1)), see _energy
             self._K = np.exp(kernel_exponent(self._xP @ np.swapaxes(x, -1, -2), self.beta, rescaled, np))
+        # P = W: tangent V has V_i^T P x_i = 0, and _sym uses the difference form (below);
+        # rescaled: pairs whose exponent the rounding rule set to 0 are coincident to rounding
+        self._tangent = bool(np.array_equal(P, W))
+        self._rounded = None
+        if rescaled:
+            self._rounded = np.abs(self._xP @ np.swapaxes(x, -1, -2) - 1.0) <= RESCALED_ROUNDING
         if not np.all(np.isfinite(self._K)):
             raise ValidationError(
                 f"exp(beta x_i^T P x_j) overflows at beta = {beta} for these tokens"
@@ -112,8 +119,21 @@ class InteractionHessian:
         return v - np.sum((self.x @ self.W) * v, axis=-1, keepdims=True) * self.x
 
     def _sym(self, V):
-        T = (V @ self.P) @ np.swapaxes(self.x, -1, -2)  # T_ij = V_i^T P x_j
-        return self._K * (T + np.swapaxes(T, -1, -2))
+        """K_ij (V_i^T P x_j + x_i^T P V_j).
+
+        For P = W (tangent V: V_i^T P x_i = 0) in the difference form V_i^T P (x_j - x_i) =
+        T_ij - T_ii, exactly 0 for coincident tokens: beta times the rounding of V_i^T P x_i would
+        otherwise reach the Hessian (1e268 at beta = 1e300). With ``rescaled``, pairs whose exponent
+        the rounding rule set to 0 count as coincident (their term beta K_ij O(|x_j - x_i|^2) is
+        below beta * 128 eps |V|).
+        """
+        T = np.einsum("...ia,...ja->...ij", V @ self.P, np.broadcast_to(self.x, V.shape))  # T_ij = V_i^T P x_j
+        if self._tangent:
+            T = T - np.diagonal(T, axis1=-2, axis2=-1)[..., :, None]
+        S = T + np.swapaxes(T, -1, -2)
+        if self._rounded is not None:
+            S = np.where(self._rounded, 0.0, S)
+        return self._K * S
 
     def euclidean_hvp(self, V):
         """D(df/dx)[V], the Euclidean Hessian of f applied to V, shape (..., n, d)."""

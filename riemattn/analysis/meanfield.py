@@ -50,6 +50,7 @@ from scipy import optimize, special
 from .._validation import as_float_array, check_beta, check_choice, check_finite, check_int, check_nonnegative, \
     check_positive
 from ..errors import IntegrationError, ValidationError
+from ._stability import critical_noise, uniform_growth_rate  # documented here
 
 __all__ = ["CircleDensity", "DensityTrajectory", "uniform", "order_parameter", "fourier_moments", "critical_noise",
            "uniform_growth_rate"]
@@ -79,87 +80,6 @@ def fourier_moments(rho, kmax: int = 1) -> np.ndarray:
 def order_parameter(rho) -> np.ndarray:
     """|int e^{i theta} rho(theta) dtheta|, shape (...): 0 for the uniform density, 1 for a Dirac mass."""
     return np.abs(fourier_moments(rho, 1)[..., 0])
-
-
-def _bessel_ratio(k, beta, model):
-    """(I_{k-1}(beta) - I_{k+1}(beta)) / Z_0 with Z_0 = I_0(beta) (SA) or 1 (USA); arrays broadcast."""
-    if model == "sa":
-        return (special.ive(k - 1, beta) - special.ive(k + 1, beta)) / special.ive(0, beta)
-    return special.iv(k - 1, beta) - special.iv(k + 1, beta)
-
-
-def _betas(beta):
-    b = check_finite(as_float_array(beta, "beta"), "beta")
-    if np.any(b < 0):
-        raise ValidationError(f"beta must be >= 0, got a minimum of {b.min()!r}.")
-    return b
-
-
-def uniform_growth_rate(k, beta, sigma, model: str = "sa"):
-    r"""Growth rate of the Fourier mode k of a perturbation of the uniform density on the circle.
-
-    Linearising the continuity equation about rho = 1/(2 pi) (module docstring), a perturbation
-    ``e^{i k theta}`` grows like ``e^{lambda_k t}`` with
-
-    .. math:: \lambda_k = \frac{k}{2} \frac{I_{k-1}(\beta) - I_{k+1}(\beta)}{Z_0} - \frac{\sigma^2 k^2}{2}
-                         = k^2 \Bigl(\frac{I_k(\beta)}{\beta Z_0} - \frac{\sigma^2}{2}\Bigr),
-
-    ``Z_0 = I_0(beta)`` for SA (the partition function of the uniform density), ``Z_0 = 1`` for USA;
-    ``I_k`` the modified Bessel functions. Noise convention: generator ``(sigma^2/2) d^2/dtheta^2``
-    per token.
-
-    Parameters
-    ----------
-    k : int or array_like of int, >= 1
-    beta, sigma : float or array_like (broadcast), >= 0
-    model : {"sa", "usa"}
-
-    Returns
-    -------
-    ndarray or float
-
-    References
-    ----------
-    GLPR, eq. (7.1) and Problem 7; derivation in docs/theory/noise.md.
-    """
-    model = check_choice(model, "model", ("sa", "usa"))
-    k = np.asarray(k)
-    if k.dtype.kind not in "iu" or np.any(k < 1):
-        raise ValidationError(f"k must be integers >= 1, got {k!r}.")
-    b = _betas(beta)
-    s = check_finite(as_float_array(sigma, "sigma"), "sigma")
-    out = 0.5 * k * _bessel_ratio(k, b, model) - 0.5 * s**2 * k**2
-    return float(out) if np.ndim(out) == 0 else out
-
-
-def critical_noise(beta, model: str = "sa"):
-    r"""The noise sigma_c(beta) below which the uniform density on the circle is linearly unstable.
-
-    The mode k = 1 is the first to grow as sigma decreases (``I_k(beta)`` decreases in k), so
-
-    .. math:: \sigma_c(\beta)^2 = \frac{I_0(\beta) - I_2(\beta)}{Z_0} = \frac{2 I_1(\beta)}{\beta Z_0},
-              \qquad Z_0 = I_0(\beta) \ (\text{SA}), \quad Z_0 = 1 \ (\text{USA}),
-
-    with the noise convention of :func:`uniform_growth_rate` (each angle ``dtheta = v dt + sigma dW``).
-    beta = 0 gives the Kuramoto value sigma_c = 1 (coupling K = 1 = sigma_c^2) for both models;
-    SA: ``sigma_c^2 ~ 2 / beta`` as beta -> infinity; USA: ``sigma_c^2 ~ sqrt(2 / pi) e^beta beta^{-3/2}``.
-
-    Parameters
-    ----------
-    beta : float or array_like, >= 0
-    model : {"sa", "usa"}
-
-    Returns
-    -------
-    float or ndarray
-
-    References
-    ----------
-    GLPR, eq. (7.1) and Problem 7; derivation in docs/theory/noise.md.
-    """
-    model = check_choice(model, "model", ("sa", "usa"))
-    out = np.sqrt(_bessel_ratio(1, _betas(beta), model))
-    return float(out) if np.ndim(out) == 0 else out
 
 
 class DensityTrajectory:

@@ -24,6 +24,9 @@ With xdot_1 = f_1 - <f_1, x_1> x_1 and d/dt <x_1, x_2> = 2 <xdot_1, x_2> (symmet
              = \frac{2 e^{\beta\rho}(1-\rho)((n-1)\rho + 1)}{e^{\beta} + (n-1) e^{\beta\rho}} .
 
 For (USA) Z is replaced by n: :math:`\dot\rho = (2/n) e^{\beta\rho}(1-\rho)((n-1)\rho+1)`.
+Rescaled USA (``rescaled=True``; e^{-beta} times the field, the same trajectories in the time
+s = e^beta t): :math:`d\rho/ds = (2/n) e^{-\beta(1-\rho)}(1-\rho)((n-1)\rho+1)`, finite at every beta;
+times are then rescaled times s. SA is finite at every beta as it is (``rescaled`` is refused there).
 The code integrates the equivalent equation for u = 1 - rho (so rho close to 1 keeps full relative
 precision) and writes the (SA) rate as ``2 (1-rho)((n-1)rho+1) / (e^{beta(1-rho)} + n - 1)`` (no
 overflow for large beta).
@@ -42,10 +45,9 @@ import numpy as np
 from scipy import integrate as _spi
 from scipy import optimize as _spo
 
-from .._validation import (
-    as_float_array, check_beta, check_choice, check_finite, check_int, check_real, check_square_matrix, check_tokens,
-)
+from .._validation import as_float_array, check_beta, check_choice, check_finite, check_int, check_real, check_rescaled
 from ..errors import ValidationError
+from ._consensus import consensus_points, predicted_consensus
 from .meanfield import critical_noise, uniform_growth_rate
 
 __all__ = [
@@ -62,8 +64,10 @@ __all__ = [
 MODELS = ("sa", "usa")
 
 
-def _check_model(model) -> str:
-    return check_choice(model, "model", MODELS)
+def _check_model(model, rescaled=False):
+    """(model, rescaled): ``rescaled`` is for USA only (SA is finite at every beta as it is)."""
+    model = check_choice(model, "model", MODELS)
+    return model, check_rescaled(rescaled, None if model == "usa" else "model='sa'")
 
 
 def _check_n(n) -> int:
@@ -84,7 +88,7 @@ def _check_times(t, name="t") -> np.ndarray:
     return t
 
 
-def equiangular_rate(rho, beta: float, n: int, model: str = "sa"):
+def equiangular_rate(rho, beta: float, n: int, model: str = "sa", *, rescaled: bool = False):
     r"""Right-hand side of the equiangular ODE, :math:`\dot\rho = r(\rho)`.
 
     Parameters
@@ -96,12 +100,15 @@ def equiangular_rate(rho, beta: float, n: int, model: str = "sa"):
     n : int
         Number of particles (GLPR's n; the token count l elsewhere in riemattn).
     model : {"sa", "usa"}
+    rescaled : bool, default False
+        ("usa" only) e^{-beta} times the USA rate, d rho/ds in the time s = e^beta t, finite at
+        every beta. Plain USA where e^{beta rho} overflows raises ValidationError naming beta.
 
     Returns
     -------
     ndarray, same shape as ``rho``
         SA: ``2 (1 - rho)((n-1) rho + 1) / (e^{beta (1 - rho)} + n - 1)``;
-        USA: ``(2/n) e^{beta rho} (1 - rho)((n-1) rho + 1)``.
+        USA: ``(2/n) e^{beta rho} (1 - rho)((n-1) rho + 1)`` (rescaled: ``e^{-beta (1 - rho)}``).
 
     References
     ----------
@@ -109,7 +116,7 @@ def equiangular_rate(rho, beta: float, n: int, model: str = "sa"):
     """
     beta = check_beta(beta)
     n = _check_n(n)
-    model = _check_model(model)
+    model, rescaled = _check_model(model, rescaled)
     rho = check_finite(as_float_array(rho, "rho"), "rho")
     lo = -1.0 / (n - 1)
     if rho.size and (rho.min() < lo - RHO_TOL or rho.max() > 1.0 + RHO_TOL):
@@ -117,22 +124,48 @@ def equiangular_rate(rho, beta: float, n: int, model: str = "sa"):
             f"rho must lie in [-1/(n-1), 1] = [{lo:.6g}, 1] (the common inner product of n = {n} unit "
             f"vectors), got values in [{float(rho.min()):.6g}, {float(rho.max()):.6g}]."
         )
-    return _rate(rho, beta, n, model)
+    return _rate(rho, beta, n, model, rescaled)
 
 
 #: Slack on the range [-1/(n-1), 1] of rho accepted by :func:`equiangular_rate`.
 RHO_TOL = 1e-12
 
 
-def _rate(rho, beta: float, n: int, model: str):
+def _rate(rho, beta: float, n: int, model: str, rescaled: bool = False):
     """:func:`equiangular_rate` for checked arguments."""
     poly = (1.0 - rho) * ((n - 1) * rho + 1.0)
-    if model == "sa":
-        return 2.0 * poly / (np.exp(beta * (1.0 - rho)) + (n - 1))
-    return (2.0 / n) * np.exp(beta * rho) * poly
+    with np.errstate(over="ignore"):  # SA: e^{beta (1 - rho)} = inf is a rate of 0
+        if model == "sa":
+            return 2.0 * poly / (np.exp(beta * (1.0 - rho)) + (n - 1))
+        if rescaled:
+            return (2.0 / n) * np.exp(-beta * (1.0 - rho)) * poly
+        out = (2.0 / n) * np.exp(beta * rho) * poly
+    if not np.all(np.isfinite(out)):
+        raise ValidationError(f"USA's equiangular rate (2/n) e^(beta rho) (...) overflows at beta = {beta}; use "
+                              "rescaled=True (the rate in the time s = e^beta t, finite at every beta).")
+    return out
 
 
-def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 1e-12, atol: float = 1e-15):
+def _inv_rate(rho, beta: float, n: int, model: str, rescaled: bool):
+    """1 / rate, written without overflow where it is finite; beyond the float range ValidationError."""
+    poly = (1.0 - rho) * ((n - 1) * rho + 1.0)
+    with np.errstate(over="ignore"):
+        if model == "usa" and not rescaled:
+            return 0.5 * n * np.exp(-beta * rho) / poly
+        grow = np.exp(beta * (1.0 - rho))
+        out = (grow + (n - 1)) / (2.0 * poly) if model == "sa" else 0.5 * n * grow / poly
+    if not np.all(np.isfinite(out)):
+        raise ValidationError(
+            f"the clustering time at beta = {beta} (of size e^beta / (2 beta)"
+            + (" in the rescaled time s = e^beta t" if rescaled else "")
+            + ") exceeds the float range; smaller beta"
+            + (", or model='usa' in the time t (rescaled=False)." if rescaled else ".")
+        )
+    return out
+
+
+def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 1e-12, atol: float = 1e-15,
+                    rescaled: bool = False):
     r"""Common pairwise inner product rho(t) of n initially orthogonal particles under (SA) or (USA).
 
     Solves the scalar ODE of GLPR Thm 6.8 (derived in the module docstring) with :func:`scipy.integrate.solve_ivp`
@@ -151,6 +184,10 @@ def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 
     rtol, atol : float
         Tolerances of the solver on u = 1 - rho (the absolute tolerance is on u, so rho near 1 is
         resolved to about ``rtol * (1 - rho) + atol``).
+    rescaled : bool, default False
+        ("usa" only) ``t`` is the time s = e^beta t of rescaled USA (``riemattn.usa(beta, d,
+        rescaled=True)``): rho_rescaled(s) = rho(e^{-beta} s), finite at every beta. Plain USA
+        raises ValidationError naming beta where its rate e^{beta rho} overflows (beta > ~709).
 
     Returns
     -------
@@ -178,7 +215,7 @@ def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 
     """
     beta = check_beta(beta)
     n = _check_n(n)
-    model = _check_model(model)
+    model, rescaled = _check_model(model, rescaled)
     t_arr = _check_times(t)
     flat = t_arr.ravel()
     if flat.size == 0:
@@ -189,7 +226,7 @@ def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 
         uniq = np.unique(flat)
 
         def rhs(_, u):
-            return -_rate(1.0 - u, beta, n, model)
+            return -_rate(1.0 - u, beta, n, model, rescaled)
 
         sol = _spi.solve_ivp(rhs, (0.0, t_max), [1.0], method="DOP853", t_eval=uniq, rtol=rtol, atol=atol)
         if not sol.success:  # pragma: no cover - smooth scalar ODE
@@ -199,7 +236,7 @@ def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 
     return float(res) if np.ndim(t) == 0 else res
 
 
-def clustering_time(beta: float, n: int, eps: float = 1e-3, model: str = "sa") -> float:
+def clustering_time(beta: float, n: int, eps: float = 1e-3, model: str = "sa", *, rescaled: bool = False) -> float:
     r"""Time T(beta) at which the equiangular rho(t) reaches 1 - eps.
 
     The equiangular ODE is autonomous and separable, so
@@ -215,6 +252,10 @@ def clustering_time(beta: float, n: int, eps: float = 1e-3, model: str = "sa") -
         Number of particles >= 2.
     eps : float in (0, 1)
     model : {"sa", "usa"}
+    rescaled : bool, default False
+        ("usa" only) the time in s = e^beta t (e^beta times the plain one). SA, and rescaled USA,
+        take of the order of e^beta / (2 beta): beyond the float range (beta > ~715) ValidationError
+        names beta; plain USA (about n / (2 beta)) is finite at every beta.
 
     Returns
     -------
@@ -227,10 +268,15 @@ def clustering_time(beta: float, n: int, eps: float = 1e-3, model: str = "sa") -
     beta = check_beta(beta)
     n = _check_n(n)
     eps = _check_eps(eps)
-    model = _check_model(model)
+    model, rescaled = _check_model(model, rescaled)
+    return _clustering_time(beta, n, eps, model, rescaled)
+
+
+def _clustering_time(beta, n, eps, model, rescaled):
+    """:func:`clustering_time` for checked arguments."""
 
     def inv_rate(rho):
-        return 1.0 / _rate(rho, beta, n, model)
+        return _inv_rate(rho, beta, n, model, rescaled)
 
     # The SA integrand grows like e^{beta (1 - rho)} near rho = 0: tell quad where the action is.
     pts = None
@@ -240,7 +286,8 @@ def clustering_time(beta: float, n: int, eps: float = 1e-3, model: str = "sa") -
     return float(val)
 
 
-def phase_boundary(t, n: int, eps: float = 1e-3, model: str = "sa", *, beta_max: float = 500.0):
+def phase_boundary(t, n: int, eps: float = 1e-3, model: str = "sa", *, beta_max: float = 500.0,
+                   rescaled: bool = False):
     r"""Phase-transition curve of GLPR eq. (6.12): for each t the largest beta with rho(t) >= 1 - eps.
 
     Parameters
@@ -253,6 +300,9 @@ def phase_boundary(t, n: int, eps: float = 1e-3, model: str = "sa", *, beta_max:
     model : {"sa", "usa"}
     beta_max : float
         Upper end of the search interval.
+    rescaled : bool, default False
+        ("usa" only) ``t`` is the rescaled time s = e^beta t. There the clustering time
+        e^beta T(beta) increases in beta, and the boundary is that of SA: the largest beta.
 
     Returns
     -------
@@ -273,15 +323,16 @@ def phase_boundary(t, n: int, eps: float = 1e-3, model: str = "sa", *, beta_max:
     """
     n = _check_n(n)
     eps = _check_eps(eps)
-    model = _check_model(model)
+    model, rescaled = _check_model(model, rescaled)
     t_arr = _check_times(t)
     beta_max = check_beta(beta_max, "beta_max")
-    T0 = clustering_time(0.0, n, eps, model)
-    Tmax = clustering_time(beta_max, n, eps, model)
+    T0 = _clustering_time(0.0, n, eps, model, rescaled)
+    Tmax = _clustering_time(beta_max, n, eps, model, rescaled)
+    largest = model == "sa" or rescaled  # T(beta) increases: the clustered set is [0, beta*]
     flat = t_arr.ravel()
     out = np.empty_like(flat)
     for k, tk in enumerate(flat):
-        if model == "sa":
+        if largest:
             if tk < T0:
                 out[k] = np.nan
                 continue
@@ -295,93 +346,7 @@ def phase_boundary(t, n: int, eps: float = 1e-3, model: str = "sa", *, beta_max:
             if tk < Tmax:
                 out[k] = np.nan
                 continue
-        out[k] = _spo.brentq(lambda b: clustering_time(b, n, eps, model) - tk, 0.0, beta_max,
+        out[k] = _spo.brentq(lambda b: _clustering_time(b, n, eps, model, rescaled) - tk, 0.0, beta_max,
                              xtol=1e-13, rtol=1e-13, maxiter=200)
     res = out.reshape(t_arr.shape)
     return float(res) if np.ndim(t) == 0 else res
-
-
-# ----------------------------------------------------------------------------------------------
-# ICML Theorem 4.5: causal attention, symmetric U
-# ----------------------------------------------------------------------------------------------
-def consensus_points(U, *, rtol: float = 1e-10) -> np.ndarray:
-    r"""The two candidate consensus points +-v of ICML Theorem 4.5.
-
-    Parameters
-    ----------
-    U : array_like, shape (d, d)
-        Symmetric value matrix whose largest eigenvalue is positive and simple.
-    rtol : float
-        Relative tolerance for the symmetry and simplicity checks.
-
-    Returns
-    -------
-    ndarray, shape (2, d)
-        ``[v, -v]`` with v the unit eigenvector of the top eigenvalue, signed so that its
-        largest-magnitude component is positive.
-
-    Raises
-    ------
-    ValidationError
-        If U is not symmetric, its top eigenvalue is not positive, or not simple.
-
-    References
-    ----------
-    Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Theorem 4.5
-    (= ARXIV Theorem 6.1).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from riemattn.analysis.theory import consensus_points
-    >>> consensus_points(np.diag([0.5, 2.0, -1.0]))
-    array([[ 0.,  1.,  0.],
-           [-0., -1., -0.]])
-    """
-    U = check_square_matrix(U, "U")
-    scale = max(float(np.max(np.abs(U))), 1e-300)
-    asym = float(np.max(np.abs(U - U.T)))
-    if asym > rtol * scale:
-        raise ValidationError(f"U must be symmetric; max |U - U^T| = {asym:.3g}.")
-    lam, vecs = np.linalg.eigh(0.5 * (U + U.T))
-    if lam[-1] <= 0.0:
-        raise ValidationError(f"U's largest eigenvalue must be positive, got {lam[-1]:.6g}.")
-    if U.shape[0] > 1 and lam[-1] - lam[-2] <= rtol * scale:
-        raise ValidationError(
-            f"U's largest eigenvalue must be simple; the top two are {lam[-1]:.6g} and {lam[-2]:.6g}."
-        )
-    v = vecs[:, -1]
-    v = v * np.sign(v[np.argmax(np.abs(v))])
-    return np.stack([v, -v])
-
-
-def predicted_consensus(U, y0) -> np.ndarray:
-    r"""Limit predicted by ICML Theorem 4.5 for causal attention from initial tokens y0.
-
-    If every token of a configuration satisfies s vᵀ y_i(0) > 0 for one sign s, the theorem
-    predicts y_i(t) -> s v for every i.
-
-    Parameters
-    ----------
-    U : array_like, shape (d, d)
-        Symmetric, with a simple positive top eigenvalue.
-    y0 : array_like, shape (..., l, d)
-        Initial tokens on the unit sphere.
-
-    Returns
-    -------
-    ndarray, shape (..., d)
-        s v, or a row of NaN where the tokens are not all strictly on one side of v⊥ (the theorem
-        makes no prediction there).
-
-    References
-    ----------
-    Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Theorem 4.5.
-    """
-    v = consensus_points(U)[0]
-    y0 = check_tokens(y0, "y0", v.shape[0])
-    s = y0 @ v
-    pos = np.all(s > 0, axis=-1)
-    neg = np.all(s < 0, axis=-1)
-    sign = np.where(pos, 1.0, np.where(neg, -1.0, np.nan))
-    return sign[..., None] * v

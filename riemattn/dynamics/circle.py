@@ -46,6 +46,8 @@ Karagodin, Polyanskiy, Rigollet, "Clustering in causal attention masking", NeurI
 
 from __future__ import annotations
 
+import contextlib
+import copy
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -126,6 +128,24 @@ class CircleField(Field):
         self.model = check_choice(model, "model", ("sa", "usa"))
         self.rescaled = check_rescaled(rescaled, None if self.model == "usa" else "model='sa'")
         self.mask = check_choice(mask, "mask", ("full", "causal"))
+        self._checked = True  # public calls validate the angles; integrate() steps an unchecked twin
+
+    def _unchecked(self):
+        """This field's twin whose calls skip the angle checks (made once, then cached).
+
+        ``integrate`` checks theta0 once and steps the twin: a non-finite stage point (a step far
+        too long for a stiff stepper) then gives NaN derivatives, and the integration reports the
+        trajectory failed instead of raising (as :class:`~riemattn.AttentionField` does).
+        """
+        if not self._checked:
+            return self
+        twin = self.__dict__.get("_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin._checked = False
+            twin._twin = twin
+            self._twin = twin
+        return twin
 
     def take(self, index, batch_shape: tuple):
         """``self``: a trajectory's value depends only on its own angles."""
@@ -155,10 +175,16 @@ class CircleField(Field):
 
     def __call__(self, t, theta) -> np.ndarray:
         """dtheta/dt, shape (..., n); the Field state (..., n, 1) gives shape (..., n, 1)."""
-        column = np.ndim(theta) >= 2 and np.shape(theta)[-1] == 1
-        theta = _angles(theta[..., 0] if column else theta)
-        w, diff = self._weights(theta)
-        out = np.sum(w * np.sin(diff), axis=-1)
+        theta = as_float_array(theta, "theta")
+        column = theta.ndim >= 2 and theta.shape[-1] == 1
+        if column:
+            theta = theta[..., 0]
+        if self._checked:
+            theta = _angles(theta)
+        # unchecked (inside integrate): non-finite angles give NaN, which the stepper reports
+        with np.errstate(invalid="ignore") if not self._checked else contextlib.nullcontext():
+            w, diff = self._weights(theta)
+            out = np.sum(w * np.sin(diff), axis=-1)
         return out[..., None] if column else out
 
     def jacobian(self, t, theta) -> np.ndarray:
@@ -172,8 +198,11 @@ class CircleField(Field):
         the Field Jacobian layout (..., n, 1, n, 1) (what :func:`riemattn.dynamics.jacobians.jacobian`
         returns).
         """
-        column = np.ndim(theta) >= 2 and np.shape(theta)[-1] == 1
-        theta = _angles(theta[..., 0] if column else theta)
+        theta = as_float_array(theta, "theta")
+        column = theta.ndim >= 2 and theta.shape[-1] == 1
+        theta = theta[..., 0] if column else theta
+        if self._checked:  # unchecked (inside integrate): non-finite angles give NaN, as __call__
+            theta = _angles(theta)
         w, diff = self._weights(theta)
         s, c = np.sin(diff), np.cos(diff)
         A = c - self.beta * s * s
