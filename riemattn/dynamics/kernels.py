@@ -60,7 +60,9 @@ import math
 from ._kernel_attention import forward, jit, lift, offsets, tangent_rows, update_jacobian
 from ._kernel_circle import circle_jac, circle_rhs
 from ._kernel_dtime import dtime_finish, dtime_start
-from ._kernel_layout import H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, W_OFF
+from ._kernel_layernorm import ln_block, ln_dtime, ln_jac_cols, ln_jac_rows, ln_start, ln_value
+from ._kernel_layout import H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, PL_POST, PLACEMENT, W_OFF
+from ._kernel_layout import OP_BLOCK as BLOCK
 from ._kernel_layout import OP_LIFTED_JAC as LIFTED_JAC
 from ._kernel_layout import OP_RHS as RHS
 from ._kernel_layout import OP_TIME_DERIVATIVE as TIME_DERIVATIVE
@@ -79,8 +81,15 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
 
     ``op``: :data:`RHS` (the tangent field F, (l, d)), :data:`UPDATE` (the un-normalised update f,
     (l, d)), :data:`LIFTED_JAC` (dG/dx, (l d, l d); y on the manifold), :data:`TIME_DERIVATIVE`
-    (dG/dt, (l, d); y on the manifold or not).
+    (dG/dt, (l, d); y on the manifold or not), :data:`BLOCK` (in place on ``out`` = y + h f: the
+    end of the ``"layer"`` step).
     """
+    l, d = y.shape
+    n = l * d
+    y1 = y.reshape(n)
+    if op == BLOCK:
+        ln_block(t, y1, ints, floats, out.reshape(n))
+        return
     if ints[KIND] == KIND_CIRCLE:  # (every branch calls the helpers directly: see above)
         if op == LIFTED_JAC:
             circle_jac(t, y, b, ints, floats, per, work, out)
@@ -89,28 +98,46 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
         else:
             circle_rhs(t, y, b, ints, floats, per, work, out)
         return
-    l, d = y.shape
-    y1 = y.reshape(l * d)
+    placed = ints[PLACEMENT] != PL_POST  # a layer-norm placement: attention at x = N_W(y) (or y)
+    x = y1
+    if placed:
+        ox = ln_start(op, y1, ints, floats, work)
+        if ox < 0:  # TIME_DERIVATIVE of weights constant between breaks
+            out[:, :] = 0.0
+            return
+        x = work[ox:ox + n]
     if op == TIME_DERIVATIVE:  # forward at pi_W(y), kept in out
-        o1 = out.reshape(l * d)
-        if dtime_start(y1, ints, floats, work, o1):
+        o1 = out.reshape(n)
+        go = True
+        if placed:
+            o1[:] = x
+        else:
+            go = dtime_start(y1, ints, floats, work, o1)
+        if go:
             forward(op, t, o1, b, ints, floats, per, work)
             dtime_finish(t, b, ints, floats, per, work, o1)
+            if placed:
+                ln_dtime(t, b, ints, floats, per, work, o1)
         return
-    cU = forward(op, t, y1, b, ints, floats, per, work)
+    cU = forward(op, t, x, b, ints, floats, per, work)
     flat = ints[MANIFOLD] == MAN_FLAT
     if op == LIFTED_JAC:
-        update_jacobian(ints, y1, work, cU, out)
-        if not flat:
-            lift(ints, floats, y1, work, out)
+        update_jacobian(ints, x, work, cU, out)
+        if (not placed and not flat) or (placed and ln_jac_rows(t, b, ints, floats, per, work, out)):
+            lift(ints, floats, x, work, out)
+        if placed:
+            ln_jac_cols(t, ints, floats, work, out)
+        return
+    o1 = out.reshape(n)
+    if placed:
+        ln_value(op, t, b, ints, floats, per, work, o1)
         return
     of = offsets(l, d, ints[H])[11]  # the update f
-    o1 = out.reshape(l * d)
     if op == UPDATE or flat:
-        for m in range(l * d):
+        for m in range(n):
             o1[m] = work[of + m]
     else:  # F = (I - y y^T W) f, W f into the scratch slot after f and W y
-        tangent_rows(ints, floats, y1, work, of, work, of + 2 * l * d, o1, l, d)
+        tangent_rows(ints, floats, y1, work, of, work, of + 2 * n, o1, l, d)
 
 
 @jit
