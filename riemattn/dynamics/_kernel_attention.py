@@ -17,6 +17,13 @@ P^T y_i``, ``u_j = U y_j``, beta folded into P, ``s`` = sqrt(d) / 1 / 0 for "pap
 
 ``Pi_i = I - y_i (W y_i)^T``, ``c_i = y_i^T W f_i``; on flat space ``J_G = Df``.
 
+Rescaled "mean" (``ints[RESCALED]``): the scores are ``beta (y_i^T P y_j - 1)`` from the
+unscaled Gram entries, with the rounding rule of :mod:`riemattn.dynamics._softmax` (exponents
+within ``RESCALED_ROUNDING`` of 0 before the product by beta are 0); beta is never folded into P
+there, and for the Jacobian (linear in alpha and beta P, as in
+:func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian`) p and q are multiplied by beta
+after the scores.
+
 Softmax rows ("paper", "softmax") are shifted by their own maximum (any finite score is safe);
 "mean" exponentiates scores below ``MEAN_DIRECT_MAX`` directly and shifts larger rows by their
 maximum, so that a row whose ``exp(max)`` overflows gives inf (where the NumPy field raises).

@@ -237,12 +237,15 @@ def pack_field(field, y_shape) -> KernelPack:
 
     Parameters
     ----------
-    field : AttentionField or CircleField
+    field : AttentionField, LayerNormField or CircleField
         An attention field with constant P and U (shared, or one per trajectory), or P / U given
         as :class:`~riemattn.dynamics.schedules.TimeVaryingHeads` or
         :class:`~riemattn.dynamics.schedules.PiecewiseConstantHeads`; a scalar beta or one per
-        trajectory; any head layout, mask, normalization, sphere or ellipsoid. Or GLPR's circle
-        form (:class:`~riemattn.dynamics.circle.CircleField`, angles as tokens of shape (n, 1)).
+        trajectory; any head layout, mask, normalization (the rescaled "mean" too), sphere or
+        ellipsoid. A placement of the layer norm around such a field
+        (:func:`~riemattn.dynamics.layernorm.layernorm`; Mix-LN's switch joins ``breaks``). Or
+        GLPR's circle form (:class:`~riemattn.dynamics.circle.CircleField`, SA, USA or rescaled
+        USA; angles as tokens of shape (n, 1) on the flat line).
     y_shape : tuple of int
         Shape ``batch + (l, d)`` of the tokens the field will be evaluated on; per-trajectory
         data (beta, weights) is broadcast against ``batch`` and stored one row per trajectory of
@@ -256,8 +259,8 @@ def pack_field(field, y_shape) -> KernelPack:
     ------
     UnsupportedByEngine
         For anything the compiled kernels do not cover, naming it: a Python ``VectorField`` (or
-        any other field class), a callable P(t) or U(t) of another kind, torch tensors or
-        parameters requiring a gradient.
+        any other field class, an AttentionField subclass also inside a LayerNormField), a
+        callable P(t) or U(t) of another kind, torch tensors or parameters requiring a gradient.
     ValidationError
         When ``y_shape`` does not fit the field or per-trajectory data does not broadcast.
     """

@@ -22,6 +22,9 @@ compiled code:
                                                                    ``G = |x|_W F(t, pi_W x)``
 ``op = TIME_DERIVATIVE``                                           ``out = dG/dt`` (0 if
                                                                    ``pack.autonomous``)
+``op = BLOCK``                                                     in place: ``out = y + h f``
+                                                                   becomes the field's discrete
+                                                                   block (the ``"layer"`` step)
 ``project(x, ints, floats, out)``                                  ``out_i = pi_W(x_i)``
 ``to_tangent(v, y, ints, floats, out)``                            ``out_i = (I - y_i y_i^T W) v_i``
 ``wnorm(x, ints, floats, out_l)``                                  ``out_l[i] = |x_i|_W``
@@ -42,6 +45,15 @@ of token i along component c of token k; ``work``: float64 of length ``pack.work
 form: angles as tokens of dimension 1) ``project`` and ``to_tangent`` copy, ``wnorm`` gives 1
 (the lifting's scale) and ``LIFTED_JAC`` is the plain Jacobian.
 
+Forms: the attention field (any mask, normalization, head layout, U, beta; the rescaled "mean"
+form of :mod:`riemattn.dynamics._softmax`, ``ints[RESCALED]``), the placements of the layer norm
+of :func:`riemattn.dynamics.layernorm.layernorm` (``ints[PLACEMENT]``; their models, blocks and
+Jacobians: :mod:`riemattn.dynamics._kernel_layernorm`; Pre-, Peri- and Mix-LN have a flat
+state, so ``LIFTED_JAC`` is the plain Jacobian of the model at any y) and the circle form (plain
+and rescaled USA, SA). ``BLOCK`` ends every field's ``"layer"`` step: ``u = f(t, y)``
+(``UPDATE``), ``out = y + h u``, then ``BLOCK`` at ``(t, y)`` normalises ``out`` on E_W, leaves
+it on a flat state, and restores the radii ``|y_i|_W`` for Mix-LN before its switch.
+
 Overflow: where the NumPy field raises (scores beyond the float range, "mean" weights
 ``e^{score} / l`` above ~1.8e308, USA on the circle past beta ~ 709), the kernels return inf or
 NaN, which a compiled loop reports as a non-finite trajectory.
@@ -51,6 +63,7 @@ References
 Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
 Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", (SA),
 (USA) and eq. (7.1).
+Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in attention dynamics", NeurIPS 2025, section 2.
 """
 
 from __future__ import annotations
@@ -69,7 +82,7 @@ from ._kernel_layout import OP_TIME_DERIVATIVE as TIME_DERIVATIVE
 from ._kernel_layout import OP_UPDATE as UPDATE
 from ._kernel_pack import KernelPack, pack_field
 
-# The operation codes RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE (0..3) are module attributes
+# The operation codes RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE, BLOCK (0..4) are module attributes
 # documented above, not in __all__ (small ints are shared objects: the API reference would take
 # them for re-exports of other modules' constants of the same value).
 __all__ = ["KernelPack", "pack_field", "evaluate", "project", "to_tangent", "wnorm"]
