@@ -662,39 +662,39 @@ def _ln_check_jacobian(g, pack, t, y, b=0):
     np.testing.assert_allclose(J, fd, rtol=0, atol=(delta ** 2 * growth ** 3 + 10 * delta ** 2) * scale)
 
 
+def _draw_placed(data, t, time_varying, switch=None):
+    """(a LayerNormField drawn with riemattn.testing's strategies, its state y, min |A_i|_W)."""
+    field = data.draw(rst.attention_fields(dims=st.integers(2, 4), heads=st.integers(1, 2),
+                                           time_varying=time_varying), label="field")
+    placement = data.draw(st.sampled_from(PLACEMENTS), label="placement")
+    switch = data.draw(st.floats(-1.0, 1.0), label="switch") if switch is None else switch
+    g = _ln(field, placement, data.draw(st.floats(0.1, 2.0), label="alpha"), switch)
+    l = data.draw(st.integers(1, 4), label="l")
+    theta = data.draw(rst.points(field.manifold, tokens=l), label="theta")
+    y = _ln_state(g, theta, data.draw(st.lists(st.floats(0.5, 2.0), min_size=l, max_size=l), label="radii"))
+    A = field.update(t, y if placement in ("post", "ngpt") else g.directions(y))
+    return g, y, np.min(field.manifold.norm(A))
+
+
 @settings(max_examples=60)
 @given(data=st.data())
 def test_placements_equal_the_numpy_models(data):
-    field = data.draw(rst.attention_fields(dims=st.integers(2, 4), heads=st.integers(1, 2), time_varying=False),
-                      label="field")
-    placement = data.draw(st.sampled_from(PLACEMENTS), label="placement")
-    g = _ln(field, placement, data.draw(st.floats(0.1, 2.0), label="alpha"), data.draw(st.floats(-1.0, 1.0)))
-    l = data.draw(st.integers(1, 4), label="l")
-    theta = data.draw(rst.points(field.manifold, tokens=l), label="theta")
-    radii = data.draw(st.lists(st.floats(0.5, 2.0), min_size=l, max_size=l), label="radii")
-    y = _ln_state(g, theta, radii)
-    x = y if placement in ("post", "ngpt") else g.directions(y)
-    A = field.update(0.0, x)
+    t = data.draw(st.floats(-1.0, 1.0), label="t")
+    g, y, amin = _draw_placed(data, t, time_varying=False)
     # the Jacobian of N at A = 0 does not exist: finite differences only away from it
-    jac = placement not in ("peri", "ngpt") or np.min(field.manifold.norm(A)) > 0.05
-    _ln_check(g, data.draw(st.floats(-1.0, 1.0), label="t"), y, h=data.draw(st.floats(0.01, 1.0), label="h"), jac=jac)
+    jac = g.placement not in ("peri", "ngpt") or amin > 0.05
+    _ln_check(g, t, y, h=data.draw(st.floats(0.01, 1.0), label="h"), jac=jac)
 
 
 @settings(max_examples=30)
 @given(data=st.data())
 def test_placements_time_derivative_matches_finite_differences(data):
-    field = data.draw(rst.attention_fields(dims=st.integers(2, 3), heads=st.integers(1, 2), time_varying=True),
-                      label="field")
-    placement = data.draw(st.sampled_from(PLACEMENTS), label="placement")
-    g = _ln(field, placement, 0.8, switch=5.0 if data.draw(st.booleans(), label="early") else -5.0)
-    l = data.draw(st.integers(1, 4), label="l")
-    theta = data.draw(rst.points(field.manifold, tokens=l), label="theta")
-    y = _ln_state(g, theta, data.draw(st.lists(st.floats(0.5, 2.0), min_size=l, max_size=l), label="radii"))
-    x = y if placement in ("post", "ngpt") else g.directions(y)
-    A = field.update(0.7, x)
-    amin = np.min(field.manifold.norm(A))
+    switch = 5.0 if data.draw(st.booleans(), label="early") else -5.0
+    g, y, amin = _draw_placed(data, 0.7, time_varying=True, switch=switch)
+    field, placement = g.field, g.placement
     if placement in ("peri", "ngpt") and amin < 0.05:
         return  # N is not differentiable at A = 0
+    A = field.update(0.7, y if placement in ("post", "ngpt") else g.directions(y))
     pack = kk.pack_field(g, y.shape)
     assert pack.autonomous is False
     t, dt = 0.7, np.cbrt(EPS)
