@@ -17,6 +17,13 @@ P^T y_i``, ``u_j = U y_j``, beta folded into P, ``s`` = sqrt(d) / 1 / 0 for "pap
 
 ``Pi_i = I - y_i (W y_i)^T``, ``c_i = y_i^T W f_i``; on flat space ``J_G = Df``.
 
+Rescaled "mean" (``ints[RESCALED]``): the scores are ``beta (y_i^T P y_j - 1)`` from the
+unscaled Gram entries, with the rounding rule of :mod:`riemattn.dynamics._softmax` (exponents
+within ``RESCALED_ROUNDING`` of 0 before the product by beta are 0); beta is never folded into P
+there, and for the Jacobian (linear in alpha and beta P, as in
+:func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian`) p and q are multiplied by beta
+after the scores.
+
 Softmax rows ("paper", "softmax") are shifted by their own maximum (any finite score is safe);
 "mean" exponentiates scores below ``MEAN_DIRECT_MAX`` directly and shifts larger rows by their
 maximum, so that a row whose ``exp(max)`` overflows gives inf (where the NumPy field raises).
@@ -32,11 +39,11 @@ from __future__ import annotations
 import math
 
 from ._kernel_cache import jit
-from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, MASK,
-                             OP_LIFTED_JAC,
-                             MASK_CAUSAL, MEAN_DIRECT_MAX, NORM, NORM_MEAN, NORM_PAPER, P_HEADS,
-                             P_KIND, P_LOC, P_OFF, P_TERMS, SRC_CONST, SRC_IDENTITY, SRC_SCALAR,
-                             SRC_SINES, SRC_STEPS, U_HEADS, U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
+from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX, NORM,
+                             NORM_MEAN, NORM_PAPER, OP_LIFTED_JAC, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS,
+                             RESCALED, SRC_CONST, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
+                             U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
+from ._softmax import RESCALED_ROUNDING
 
 
 # Calls between jitted functions pass no literal constants (a slot index, 0, True): numba
@@ -133,8 +140,11 @@ def norm_scale(ints):
 
 @jit
 def apply_W(ints, floats, x, ox, out, oo, l, d):
-    """out[oo + i d + a] = (W x_i)_a for the tokens x[ox:ox + l d] (a copy when W = I or flat)."""
-    if ints[MANIFOLD] != MAN_ELLIPSOID:
+    """out[oo + i d + a] = (W x_i)_a for the tokens x[ox:ox + l d] (a copy when W = I).
+
+    W is the ellipsoid's (``ints[W_OFF] >= 0``): of the state, or of the directions theta = N_W(x)
+    of a placement whose state is flat (callers on a flat state without placement do not use it)."""
+    if ints[W_OFF] < 0:
         for m in range(l * d):
             out[oo + m] = x[ox + m]
         return
@@ -156,13 +166,15 @@ def forward(op, t, y, b, ints, floats, per, w):
     l, d, h = ints[L], ints[D], ints[H]
     oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
     beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
+    rescaled = ints[RESCALED] != 0  # scores beta (y_i^T P y_j - 1): beta not folded into P
+    pscale = 1.0 if rescaled else beta
     pk, uk, hP, hU = ints[P_KIND], ints[U_KIND], ints[P_HEADS], ints[U_HEADS]
     srcP = source(ints[P_LOC], floats, per, b)
     cP = 0.0
     if pk == SRC_SCALAR:
-        cP = beta * srcP[ints[P_OFF]]
+        cP = pscale * srcP[ints[P_OFF]]
     else:
-        heads_at(t, pk, srcP, ints[P_OFF], hP, ints[P_TERMS], d, beta, w, oP)
+        heads_at(t, pk, srcP, ints[P_OFF], hP, ints[P_TERMS], d, pscale, w, oP)
     cU = 0.0
     if uk == SRC_SCALAR:
         cU = source(ints[U_LOC], floats, per, b)[ints[U_OFF]]
@@ -205,6 +217,9 @@ def forward(op, t, y, b, ints, floats, per, w):
                 acc = 0.0
                 for a in range(d):
                     acc += y[i * d + a] * w[pe + j * d + a]
+                if rescaled:  # the rule of riemattn.dynamics._softmax (R): rounding of G_ij - 1 -> 0
+                    acc -= 1.0
+                    acc = 0.0 if abs(acc) <= RESCALED_ROUNDING else acc * beta
                 w[r0 + j] = acc
                 if acc > m or acc != acc:
                     m = acc
@@ -227,6 +242,10 @@ def forward(op, t, y, b, ints, floats, per, w):
                 r = 1.0 / (s * z)
                 for j in range(jmax):
                     w[r0 + j] *= r
+        if rescaled and need_q:  # the Jacobian's p = beta P y_j, q = beta P^T y_i (linear in alpha)
+            for m in range(hld):
+                w[pe + m] *= beta
+                w[qe + m] *= beta
     for m in range(l * d):
         w[of + m] = 0.0
     for e in range(h):

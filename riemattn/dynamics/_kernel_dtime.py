@@ -17,8 +17,8 @@ import math
 
 from ._kernel_attention import apply_W, heads_rate, jit, norm_scale, offsets, source, tangent_rows
 from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, MAN_FLAT, MANIFOLD, MASK, MASK_CAUSAL, P_HEADS,
-                             P_KIND, P_LOC, P_OFF, P_TERMS, SRC_SINES, U_HEADS, U_KIND, U_LOC, U_OFF,
-                             U_TERMS)
+                             P_KIND, P_LOC, P_OFF, P_TERMS, PL_POST, PLACEMENT, SRC_SINES, U_HEADS, U_KIND,
+                             U_LOC, U_OFF, U_TERMS)
 
 
 @jit
@@ -101,7 +101,7 @@ def dtime_finish(t, b, ints, floats, per, w, out):
                             ua += w[dUe + a * d + c] * yn[j * d + c]
                         acc += w[Ae + i * l + j] * ua
                     w[odf + i * d + a] += acc
-    if flat:
+    if flat or ints[PLACEMENT] != PL_POST:  # (a placement finishes from dA/dt: _kernel_layernorm)
         for m in range(l * d):
             out[m] = w[odf + m]
     else:  # out = yn is overwritten element by element after each element is read

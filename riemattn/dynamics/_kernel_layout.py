@@ -28,8 +28,8 @@ D = 3  # dimension of a token
 H = 4  # heads of the field (max of P's and U's heads)
 MASK = 5  # MASK_FULL, MASK_CAUSAL
 NORM = 6  # NORM_PAPER, NORM_SOFTMAX, NORM_MEAN
-RESCALED = 7  # reserved (issue 35): 1 = scores beta (<x_i, P x_j> - 1), "mean" in the log domain
-PLACEMENT = 8  # reserved (issue 36): 0 post (today's field); 1 pre, 2 peri, 3 ngpt, 4 mix
+RESCALED = 7  # 1: rescaled "mean" scores beta (y_i^T P y_j - 1) / the rescaled USA circle form
+PLACEMENT = 8  # layer-norm placement: PL_POST (the attention field itself), PL_PRE, PL_PERI, PL_NGPT, PL_MIX
 BETA_LOC = 9
 BETA_OFF = 10
 P_KIND = 11
@@ -42,11 +42,12 @@ U_LOC = 17
 U_OFF = 18
 U_HEADS = 19
 U_TERMS = 20
-W_OFF = 21  # offset of W (d, d) in floats (ellipsoid), -1 otherwise
+W_OFF = 21  # offset of W (d, d) in floats (ellipsoid: of the state, or of the directions of a
+#             flat-state placement), -1 otherwise (W = I)
 MODEL = 22  # circle form: MODEL_SA, MODEL_USA
-LN_ALPHA_LOC = 23  # reserved (issue 36): ngpt's alpha / mix's switch time
-LN_ALPHA_OFF = 24  # reserved
-LN_SWITCH_OFF = 25  # reserved
+LN_ALPHA_LOC = 23  # PL_NGPT: location of nGPT's alpha (LOC_FLOATS)
+LN_ALPHA_OFF = 24  # PL_NGPT: its offset
+LN_SWITCH_OFF = 25  # PL_MIX: offset in floats of the switch time (Post-LN for t < switch, then Pre-LN)
 N_INTS = 32
 
 # --- values ---------------------------------------------------------------------------------
@@ -57,8 +58,9 @@ NORM_PAPER, NORM_SOFTMAX, NORM_MEAN = 0, 1, 2
 LOC_FLOATS, LOC_PER = 0, 1
 SRC_IDENTITY, SRC_CONST, SRC_SCALAR, SRC_SINES, SRC_STEPS = 0, 1, 2, 3, 4
 MODEL_SA, MODEL_USA = 0, 1
+PL_POST, PL_PRE, PL_PERI, PL_NGPT, PL_MIX = 0, 1, 2, 3, 4
 #: operations of kernels.evaluate
-OP_RHS, OP_UPDATE, OP_LIFTED_JAC, OP_TIME_DERIVATIVE = 0, 1, 2, 3
+OP_RHS, OP_UPDATE, OP_LIFTED_JAC, OP_TIME_DERIVATIVE, OP_BLOCK = 0, 1, 2, 3, 4
 
 #: "mean": scores below this are exponentiated directly (exp(700) ~ 1e304 is finite); a row
 #: with a larger score is shifted by its maximum, as in riemattn.dynamics._softmax.
@@ -71,5 +73,6 @@ def work_length(ints) -> int:
     if int(ints[KIND]) == KIND_CIRCLE:
         return 4 * l + 8
     # Pt, Ut, dPt, dUt (h d d each); p, q, u, fh, dfh (h l d each); A, dA (h l l);
-    # f, Wy, Wf, yn, df, row (l d each); c (l) -- see _kernel_attention.offsets
-    return 4 * h * d * d + 5 * h * l * d + 2 * h * l * l + 6 * l * d + l
+    # f, Wy, Wf, yn, df, row (l d each); c (l) -- see _kernel_attention.offsets; then the
+    # layer-norm placements' x (l d), r, |A| (l each) -- see _kernel_layernorm.ln_offsets
+    return 4 * h * d * d + 5 * h * l * d + 2 * h * l * l + 7 * l * d + 3 * l

@@ -13,6 +13,7 @@ from ..geometry.manifolds import Euclidean, Sphere
 from . import _kernel_layout as K
 from .attention import AttentionField
 from .circle import CircleField
+from .layernorm import LayerNormField
 from .schedules import PiecewiseConstantHeads, TimeVaryingHeads
 
 
@@ -170,17 +171,12 @@ def _pack_beta(builder: _Builder, beta, ints):
         ints[K.BETA_LOC], ints[K.BETA_OFF] = builder.add_per(beta, (), "beta")
 
 
-def _refuse_rescaled(field):
-    if getattr(field, "rescaled", False):
-        _unsupported(f"a rescaled {type(field).__name__} (rescaled=True)",
-                     " (the rescaled low-temperature form runs on the NumPy engine)")
-
-
-def _pack_attention(field: AttentionField, batch: tuple, l: int, d: int):
-    _refuse_rescaled(field)
+def _pack_attention(field: AttentionField, batch: tuple, l: int, d: int, ln=None):
+    """The attention field, or the layer-norm model ``ln`` (a LayerNormField) around it."""
     ints = np.zeros(K.N_INTS, dtype=np.int64)
     builder = _Builder(batch)
     ints[K.KIND] = K.KIND_ATTENTION
+    ints[K.RESCALED] = 1 if field.rescaled else 0
     manifold = field.manifold
     if isinstance(manifold, Euclidean):
         ints[K.MANIFOLD] = K.MAN_FLAT
@@ -193,6 +189,18 @@ def _pack_attention(field: AttentionField, batch: tuple, l: int, d: int):
         _, ints[K.W_OFF] = builder.add_shared(manifold.W)
     if ints[K.MANIFOLD] != K.MAN_ELLIPSOID:
         ints[K.W_OFF] = -1
+    breaks = [_breaks(field)]
+    autonomous = True
+    if ln is not None:  # the placement; W_OFF stays W of the directions on a flat state
+        ints[K.PLACEMENT] = _PLACEMENTS[ln.placement]
+        if ln.placement in ("pre", "peri", "mix"):
+            ints[K.MANIFOLD] = K.MAN_FLAT
+        if ln.placement == "ngpt":
+            ints[K.LN_ALPHA_LOC], ints[K.LN_ALPHA_OFF] = builder.add_shared([float(ln.alpha)])
+        if ln.placement == "mix":
+            _, ints[K.LN_SWITCH_OFF] = builder.add_shared([float(ln.switch)])
+            breaks.append(np.array([float(ln.switch)]))
+            autonomous = False
     ints[K.L], ints[K.D], ints[K.H] = l, d, field.h
     ints[K.MASK] = {"full": K.MASK_FULL, "causal": K.MASK_CAUSAL}[field.mask]
     ints[K.NORM] = {"paper": K.NORM_PAPER, "softmax": K.NORM_SOFTMAX, "mean": K.NORM_MEAN}[field.normalization]
@@ -202,19 +210,22 @@ def _pack_attention(field: AttentionField, batch: tuple, l: int, d: int):
     hU = 1 if field._U is None else field._U.shape[-3]
     const_U = _source(builder, field._U, "U", hU, d, ints, (K.U_KIND, K.U_LOC, K.U_OFF, K.U_HEADS, K.U_TERMS))
     floats, per = builder.arrays()
-    autonomous = const_P and const_U
-    return KernelPack(ints, floats, per, l, d, K.work_length(ints), autonomous, _breaks(field))
+    autonomous = autonomous and const_P and const_U
+    return KernelPack(ints, floats, per, l, d, K.work_length(ints), autonomous, np.unique(np.concatenate(breaks)))
+
+
+_PLACEMENTS = {"post": K.PL_POST, "pre": K.PL_PRE, "peri": K.PL_PERI, "ngpt": K.PL_NGPT, "mix": K.PL_MIX}
 
 
 def _pack_circle(field: CircleField, batch: tuple, l: int, d: int):
     if d != 1:
         raise ValidationError(f"the circle form's tokens are angles of shape (..., n, 1), got d = {d}.")
-    _refuse_rescaled(field)
     ints = np.zeros(K.N_INTS, dtype=np.int64)
     builder = _Builder(batch)
     ints[K.KIND], ints[K.MANIFOLD] = K.KIND_CIRCLE, K.MAN_FLAT
     ints[K.L], ints[K.D], ints[K.H], ints[K.W_OFF] = l, 1, 1, -1
     ints[K.MODEL] = {"sa": K.MODEL_SA, "usa": K.MODEL_USA}[field.model]
+    ints[K.RESCALED] = 1 if field.rescaled else 0
     beta = field.beta
     _pack_beta(builder, float(beta) if np.ndim(beta) == 0 else np.asarray(beta, dtype=float), ints)
     floats, per = builder.arrays()
@@ -226,12 +237,15 @@ def pack_field(field, y_shape) -> KernelPack:
 
     Parameters
     ----------
-    field : AttentionField or CircleField
+    field : AttentionField, LayerNormField or CircleField
         An attention field with constant P and U (shared, or one per trajectory), or P / U given
         as :class:`~riemattn.dynamics.schedules.TimeVaryingHeads` or
         :class:`~riemattn.dynamics.schedules.PiecewiseConstantHeads`; a scalar beta or one per
-        trajectory; any head layout, mask, normalization, sphere or ellipsoid. Or GLPR's circle
-        form (:class:`~riemattn.dynamics.circle.CircleField`, angles as tokens of shape (n, 1)).
+        trajectory; any head layout, mask, normalization (the rescaled "mean" too), sphere or
+        ellipsoid. A placement of the layer norm around such a field
+        (:func:`~riemattn.dynamics.layernorm.layernorm`; Mix-LN's switch joins ``breaks``). Or
+        GLPR's circle form (:class:`~riemattn.dynamics.circle.CircleField`, SA, USA or rescaled
+        USA; angles as tokens of shape (n, 1) on the flat line).
     y_shape : tuple of int
         Shape ``batch + (l, d)`` of the tokens the field will be evaluated on; per-trajectory
         data (beta, weights) is broadcast against ``batch`` and stored one row per trajectory of
@@ -245,8 +259,8 @@ def pack_field(field, y_shape) -> KernelPack:
     ------
     UnsupportedByEngine
         For anything the compiled kernels do not cover, naming it: a Python ``VectorField`` (or
-        any other field class), a callable P(t) or U(t) of another kind, torch tensors or
-        parameters requiring a gradient.
+        any other field class, an AttentionField subclass also inside a LayerNormField), a
+        callable P(t) or U(t) of another kind, torch tensors or parameters requiring a gradient.
     ValidationError
         When ``y_shape`` does not fit the field or per-trajectory data does not broadcast.
     """
@@ -256,9 +270,14 @@ def pack_field(field, y_shape) -> KernelPack:
     batch, (l, d) = y_shape[:-2], y_shape[-2:]
     if type(field) is CircleField:
         return _pack_circle(field, batch, l, d)
+    ln = None
+    if type(field) is LayerNormField:
+        ln, field = field, field.field
+        if type(field) is not AttentionField:
+            _unsupported(f"a LayerNormField around a {type(field).__name__}")
     if type(field) is not AttentionField:  # subclasses may change the formulas
-        _unsupported(f"a {type(field).__name__}", " (a Python field: only AttentionField, sa/usa "
-                     "and CircleField have compiled kernels)")
+        _unsupported(f"a {type(field).__name__}", " (a Python field: only AttentionField, sa/usa, "
+                     "its layer-norm placements (layernorm) and CircleField have compiled kernels)")
     if d != field.d:
         raise ValidationError(f"y_shape {y_shape} does not fit the field's tokens in R^{field.d}.")
-    return _pack_attention(field, batch, l, d)
+    return _pack_attention(field, batch, l, d, ln)

@@ -22,6 +22,9 @@ compiled code:
                                                                    ``G = |x|_W F(t, pi_W x)``
 ``op = TIME_DERIVATIVE``                                           ``out = dG/dt`` (0 if
                                                                    ``pack.autonomous``)
+``op = BLOCK``                                                     in place: ``out = y + h f``
+                                                                   becomes the field's discrete
+                                                                   block (the ``"layer"`` step)
 ``project(x, ints, floats, out)``                                  ``out_i = pi_W(x_i)``
 ``to_tangent(v, y, ints, floats, out)``                            ``out_i = (I - y_i y_i^T W) v_i``
 ``wnorm(x, ints, floats, out_l)``                                  ``out_l[i] = |x_i|_W``
@@ -42,6 +45,15 @@ of token i along component c of token k; ``work``: float64 of length ``pack.work
 form: angles as tokens of dimension 1) ``project`` and ``to_tangent`` copy, ``wnorm`` gives 1
 (the lifting's scale) and ``LIFTED_JAC`` is the plain Jacobian.
 
+Forms: the attention field (any mask, normalization, head layout, U, beta; the rescaled "mean"
+form of :mod:`riemattn.dynamics._softmax`, ``ints[RESCALED]``), the placements of the layer norm
+of :func:`riemattn.dynamics.layernorm.layernorm` (``ints[PLACEMENT]``; their models, blocks and
+Jacobians: :mod:`riemattn.dynamics._kernel_layernorm`; Pre-, Peri- and Mix-LN have a flat
+state, so ``LIFTED_JAC`` is the plain Jacobian of the model at any y) and the circle form (plain
+and rescaled USA, SA). ``BLOCK`` ends every field's ``"layer"`` step: ``u = f(t, y)``
+(``UPDATE``), ``out = y + h u``, then ``BLOCK`` at ``(t, y)`` normalises ``out`` on E_W, leaves
+it on a flat state, and restores the radii ``|y_i|_W`` for Mix-LN before its switch.
+
 Overflow: where the NumPy field raises (scores beyond the float range, "mean" weights
 ``e^{score} / l`` above ~1.8e308, USA on the circle past beta ~ 709), the kernels return inf or
 NaN, which a compiled loop reports as a non-finite trajectory.
@@ -51,6 +63,7 @@ References
 Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
 Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", (SA),
 (USA) and eq. (7.1).
+Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in attention dynamics", NeurIPS 2025, section 2.
 """
 
 from __future__ import annotations
@@ -60,14 +73,16 @@ import math
 from ._kernel_attention import forward, jit, lift, offsets, tangent_rows, update_jacobian
 from ._kernel_circle import circle_jac, circle_rhs
 from ._kernel_dtime import dtime_finish, dtime_start
-from ._kernel_layout import H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, W_OFF
+from ._kernel_layernorm import ln_block, ln_dtime, ln_jac_cols, ln_jac_rows, ln_start, ln_value
+from ._kernel_layout import H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, PL_POST, PLACEMENT, W_OFF
+from ._kernel_layout import OP_BLOCK as BLOCK
 from ._kernel_layout import OP_LIFTED_JAC as LIFTED_JAC
 from ._kernel_layout import OP_RHS as RHS
 from ._kernel_layout import OP_TIME_DERIVATIVE as TIME_DERIVATIVE
 from ._kernel_layout import OP_UPDATE as UPDATE
 from ._kernel_pack import KernelPack, pack_field
 
-# The operation codes RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE (0..3) are module attributes
+# The operation codes RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE, BLOCK (0..4) are module attributes
 # documented above, not in __all__ (small ints are shared objects: the API reference would take
 # them for re-exports of other modules' constants of the same value).
 __all__ = ["KernelPack", "pack_field", "evaluate", "project", "to_tangent", "wnorm"]
@@ -79,8 +94,15 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
 
     ``op``: :data:`RHS` (the tangent field F, (l, d)), :data:`UPDATE` (the un-normalised update f,
     (l, d)), :data:`LIFTED_JAC` (dG/dx, (l d, l d); y on the manifold), :data:`TIME_DERIVATIVE`
-    (dG/dt, (l, d); y on the manifold or not).
+    (dG/dt, (l, d); y on the manifold or not), :data:`BLOCK` (in place on ``out`` = y + h f: the
+    end of the ``"layer"`` step).
     """
+    l, d = y.shape
+    n = l * d
+    y1 = y.reshape(n)
+    if op == BLOCK:
+        ln_block(t, y1, ints, floats, out.reshape(n))
+        return
     if ints[KIND] == KIND_CIRCLE:  # (every branch calls the helpers directly: see above)
         if op == LIFTED_JAC:
             circle_jac(t, y, b, ints, floats, per, work, out)
@@ -89,28 +111,46 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
         else:
             circle_rhs(t, y, b, ints, floats, per, work, out)
         return
-    l, d = y.shape
-    y1 = y.reshape(l * d)
+    placed = ints[PLACEMENT] != PL_POST  # a layer-norm placement: attention at x = N_W(y) (or y)
+    x = y1
+    if placed:
+        ox = ln_start(op, y1, ints, floats, work)
+        if ox < 0:  # TIME_DERIVATIVE of weights constant between breaks
+            out[:, :] = 0.0
+            return
+        x = work[ox:ox + n]
     if op == TIME_DERIVATIVE:  # forward at pi_W(y), kept in out
-        o1 = out.reshape(l * d)
-        if dtime_start(y1, ints, floats, work, o1):
+        o1 = out.reshape(n)
+        go = True
+        if placed:
+            o1[:] = x
+        else:
+            go = dtime_start(y1, ints, floats, work, o1)
+        if go:
             forward(op, t, o1, b, ints, floats, per, work)
             dtime_finish(t, b, ints, floats, per, work, o1)
+            if placed:
+                ln_dtime(t, b, ints, floats, per, work, o1)
         return
-    cU = forward(op, t, y1, b, ints, floats, per, work)
+    cU = forward(op, t, x, b, ints, floats, per, work)
     flat = ints[MANIFOLD] == MAN_FLAT
     if op == LIFTED_JAC:
-        update_jacobian(ints, y1, work, cU, out)
-        if not flat:
-            lift(ints, floats, y1, work, out)
+        update_jacobian(ints, x, work, cU, out)
+        if (not placed and not flat) or (placed and ln_jac_rows(t, b, ints, floats, per, work, out)):
+            lift(ints, floats, x, work, out)
+        if placed:
+            ln_jac_cols(t, ints, floats, work, out)
+        return
+    o1 = out.reshape(n)
+    if placed:
+        ln_value(op, t, b, ints, floats, per, work, o1)
         return
     of = offsets(l, d, ints[H])[11]  # the update f
-    o1 = out.reshape(l * d)
     if op == UPDATE or flat:
-        for m in range(l * d):
+        for m in range(n):
             o1[m] = work[of + m]
     else:  # F = (I - y y^T W) f, W f into the scratch slot after f and W y
-        tangent_rows(ints, floats, y1, work, of, work, of + 2 * l * d, o1, l, d)
+        tangent_rows(ints, floats, y1, work, of, work, of + 2 * n, o1, l, d)
 
 
 @jit
