@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.integrate import quad
 
+from .._backend import use_device
 from ..analysis.events import merge_heights
 from ..dynamics.circle import CircleField
 from ..dynamics.fields import Field
@@ -92,8 +93,10 @@ def staircase(theta0, beta: float, *, tol: float, stepper: str, rtol: float, ato
         field = ClusterClock(beta, w, n, c0)
         event = Event(lambda t, y, k=k: merge_heights(y[..., :-2, :])[..., k - 2] - tol, direction=-1,
                       terminal=True, name=f"merge_to_{k - 1}")
-        sol = integrate(field, np.concatenate([theta, [0.0, tau0]])[:, None], (0.0, 1e4), stepper, rtol=rtol,
-                        atol=atol, events=[event], event_tol=1e-12, max_steps=100_000, raise_on_failure=True)
+        with use_device("cpu"):  # ClusterClock is NumPy code: on the host whatever `reproduce --device` says
+            sol = integrate(field, np.concatenate([theta, [0.0, tau0]])[:, None], (0.0, 1e4), stepper,
+                            rtol=rtol, atol=atol, events=[event], event_tol=1e-12, max_steps=100_000,
+                            raise_on_failure=True)
         if not sol.events.t.shape[-1]:
             raise RuntimeError(f"no merge by sigma = 1e4 at beta = {beta} ({k} clusters)")
         steps += int(sol.n_steps)

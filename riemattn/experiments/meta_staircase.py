@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from .._backend import use_device
 from ..dynamics.circle import CircleField
 from ..runs.plotting import legend_below, styled
 from ..solvers.integrate import integrate
@@ -103,8 +104,9 @@ def _check_run(cfg, merges):
     mids = np.sqrt(s[:-1] * s[1:])
     mids = mids[mids < cfg["check_t1"]]
     field = CircleField(beta, "usa", rescaled=True)
-    sol = integrate(field, np.asarray(cfg["theta0"])[:, None], (0.0, float(mids[-1])), "rodas4p", rtol=1e-8,
-                    atol=1e-10, saveat=np.concatenate([[0.0], mids]), raise_on_failure=True)
+    with use_device("cpu"):  # CircleField is NumPy code: on the host whatever `reproduce --device` says
+        sol = integrate(field, np.asarray(cfg["theta0"])[:, None], (0.0, float(mids[-1])), "rodas4p",
+                        rtol=1e-8, atol=1e-10, saveat=np.concatenate([[0.0], mids]), raise_on_failure=True)
     return mids, 2.0 * beta * field.energy(sol.y[1:, :, 0], rescaled=True)
 
 
