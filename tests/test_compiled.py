@@ -217,12 +217,54 @@ def test_edges(problem, stepper):
     kw = dict(dt=0.1) if stepper == "rk4" else dict(rtol=1e-6, atol=1e-9)
     empty = ra.integrate(field, y0[:0], (0.0, 1.0), stepper, engine="compiled", **kw)
     assert empty.y.shape[1:] == (0, 5, 3) and empty.success  # nothing ran (engine "numpy")
-    a, b = both(field, y0, (0.5, 0.5), stepper, **kw)  # an empty time span
-    assert_same_steps(a, b)
-    np.testing.assert_allclose(b.y[-1], y0, rtol=0, atol=4 * EPS)  # (a step of size 0 retracts y0)
     long = dict(dt=10.0) if stepper == "rk4" else dict(rtol=1e-6, atol=1e-9, first_step=10.0)
     a, b = both(field, y0, (0.0, 1.0), stepper, **long)  # a step longer than the horizon
     assert_same_steps(a, b)
+
+
+@pytest.mark.parametrize("stepper", FIXED + ADAPTIVE)
+def test_zero_length_span_returns_the_initial_state(problem, stepper):
+    """t_span = (t0, t0), as on the NumPy engine (issue 34 item 8): the initial state itself, no
+    step, no evaluation, whatever the stepper, batch or saveat."""
+    field, y0 = problem
+    kw = dict(rtol=1e-6, atol=1e-9) if stepper in ADAPTIVE else dict(dt=0.1)
+    single = ra.AttentionField(np.eye(3) + 0.3, beta=1.5)
+    for f, y, saveat in ((field, y0, None), (field, y0, [0.5]), (single, y0[1], None)):
+        a, b = both(f, y, (0.5, 0.5), stepper, saveat=saveat, **kw)
+        np.testing.assert_array_equal(b.t, a.t)
+        np.testing.assert_array_equal(b.y, a.y)
+        np.testing.assert_array_equal(b.y, y[None])  # exactly y0 (not a retracted step of size 0)
+        assert b.nfev == 0 and b.n_steps == 0 and (b.per_trajectory.nfev == 0).all()
+        assert_same_steps(a, b)
+        assert b.success and b.message == a.message
+
+
+@pytest.mark.parametrize("stepper", ["rk4", "layer"])
+def test_fixed_steps_save_as_numpy_around_terminal_events(problem, stepper):
+    """The saving rule of the fixed-step loop (docs/events.md "Saved values"): no saveat -- a
+    single trajectory saves every step, the last one at the event (t_stop, y_stop); a batch the
+    grid up to the last time some trajectory runs, NaN after each one's stop; saveat -- NaN after
+    the stop. (The compiled engine used to save the next grid time, and frozen states.)"""
+    field, y0 = problem
+    stop = [rae.consensus(0.05)]  # terminal: rows 0 and 3 stop (at 4.78 and 4.25), rows 1, 2 run to t1
+    rows = ra.AttentionField(field.P()[0] / field.beta[0], beta=np.array([0.5, 1.0, 2.0, 0.4]))
+    y4 = y0[[0, 1, 2, 0]]
+    single = ra.AttentionField(field.P()[0] / field.beta[0], beta=0.5)  # row 0 alone
+    cases = ((single, y0[0], None), (rows, y4, None), (rows, y4, np.linspace(0.0, 30.0, 13)),
+             (rows, y4[[0, 3]], None))  # (a batch that stops before t1: its grid ends at 4.7)
+    for f, y, saveat in cases:
+        if f is rows:
+            f = ra.AttentionField(f.P()[0] / f.beta[0], beta=f.beta[[0, 1, 2, 3] if len(y) == 4 else [0, 3]])
+        a, b = both(f, y, (0.0, 30.0), stepper, dt=0.1, events=stop, event_tol=1e-10, saveat=saveat)
+        pa, pb = a.per_trajectory, b.per_trajectory
+        np.testing.assert_array_equal(pb.status, pa.status)
+        np.testing.assert_array_equal(pb.n_steps, pa.n_steps)
+        # the times and states of the stops: located to event_tol by each engine (test_events_agree)
+        np.testing.assert_allclose(b.t, a.t, rtol=0, atol=2e-10)
+        np.testing.assert_array_equal(np.isnan(b.y), np.isnan(a.y))
+        np.testing.assert_allclose(b.y, a.y, rtol=0, atol=4e-10)
+        assert (b.per_trajectory.status == 2).any() and np.isnan(b.y).any() == (y.ndim == 3)
+    assert b.t[-1] < 5.0 and len(a.t) == len(b.t)
 
 
 def test_environment_variable_makes_auto_compiled(problem, monkeypatch):
