@@ -59,6 +59,9 @@ SRC_IDENTITY, SRC_CONST, SRC_SCALAR, SRC_SINES, SRC_STEPS = 0, 1, 2, 3, 4
 MODEL_SA, MODEL_USA = 0, 1
 #: operations of kernels.evaluate
 OP_RHS, OP_UPDATE, OP_LIFTED_JAC, OP_TIME_DERIVATIVE = 0, 1, 2, 3
+#: the field on the manifold in the difference form (riemattn.dynamics._tangent), for the stiff
+#: steps (4 is kept for the op BLOCK of branch kernels-ext)
+OP_RHS_DIFF = 5
 
 #: "mean": scores below this are exponentiated directly (exp(700) ~ 1e304 is finite); a row
 #: with a larger score is shifted by its maximum, as in riemattn.dynamics._softmax.

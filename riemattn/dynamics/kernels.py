@@ -22,6 +22,9 @@ compiled code:
                                                                    ``G = |x|_W F(t, pi_W x)``
 ``op = TIME_DERIVATIVE``                                           ``out = dG/dt`` (0 if
                                                                    ``pack.autonomous``)
+``op = RHS_DIFF``                                                  ``out = F(t, y)`` for y on
+                                                                   the manifold in the
+                                                                   difference form (below)
 ``project(x, ints, floats, out)``                                  ``out_i = pi_W(x_i)``
 ``to_tangent(v, y, ints, floats, out)``                            ``out_i = (I - y_i y_i^T W) v_i``
 ``wnorm(x, ints, floats, out_l)``                                  ``out_l[i] = |x_i|_W``
@@ -38,7 +41,11 @@ calls it. ``evaluate`` therefore calls the helpers of the private modules direct
 l d) for the Jacobian, with row ``i d + a`` and column ``k d + c`` the derivative of component a
 of token i along component c of token k; ``work``: float64 of length ``pack.work``; ``out_l``:
 (l,). ``LIFTED_JAC`` expects ``y`` on the manifold, as
-:func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian` does. On flat space (the circle
+:func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian` does. ``RHS_DIFF`` is the value of
+the stiff steps on long plateaus: for an attention pack with U = I on the sphere or an ellipsoid
+(where :func:`riemattn.dynamics._tangent.applies`), ``F_i = sum_j alpha_ij Pi_i (y_j - y_i)``, the
+field at y on the manifold without the cancellation of ``Pi_i f_i`` (``_tangent.on_manifold``);
+for every other pack it is ``RHS``. On flat space (the circle
 form: angles as tokens of dimension 1) ``project`` and ``to_tangent`` copy, ``wnorm`` gives 1
 (the lifting's scale) and ``LIFTED_JAC`` is the plain Jacobian.
 
@@ -57,17 +64,18 @@ from __future__ import annotations
 
 import math
 
-from ._kernel_attention import forward, jit, lift, offsets, tangent_rows, update_jacobian
+from ._kernel_attention import difference_form, forward, jit, lift, offsets, tangent_rows, update_jacobian
 from ._kernel_circle import circle_jac, circle_rhs
 from ._kernel_dtime import dtime_finish, dtime_start
-from ._kernel_layout import H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, W_OFF
+from ._kernel_layout import H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, SRC_IDENTITY, U_KIND, W_OFF
 from ._kernel_layout import OP_LIFTED_JAC as LIFTED_JAC
 from ._kernel_layout import OP_RHS as RHS
+from ._kernel_layout import OP_RHS_DIFF as RHS_DIFF
 from ._kernel_layout import OP_TIME_DERIVATIVE as TIME_DERIVATIVE
 from ._kernel_layout import OP_UPDATE as UPDATE
 from ._kernel_pack import KernelPack, pack_field
 
-# The operation codes RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE (0..3) are module attributes
+# The operation codes RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE, RHS_DIFF (0..3, 5) are module attributes
 # documented above, not in __all__ (small ints are shared objects: the API reference would take
 # them for re-exports of other modules' constants of the same value).
 __all__ = ["KernelPack", "pack_field", "evaluate", "project", "to_tangent", "wnorm"]
@@ -79,7 +87,8 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
 
     ``op``: :data:`RHS` (the tangent field F, (l, d)), :data:`UPDATE` (the un-normalised update f,
     (l, d)), :data:`LIFTED_JAC` (dG/dx, (l d, l d); y on the manifold), :data:`TIME_DERIVATIVE`
-    (dG/dt, (l, d); y on the manifold or not).
+    (dG/dt, (l, d); y on the manifold or not), :data:`RHS_DIFF` (F in the difference form, (l, d);
+    y on the manifold; ``RHS`` where the form does not apply).
     """
     if ints[KIND] == KIND_CIRCLE:  # (every branch calls the helpers directly: see above)
         if op == LIFTED_JAC:
@@ -104,8 +113,11 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
         if not flat:
             lift(ints, floats, y1, work, out)
         return
-    of = offsets(l, d, ints[H])[11]  # the update f
     o1 = out.reshape(l * d)
+    if op == RHS_DIFF and not flat and ints[U_KIND] == SRC_IDENTITY:
+        difference_form(ints, floats, y1, work, o1)
+        return
+    of = offsets(l, d, ints[H])[11]  # the update f
     if op == UPDATE or flat:
         for m in range(l * d):
             o1[m] = work[of + m]

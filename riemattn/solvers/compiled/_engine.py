@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import UnsupportedByEngine, ValidationError
 from .. import _loops
+from ...dynamics._tangent import applies
 from ..rosenbrock import DT_FACTOR
 from . import _tables
 from ._events import CODES, EventData, no_events
@@ -170,6 +171,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     y_start = Y.copy()
     meth = _tables.method(step.name)
     flat = bool(field.manifold.normalize(np.ones((1, d)))[1] is None)  # Euclidean: no lifting
+    diff = bool(applies(field, Y))  # the stiff steps evaluate the difference form (NumPy's rule)
     # writeable C-contiguous copies: numba types read-only or strided arrays differently (a new compilation)
     ints, floats, per = (np.array(a, dtype=dt, order="C") for a, dt in
                          ((pack.ints, np.int64), (pack.floats, float), (pack.per, float)))
@@ -185,7 +187,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
                    np.full(B, np.nan))
             break
         if step.adaptive:
-            res = _run_adaptive(meth, Y, flat, bool(pack.autonomous), t0, t1, rtol, atol, first_step, saveat,
+            res = _run_adaptive(meth, Y, flat, bool(pack.autonomous), diff, t0, t1, rtol, atol, first_step, saveat,
                                 max_steps, ints, floats, per, pack.work, ev, batch)
         else:
             res = _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, pack.work, ev,
@@ -208,18 +210,19 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         per_trajectory=pt, stepper=step.name, events=evr, engine="compiled")
 
 
-def _run_adaptive(meth, Y, flat, autonomous, t0, t1, rtol, atol, first_step, saveat, max_steps, ints, floats,
-                  per, work, ev, batch):
+def _run_adaptive(meth, Y, flat, autonomous, diff, t0, t1, rtol, atol, first_step, saveat, max_steps, ints,
+                  floats, per, work, ev, batch):
     from ._adaptive import solve_rows
 
     B, l, d = Y.shape
     h_first = np.full(B, float(first_step) if first_step is not None else np.nan)
+    fn = _kernels().evaluate
     if saveat is None:  # a single trajectory without saveat: every accepted step
-        save = np.zeros(0)
         stats = np.zeros((1, 4), dtype=np.int64)
         t_fail = np.full(1, np.nan)
-        ts, ys, n_rec = solve_rows(meth, Y, 0, 1, flat, autonomous, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps,
-                                   ints, floats, per, work, save, np.zeros((0, 1, l, d)), stats, t_fail, True, ev)
+        args = [fn, meth, Y, 0, 1, flat, autonomous, diff, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps, ints,
+                floats, per, work, np.zeros(0), np.zeros((0, 1, l, d)), stats, t_fail, True, ev]
+        ts, ys, n_rec = _kernels().entry(solve_rows, args)(*args)
         times = np.concatenate([[t0], ts[:n_rec]])
         out = np.concatenate([np.full((1, l, d), np.nan), ys[:n_rec]])
         return (times, out.reshape((len(times), 1, l, d)), stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3],
@@ -227,9 +230,10 @@ def _run_adaptive(meth, Y, flat, autonomous, t0, t1, rtol, atol, first_step, sav
     saved = np.full((len(saveat), B, l, d), np.nan)
     stats = np.zeros((B, 4), dtype=np.int64)
     t_fail = np.full(B, np.nan)
-    save = np.array(saveat, dtype=float)
-    in_threads(lambda k, n: solve_rows(meth, Y, k, n, flat, autonomous, DT_FACTOR, t0, t1, rtol, atol, h_first,
-                                       max_steps, ints, floats, per, work, save, saved, stats, t_fail, B < 0, ev), B)
+    args = [fn, meth, Y, 0, 1, flat, autonomous, diff, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps, ints, floats,
+            per, work, np.array(saveat, dtype=float), saved, stats, t_fail, False, ev]
+    run = _kernels().entry(solve_rows, args)
+    in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B)
     return saveat.copy(), saved, stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3], t_fail
 
 
@@ -246,8 +250,10 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
     saved = np.full((len(times), B, l, d), np.nan)
     stats = np.zeros((B, 4), dtype=np.int64)
     t_fail = np.full(B, np.nan)
-    in_threads(lambda k, n: fixed_rows(meth, Y, k, n, flat, gt, gh, gtn, slot, ints, floats, per, work, saved,
-                                       stats, t_fail, ev), B)
+    args = [_kernels().evaluate, meth, Y, 0, 1, flat, gt, gh, gtn, slot, ints, floats, per, work, saved, stats, t_fail,
+            ev]
+    run = _kernels().entry(fixed_rows, args)
+    in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B)
     nfev, n_steps, status, stop = stats[:, 0], stats[:, 1], stats[:, 2].copy(), stats[:, 3]
     if capped:  # riemattn.solvers._loops.run_fixed stops the rows still running at max_steps
         alive = stop == 0

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import _control, auto
+from .. import _control, auto, rosenbrock
 from ..dormand_prince import ProjectedDOP853, ProjectedDormandPrince
 from ..layer import LayerStep
 from ..rosenbrock import ProjectedRodas4, ProjectedRodas4P
@@ -46,7 +46,7 @@ class Method(NamedTuple):
     ints: np.ndarray  # kind, stages, order, k (error order + 1), fsal, adaptive, stiffly accurate,
     #                   switch_after, probe_after
     ctrl: np.ndarray  # PI_BETA, SAFETY, FACMIN, FACMAX, last-step rtol, underflow rtol, err floor,
-    #                   rho_stiff, rho_back, rho_elevated
+    #                   rho_stiff, rho_back, rho_elevated, the solve's limit on h gamma |J|_inf
     A: np.ndarray  # (s, s) explicit stages (rows without their trailing zeros: zeros are skipped)
     b: np.ndarray  # (s,)
     c: np.ndarray  # (s,)
@@ -118,7 +118,7 @@ def method(name: str) -> Method:
                      auto.SWITCH_AFTER, auto.PROBE_AFTER], dtype=np.int64)
     ctrl = np.array([_control.PI_BETA, _control.SAFETY, _control.FACMIN, _control.FACMAX, _control.LAST_STEP_RTOL,
                      _control.UNDERFLOW_RTOL, _control.ERR_PREV_FLOOR, auto._RHO_STIFF, auto._RHO_BACK,
-                     auto._RHO_ELEVATED], dtype=float)
+                     auto._RHO_ELEVATED, rosenbrock.SOLVE_LIMIT / rosenbrock.EPS], dtype=float)
     rec = Method(ints, ctrl, A, b, c, e, e3, dense, cx, b6, ra, rC, rc, rd, rmm, rH, gamma)
     _CACHE[name] = rec
     return rec
