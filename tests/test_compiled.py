@@ -217,12 +217,54 @@ def test_edges(problem, stepper):
     kw = dict(dt=0.1) if stepper == "rk4" else dict(rtol=1e-6, atol=1e-9)
     empty = ra.integrate(field, y0[:0], (0.0, 1.0), stepper, engine="compiled", **kw)
     assert empty.y.shape[1:] == (0, 5, 3) and empty.success  # nothing ran (engine "numpy")
-    a, b = both(field, y0, (0.5, 0.5), stepper, **kw)  # an empty time span
-    assert_same_steps(a, b)
-    np.testing.assert_allclose(b.y[-1], y0, rtol=0, atol=4 * EPS)  # (a step of size 0 retracts y0)
     long = dict(dt=10.0) if stepper == "rk4" else dict(rtol=1e-6, atol=1e-9, first_step=10.0)
     a, b = both(field, y0, (0.0, 1.0), stepper, **long)  # a step longer than the horizon
     assert_same_steps(a, b)
+
+
+@pytest.mark.parametrize("stepper", FIXED + ADAPTIVE)
+def test_zero_length_span_returns_the_initial_state(problem, stepper):
+    """t_span = (t0, t0), as on the NumPy engine (issue 34 item 8): the initial state itself, no
+    step, no evaluation, whatever the stepper, batch or saveat."""
+    field, y0 = problem
+    kw = dict(rtol=1e-6, atol=1e-9) if stepper in ADAPTIVE else dict(dt=0.1)
+    single = ra.AttentionField(np.eye(3) + 0.3, beta=1.5)
+    for f, y, saveat in ((field, y0, None), (field, y0, [0.5]), (single, y0[1], None)):
+        a, b = both(f, y, (0.5, 0.5), stepper, saveat=saveat, **kw)
+        np.testing.assert_array_equal(b.t, a.t)
+        np.testing.assert_array_equal(b.y, a.y)
+        np.testing.assert_array_equal(b.y, y[None])  # exactly y0 (not a retracted step of size 0)
+        assert b.nfev == 0 and b.n_steps == 0 and (b.per_trajectory.nfev == 0).all()
+        assert_same_steps(a, b)
+        assert b.success and b.message == a.message
+
+
+@pytest.mark.parametrize("stepper", ["rk4", "layer"])
+def test_fixed_steps_save_as_numpy_around_terminal_events(problem, stepper):
+    """The saving rule of the fixed-step loop (docs/events.md "Saved values"): no saveat -- a
+    single trajectory saves every step, the last one at the event (t_stop, y_stop); a batch the
+    grid up to the last time some trajectory runs, NaN after each one's stop; saveat -- NaN after
+    the stop. (The compiled engine used to save the next grid time, and frozen states.)"""
+    field, y0 = problem
+    stop = [rae.consensus(0.05)]  # terminal: rows 0 and 3 stop (at 4.78 and 4.25), rows 1, 2 run to t1
+    rows = ra.AttentionField(field.P()[0] / field.beta[0], beta=np.array([0.5, 1.0, 2.0, 0.4]))
+    y4 = y0[[0, 1, 2, 0]]
+    single = ra.AttentionField(field.P()[0] / field.beta[0], beta=0.5)  # row 0 alone
+    cases = ((single, y0[0], None), (rows, y4, None), (rows, y4, np.linspace(0.0, 30.0, 13)),
+             (rows, y4[[0, 3]], None))  # (a batch that stops before t1: its grid ends at 4.7)
+    for f, y, saveat in cases:
+        if f is rows:
+            f = ra.AttentionField(f.P()[0] / f.beta[0], beta=f.beta[[0, 1, 2, 3] if len(y) == 4 else [0, 3]])
+        a, b = both(f, y, (0.0, 30.0), stepper, dt=0.1, events=stop, event_tol=1e-10, saveat=saveat)
+        pa, pb = a.per_trajectory, b.per_trajectory
+        np.testing.assert_array_equal(pb.status, pa.status)
+        np.testing.assert_array_equal(pb.n_steps, pa.n_steps)
+        # the times and states of the stops: located to event_tol by each engine (test_events_agree)
+        np.testing.assert_allclose(b.t, a.t, rtol=0, atol=2e-10)
+        np.testing.assert_array_equal(np.isnan(b.y), np.isnan(a.y))
+        np.testing.assert_allclose(b.y, a.y, rtol=0, atol=4e-10)
+        assert (b.per_trajectory.status == 2).any() and np.isnan(b.y).any() == (y.ndim == 3)
+    assert b.t[-1] < 5.0 and len(a.t) == len(b.t)
 
 
 def test_environment_variable_makes_auto_compiled(problem, monkeypatch):
@@ -252,3 +294,71 @@ def test_auto_uses_the_compiled_engine_only_once_compiled(problem, monkeypatch, 
     field, y0 = problem
     ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1, engine="compiled")  # compiled (or loaded) here
     assert ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1).engine == "compiled"
+
+
+@pytest.mark.parametrize("stepper", ["dopri5", "rodas4p", "auto", "rk4"])
+def test_per_trajectory_weights_agree(stepper):
+    """P of shape (B, 1, d, d), one single-head matrix per trajectory (docs/index.md "Per-trajectory
+    weights"), also broadcast against a (2, B) batch: the kernels pack one row of weights per
+    trajectory; the engines take the same steps. The NumPy engine compacts the batch as rows
+    finish (``take``); the compiled engine runs each row on its own, so its results for a row do
+    not depend on the batch around it (bitwise equal to the row run alone)."""
+    rng = np.random.default_rng(36)
+    B, l, d = 4, 5, 3
+    P = rng.standard_normal((B, 1, d, d)) * np.array([0.3, 1.0, 2.0, 3.0])[:, None, None, None]
+    field = ra.AttentionField(P, beta=1.5)
+    y0 = tokens(rng, (2, B), l, d)
+    kw = dict(dt=0.1) if stepper == "rk4" else dict(rtol=1e-7, atol=1e-9)
+    save = np.linspace(0.0, 3.0, 4)
+    for y in (y0[0], y0):
+        a, b = both(field, y, (0.0, 3.0), stepper, saveat=save, **kw)
+        assert_same_steps(a, b, nfev=stepper != "auto")  # (auto: NumPy counts both groups' evaluations)
+        assert len(set(b.per_trajectory.n_steps.ravel().tolist())) > 1 or stepper == "rk4"
+    for k in (0, 3):  # row k of the (2, B) batch alone, with its own P
+        alone = ra.integrate(ra.AttentionField(P[k, 0], beta=1.5), y0[1, k], (0.0, 3.0), stepper, saveat=save,
+                             engine="compiled", **kw)
+        np.testing.assert_array_equal(alone.y, b.y[:, 1, k])
+        assert alone.per_trajectory.n_steps == b.per_trajectory.n_steps[1, k]
+
+
+def test_stiff_plateaus_are_crossed_as_on_the_numpy_engine():
+    """tests/test_stiff_plateaus.py's configuration (5 particles, dynamic-metastability paper) with
+    SA at beta = 1000 (the compiled kernels have no rescaled USA yet): RODAS4P and auto evaluate the
+    field in the difference form on the compiled engine too, so the sphere crosses the plateaus in
+    as few steps as the angle equations (without it: > 5 000, max_steps). The step counts are not
+    compared with the NumPy engine's: on this problem a 1e-16 change of the initial angles
+    changes either engine's count by up to ~10 (measured); the merge times agree to the plateaus'
+    conditioning (dT / T ~ beta sin(delta) d(delta), see test_stiff_plateaus: bound 5e-6)."""
+    from riemattn.analysis.events import cluster_merges
+    from riemattn.dynamics.circle import CircleField, to_points
+
+    th0 = 0.5 * np.array([0.0, 0.5, 2.0, 4.0, 7.0]) * np.log(2000.0) / np.sqrt(2000.0)
+    kw = dict(rtol=1e-8, atol=1e-10, max_steps=5000)
+    angles = ra.integrate(CircleField(1000.0, "sa"), th0[:, None], (0.0, 1e13), "rodas4p", **kw)
+    field = ra.AttentionField(1000.0 * np.eye(2), normalization="softmax")
+    for stepper in ("rodas4p", "auto"):
+        a, b = both(field, to_points(th0), (0.0, 1e13), stepper, events=cluster_merges(0.01, [4, 3, 2]),
+                    event_tol=1e-8, **kw)
+        assert b.success and b.n_steps <= 1.5 * angles.n_steps, (stepper, b.n_steps, angles.n_steps)
+        assert b.events.count == 3
+        np.testing.assert_allclose(b.events.t, a.events.t, rtol=5e-6)
+
+
+def test_steps_beyond_the_precision_of_the_solve_are_rejected():
+    """h gamma eps |J|_inf > SOLVE_LIMIT: the step is rejected (error inf) on both engines, the same
+    attempts (a step of twice the limit, then of FACMIN times it, accepted); before, the compiled
+    engine took it (error 0)."""
+    from riemattn.dynamics.circle import to_points
+    from riemattn.solvers.rosenbrock import SOLVE_LIMIT, ProjectedRodas4P
+
+    y = to_points(np.array([0.0708731, 0.0708731, 0.0708731, 0.4673101, 0.4673101]))
+    field = ra.AttentionField(1000.0 * np.eye(2), normalization="softmax")
+    st = ProjectedRodas4P()
+    J = st.step(field, 0.0, y, 1.0).stages[2]
+    h_max = SOLVE_LIMIT / (EPS * st.tableau.gamma * np.max(np.sum(np.abs(J), -1)))
+    a, b = both(field, y, (0.0, 4 * h_max), "rodas4p", first_step=2 * h_max, max_steps=1, rtol=1e-8, atol=1e-10)
+    assert (a.n_rejected, a.n_steps) == (1, 0)
+    assert_same_steps(a, b)
+    a, b = both(field, y, (0.0, 4 * h_max), "rodas4p", first_step=2 * h_max, max_steps=2, rtol=1e-8, atol=1e-10)
+    assert (a.n_rejected, a.n_steps) == (1, 1)
+    assert_same_steps(a, b, rtol=1e-8)

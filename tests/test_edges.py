@@ -187,10 +187,6 @@ def test_zero_length_span(stepper, batch, engine):
     pb = tiny_problem("attention", "sphere")
     pb.y0 = np.broadcast_to(pb.y0, batch + pb.y0.shape).copy()
     pb.t_span, pb.dt = (1.0, 1.0), 0.1
-    if engine == "compiled" and stepper in ADAPTIVE and batch != (0,):
-        # item 8 is the NumPy engine's (its xfail marks the stepper for both engines); the
-        # compiled engine's zero-length span: tests/test_compiled.py::test_edges
-        engine = "numpy"
     sol = _run(stepper, pb, engine)
     check_solution(pb, sol)
     # the identity, up to the rounding of one re-normalization (fixed steppers take a step of 0)

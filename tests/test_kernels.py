@@ -781,3 +781,39 @@ def test_placements_time_derivative_off_the_unit_radius(placement, t):
     scale = 1.0 + np.max(np.abs(fd))
     np.testing.assert_allclose(_eval(pack, kk.TIME_DERIVATIVE, t, y), fd, rtol=0,
                                atol=(dt ** 2 * growth ** 3 / 6 + 10 * dt ** 2) * scale)
+# the difference form of the stiff steps (op RHS_DIFF, riemattn.dynamics._tangent)
+@settings(max_examples=60)
+@given(data=st.data())
+def test_difference_form_equals_the_numpy_stiff_steppers_form(data):
+    """RHS_DIFF is ``_tangent.on_manifold``: the form (D) where it applies (U = I, sphere or
+    ellipsoid), the field itself elsewhere (bitwise RHS)."""
+    from riemattn.dynamics._tangent import applies, on_manifold
+
+    field = data.draw(rst.attention_fields(dims=st.integers(2, 4), heads=st.integers(1, 3),
+                                           values=("identity", "matrices")), label="field")
+    y = data.draw(rst.points(field.manifold, tokens=st.integers(1, 5)), label="y")
+    pack = kk.pack_field(field, y.shape)
+    D = _eval(pack, kk.RHS_DIFF, 0.4, y)
+    if applies(field, y):
+        # (D)'s terms alpha_ij |y_j - y_i| are at most twice f's alpha_ij |y_j| + alpha_ij |y_i|
+        np.testing.assert_allclose(D, on_manifold(field, 0.4, y), rtol=0, atol=2 * _scales(field, 0.4, y)[0])
+    else:
+        np.testing.assert_array_equal(D, _eval(pack, kk.RHS, 0.4, y))
+
+
+def test_difference_form_has_relative_rounding_on_a_plateau():
+    """A collapsed cluster (3 bitwise-equal tokens) and far tokens at beta = 1000 (SA on S^1): the
+    field's tangent parts are e^{-beta delta^2 / 2}-small, below the absolute rounding eps |f_i| of
+    RHS; RHS_DIFF carries a relative rounding. Reference: the angle equations of CircleField (sines
+    of exact angle differences), mapped to the tangent lines."""
+    th = np.array([0.0708, 0.0708, 0.0708, 0.3399, 0.5948])
+    y = np.stack([np.cos(th), np.sin(th)], -1)
+    field = ra.AttentionField(1000.0 * np.eye(2), normalization="softmax")
+    tang = np.stack([-np.sin(th), np.cos(th)], -1)
+    ref = CircleField(1000.0, "sa")(0.0, th[:, None])[:, 0]
+    assert np.max(np.abs(ref[:3])) < 1e-16  # the cluster's drift, 2e-17: below RHS's rounding eps |f_i|
+    pack = kk.pack_field(field, y.shape)
+    D = _eval(pack, kk.RHS_DIFF, 0.0, y)
+    # rounding: cos/sin of the angles and the far weights, a few eps relative to |ref| (RHS: 24 %)
+    np.testing.assert_allclose(np.sum(D * tang, -1), ref, rtol=1e-12, atol=0)
+    assert np.max(np.abs(np.sum(D * y, -1))) <= 4 * EPS * np.max(np.abs(ref))  # no normal part

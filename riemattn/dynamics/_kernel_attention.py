@@ -374,3 +374,25 @@ def lift(ints, floats, y, w, J):
                 J[i * d + a, i * d + c] += (fa * w[oWy + i * d + c] - ya * w[oWf + i * d + c]
                                             + ci * ya * w[oWy + i * d + c])
             J[i * d + a, i * d + a] -= ci
+
+
+@jit
+def difference_form(ints, floats, y, w, out):
+    """out_i = Pi_i sum_j (sum_eta A^eta_ij) (y_j - y_i), after forward: the field (U = I) at
+    tokens y on the manifold without the cancellation of Pi_i f_i (riemattn.dynamics._tangent,
+    form (D); the same attention rows). y, out: flat (l d); f's scratch slot receives the sum."""
+    l, d, h = ints[L], ints[D], ints[H]
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+    causal = ints[MASK] == MASK_CAUSAL
+    hll = l * l
+    for i in range(l):
+        jmax = i + 1 if causal else l
+        for a in range(d):
+            w[of + i * d + a] = 0.0
+        for j in range(jmax):
+            a_ij = 0.0
+            for e in range(h):
+                a_ij += w[oA + e * hll + i * l + j]
+            for a in range(d):
+                w[of + i * d + a] += a_ij * (y[j * d + a] - y[i * d + a])
+    tangent_rows(ints, floats, y, w, of, w, of + 2 * l * d, out, l, d)

@@ -61,6 +61,8 @@ MODEL_SA, MODEL_USA = 0, 1
 PL_POST, PL_PRE, PL_PERI, PL_NGPT, PL_MIX = 0, 1, 2, 3, 4
 #: operations of kernels.evaluate
 OP_RHS, OP_UPDATE, OP_LIFTED_JAC, OP_TIME_DERIVATIVE, OP_BLOCK = 0, 1, 2, 3, 4
+#: the field on the manifold in the difference form (riemattn.dynamics._tangent), for the stiff steps
+OP_RHS_DIFF = 5
 
 #: "mean": scores below this are exponentiated directly (exp(700) ~ 1e304 is finite); a row
 #: with a larger score is shifted by its maximum, as in riemattn.dynamics._softmax.

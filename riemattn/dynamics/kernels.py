@@ -25,6 +25,9 @@ compiled code:
 ``op = BLOCK``                                                     in place: ``out = y + h f``
                                                                    becomes the field's discrete
                                                                    block (the ``"layer"`` step)
+``op = RHS_DIFF``                                                  ``out = F(t, y)`` for y on
+                                                                   the manifold in the
+                                                                   difference form (below)
 ``project(x, ints, floats, out)``                                  ``out_i = pi_W(x_i)``
 ``to_tangent(v, y, ints, floats, out)``                            ``out_i = (I - y_i y_i^T W) v_i``
 ``wnorm(x, ints, floats, out_l)``                                  ``out_l[i] = |x_i|_W``
@@ -41,7 +44,11 @@ calls it. ``evaluate`` therefore calls the helpers of the private modules direct
 l d) for the Jacobian, with row ``i d + a`` and column ``k d + c`` the derivative of component a
 of token i along component c of token k; ``work``: float64 of length ``pack.work``; ``out_l``:
 (l,). ``LIFTED_JAC`` expects ``y`` on the manifold, as
-:func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian` does. On flat space (the circle
+:func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian` does. ``RHS_DIFF`` is the value of
+the stiff steps on long plateaus: for an attention pack with U = I on the sphere or an ellipsoid
+(where :func:`riemattn.dynamics._tangent.applies`), ``F_i = sum_j alpha_ij Pi_i (y_j - y_i)``, the
+field at y on the manifold without the cancellation of ``Pi_i f_i`` (``_tangent.on_manifold``);
+for every other pack it is ``RHS``. On flat space (the circle
 form: angles as tokens of dimension 1) ``project`` and ``to_tangent`` copy, ``wnorm`` gives 1
 (the lifting's scale) and ``LIFTED_JAC`` is the plain Jacobian.
 
@@ -70,19 +77,21 @@ from __future__ import annotations
 
 import math
 
-from ._kernel_attention import forward, jit, lift, offsets, tangent_rows, update_jacobian
+from ._kernel_attention import difference_form, forward, jit, lift, offsets, tangent_rows, update_jacobian
 from ._kernel_circle import circle_jac, circle_rhs
 from ._kernel_dtime import dtime_finish, dtime_start
 from ._kernel_layernorm import ln_block, ln_dtime, ln_jac_cols, ln_jac_rows, ln_start, ln_value
-from ._kernel_layout import H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, PL_POST, PLACEMENT, W_OFF
+from ._kernel_layout import (H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, PL_POST, PLACEMENT, SRC_IDENTITY,
+                             U_KIND, W_OFF)
 from ._kernel_layout import OP_BLOCK as BLOCK
 from ._kernel_layout import OP_LIFTED_JAC as LIFTED_JAC
 from ._kernel_layout import OP_RHS as RHS
+from ._kernel_layout import OP_RHS_DIFF as RHS_DIFF
 from ._kernel_layout import OP_TIME_DERIVATIVE as TIME_DERIVATIVE
 from ._kernel_layout import OP_UPDATE as UPDATE
 from ._kernel_pack import KernelPack, pack_field
 
-# The operation codes RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE, BLOCK (0..4) are module attributes
+# The operation codes RHS, UPDATE, LIFTED_JAC, TIME_DERIVATIVE, BLOCK, RHS_DIFF (0..5) are module attributes
 # documented above, not in __all__ (small ints are shared objects: the API reference would take
 # them for re-exports of other modules' constants of the same value).
 __all__ = ["KernelPack", "pack_field", "evaluate", "project", "to_tangent", "wnorm"]
@@ -95,11 +104,15 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
     ``op``: :data:`RHS` (the tangent field F, (l, d)), :data:`UPDATE` (the un-normalised update f,
     (l, d)), :data:`LIFTED_JAC` (dG/dx, (l d, l d); y on the manifold), :data:`TIME_DERIVATIVE`
     (dG/dt, (l, d); y on the manifold or not), :data:`BLOCK` (in place on ``out`` = y + h f: the
-    end of the ``"layer"`` step).
+    end of the ``"layer"`` step), :data:`RHS_DIFF` (F in the difference form, (l, d); y on the
+    manifold; ``RHS`` where the form does not apply: other U, flat states, placements, the circle).
     """
     l, d = y.shape
     n = l * d
     y1 = y.reshape(n)
+    if op == RHS_DIFF and (ints[KIND] == KIND_CIRCLE or ints[PLACEMENT] != PL_POST or ints[MANIFOLD] == MAN_FLAT
+                           or ints[U_KIND] != SRC_IDENTITY):
+        op = RHS  # the form applies to attention with U = I on the sphere or an ellipsoid only
     if op == BLOCK:
         ln_block(t, y1, ints, floats, out.reshape(n))
         return
@@ -144,6 +157,9 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
     o1 = out.reshape(n)
     if placed:
         ln_value(op, t, b, ints, floats, per, work, o1)
+        return
+    if op == RHS_DIFF:
+        difference_form(ints, floats, y1, work, o1)
         return
     of = offsets(l, d, ints[H])[11]  # the update f
     if op == UPDATE or flat:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._events import check_events, start_events
 from ._interp import interp
-from ._kernel import RHS, evaluate
+from ._kernel import RHS
 from ._rosenbrock import explicit_signal, ros_step, stiff_signal
 from ._steps import dop853_extra, dop853_norm, fsal_next, normalize, rk_step, rms_norm
 
@@ -39,7 +39,7 @@ def _rms_scaled(v, scale):
 
 
 @numba.njit(**_JIT)
-def initial_step(order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, per, work, scale, x, y1, f1, r):
+def initial_step(fn, order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, per, work, scale, x, y1, f1, r):
     """Hairer, Norsett & Wanner (1993), II.4, as riemattn.solvers._loops.initial_step (one evaluation)."""
     l, d = y0.shape
     for i in range(l):
@@ -56,7 +56,7 @@ def initial_step(order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, per, 
         for a in range(d):
             x[i, a] = y0[i, a] + h0 * f0[i, a]
     normalize(x, flat, ints, floats, y1, r)
-    evaluate(RHS, t0 + h0, y1, b, ints, floats, per, work, f1)
+    fn(RHS, t0 + h0, y1, b, ints, floats, per, work, f1)
     for i in range(l):
         for a in range(d):
             x[i, a] = f1[i, a] - f0[i, a]
@@ -70,7 +70,7 @@ def initial_step(order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, per, 
 
 
 @numba.njit(**_JIT)
-def solve_rows(m, Y, start, stride, flat, autonomous, dt_factor, t0, t1, rtol, atol, h_first, max_steps,
+def solve_rows(fn, m, Y, start, stride, flat, autonomous, diff, dt_factor, t0, t1, rtol, atol, h_first, max_steps,
                ints, floats, per, work_len, saveat, saved, stats, t_fail_out, every, ev):
     """Integrate rows start, start + stride, ... of Y (B, l, d) from t0 to t1 (one thread's share
     of the batch; the GIL is released); Y is overwritten by the final states.
@@ -102,6 +102,7 @@ def solve_rows(m, Y, start, stride, flat, autonomous, dt_factor, t0, t1, rtol, a
     piv = np.zeros(nr, dtype=np.int64)
     Us = np.zeros((6 if ros else 1, l, d))
     Ft = np.zeros((l, d))
+    F0 = np.zeros((l, d))
     x = np.empty((l, d))
     X = np.empty((l, d))
     x1 = np.empty((l, d))
@@ -138,13 +139,13 @@ def solve_rows(m, Y, start, stride, flat, autonomous, dt_factor, t0, t1, rtol, a
         yes = kind >= 0  # True, typed as data (a literal would compile other versions of the callees)
         has_k1 = kind < 0
         if fsal or not h_row > 0:
-            evaluate(RHS, t0, y, b, ints, floats, per, work, k1)
+            fn(RHS, t0, y, b, ints, floats, per, work, k1)
             nfev += 1
             has_k1 = yes
         if h_row > 0:
             h = h_row
         else:
-            h = initial_step(m.ints[2], flat, t0, t1, y, k1, rtol, atol, b, ints, floats, per, work, scale, x,
+            h = initial_step(fn, m.ints[2], flat, t0, t1, y, k1, rtol, atol, b, ints, floats, per, work, scale, x,
                              y_new, k_next, r)
             nfev += 1
             if not fsal:
@@ -157,7 +158,7 @@ def solve_rows(m, Y, start, stride, flat, autonomous, dt_factor, t0, t1, rtol, a
         err_prev = 1.0
         rejected_prev = False
         nonfinite_prev = False
-        mode = 0  # auto: 0 explicit, 1 stiff; count of steps calling for the other method; elevated
+        mode = kind * 0  # auto: 0 explicit, 1 stiff (an int64: see yes); count of steps calling for the other method; elevated
         count = 0
         elevated = 0
         while not done:
@@ -175,17 +176,17 @@ def solve_rows(m, Y, start, stride, flat, autonomous, dt_factor, t0, t1, rtol, a
             if kind == RK or kind == LAYER or kind == DOP853 or (kind == AUTO and mode == 0):
                 if has_k1:
                     K[0, :, :] = k1
-                nfev += rk_step(m, kind == LAYER, flat, t, y, h_try, K, has_k1, b, ints, floats, per, work,
+                nfev += rk_step(fn, m, kind == LAYER, flat, t, y, h_try, K, has_k1, b, ints, floats, per, work,
                                 x, X, r, y_new, r_new, err)
                 if kind == DOP853:
-                    nfev += dop853_extra(m, flat, t, h_try, y_new, r_new, K, b, ints, floats, per, work, x, e3,
+                    nfev += dop853_extra(fn, m, flat, t, h_try, y_new, r_new, K, b, ints, floats, per, work, x, e3,
                                          k_next)
                 elif fsal:
                     fsal_next(K, m.ints[1], r_new, k_next)
                 signal = explicit_signal(m, h_try, K, x) if kind == AUTO else 0.0
             else:
-                nfev += ros_step(m, flat, autonomous, dt_factor, t, y, h_try, k1, has_k1, b, ints, floats, per,
-                                 work, J, M, piv, Us, Ft, x, X, r, x1, y_new, r_new, err, k_next)
+                nfev += ros_step(fn, m, flat, autonomous, diff, dt_factor, t, y, h_try, k1, has_k1, b, ints, floats,
+                                 per, work, J, M, piv, Us, Ft, F0, x, X, r, x1, y_new, r_new, err, k_next)
                 signal = stiff_signal(m, h_try, J) if kind == AUTO else 0.0
             for i in range(l):
                 for a in range(d):
@@ -218,7 +219,7 @@ def solve_rows(m, Y, start, stride, flat, autonomous, dt_factor, t0, t1, rtol, a
             prep[0] = 0
             hit = False
             if accept and ev.n > 0:
-                hit, t_stop, nf = check_events(ev, b, m, step_mode, flat, yes, t, y, h_try, t_new, y_new, K, Us, x1,
+                hit, t_stop, nf = check_events(fn, ev, b, m, step_mode, flat, yes, t, y, h_try, t_new, y_new, K, Us, x1,
                                                Fd, Kx, r_new, k_next, prep, ints, floats, per, work, x, X, r, K2,
                                                r2, e2, u)
                 nfev += nf
@@ -233,7 +234,7 @@ def solve_rows(m, Y, start, stride, flat, autonomous, dt_factor, t0, t1, rtol, a
                     else:
                         theta = (sv - t) / (h_try if h_try > 0 else 1.0)
                         theta = min(max(theta, 0.0), 1.0)
-                        nfev += interp(m, step_mode, flat, yes, t, y, h_try, K, Us, x1, Fd, Kx, r_new, k_next, prep,
+                        nfev += interp(fn, m, step_mode, flat, yes, t, y, h_try, K, Us, x1, Fd, Kx, r_new, k_next, prep,
                                        b, ints, floats, per, work, x, X, r, K2, r2, e2, theta, u)
                         srow[nxt, :, :] = u
                     nxt += 1

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...errors import UnsupportedByEngine, ValidationError
 from .. import _loops
+from ...dynamics._tangent import applies
 from ..rosenbrock import DT_FACTOR
 from . import _tables
 from ._events import CODES, EventData, no_events
@@ -170,6 +171,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     y_start = Y.copy()
     meth = _tables.method(step.name)
     flat = bool(field.manifold.normalize(np.ones((1, d)))[1] is None)  # Euclidean: no lifting
+    diff = bool(applies(field, Y))  # the stiff steps evaluate the difference form (NumPy's rule)
     # writeable C-contiguous copies: numba types read-only or strided arrays differently (a new compilation)
     ints, floats, per = (np.array(a, dtype=dt, order="C") for a, dt in
                          ((pack.ints, np.int64), (pack.floats, float), (pack.per, float)))
@@ -178,11 +180,18 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     while True:
         ev = _event_data(events, B, l, d, event_tol, cap)
         Y[...] = y_start
+        if t1 == t0:  # nothing to integrate, as on the NumPy engine: the initial state, no step, no call
+            zeros = np.zeros(B, dtype=np.int64)
+            times = np.array([t0]) if saveat is None else saveat.copy()
+            res = (times, np.full((len(times), B, l, d), np.nan), zeros, zeros, zeros, zeros + _loops.REACHED,
+                   np.full(B, np.nan))
+            break
         if step.adaptive:
-            res = _run_adaptive(meth, Y, flat, bool(pack.autonomous), t0, t1, rtol, atol, first_step, saveat,
+            res = _run_adaptive(meth, Y, flat, bool(pack.autonomous), diff, t0, t1, rtol, atol, first_step, saveat,
                                 max_steps, ints, floats, per, pack.work, ev, batch)
         else:
-            res = _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, pack.work, ev)
+            res = _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, pack.work, ev,
+                             batch == ())
         if not events or int(ev.rec_n.max(initial=0)) <= cap:
             break
         cap = int(ev.rec_n.max())
@@ -201,18 +210,19 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         per_trajectory=pt, stepper=step.name, events=evr, engine="compiled")
 
 
-def _run_adaptive(meth, Y, flat, autonomous, t0, t1, rtol, atol, first_step, saveat, max_steps, ints, floats,
-                  per, work, ev, batch):
+def _run_adaptive(meth, Y, flat, autonomous, diff, t0, t1, rtol, atol, first_step, saveat, max_steps, ints,
+                  floats, per, work, ev, batch):
     from ._adaptive import solve_rows
 
     B, l, d = Y.shape
     h_first = np.full(B, float(first_step) if first_step is not None else np.nan)
+    fn = _kernels().evaluate
     if saveat is None:  # a single trajectory without saveat: every accepted step
-        save = np.zeros(0)
         stats = np.zeros((1, 4), dtype=np.int64)
         t_fail = np.full(1, np.nan)
-        ts, ys, n_rec = solve_rows(meth, Y, 0, 1, flat, autonomous, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps,
-                                   ints, floats, per, work, save, np.zeros((0, 1, l, d)), stats, t_fail, True, ev)
+        args = [fn, meth, Y, 0, 1, flat, autonomous, diff, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps, ints,
+                floats, per, work, np.zeros(0), np.zeros((0, 1, l, d)), stats, t_fail, True, ev]
+        ts, ys, n_rec = _kernels().entry(solve_rows, args)(*args)
         times = np.concatenate([[t0], ts[:n_rec]])
         out = np.concatenate([np.full((1, l, d), np.nan), ys[:n_rec]])
         return (times, out.reshape((len(times), 1, l, d)), stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3],
@@ -220,13 +230,14 @@ def _run_adaptive(meth, Y, flat, autonomous, t0, t1, rtol, atol, first_step, sav
     saved = np.full((len(saveat), B, l, d), np.nan)
     stats = np.zeros((B, 4), dtype=np.int64)
     t_fail = np.full(B, np.nan)
-    save = np.array(saveat, dtype=float)
-    in_threads(lambda k, n: solve_rows(meth, Y, k, n, flat, autonomous, DT_FACTOR, t0, t1, rtol, atol, h_first,
-                                       max_steps, ints, floats, per, work, save, saved, stats, t_fail, B < 0, ev), B)
+    args = [fn, meth, Y, 0, 1, flat, autonomous, diff, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps, ints, floats,
+            per, work, np.array(saveat, dtype=float), saved, stats, t_fail, False, ev]
+    run = _kernels().entry(solve_rows, args)
+    in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B)
     return saveat.copy(), saved, stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3], t_fail
 
 
-def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, work, ev):
+def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, work, ev, single):
     from ._fixed import fixed_rows
 
     B, l, d = Y.shape
@@ -239,35 +250,45 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
     saved = np.full((len(times), B, l, d), np.nan)
     stats = np.zeros((B, 4), dtype=np.int64)
     t_fail = np.full(B, np.nan)
-    in_threads(lambda k, n: fixed_rows(meth, Y, k, n, flat, gt, gh, gtn, slot, ints, floats, per, work, saved,
-                                           stats, t_fail, ev), B)
+    args = [_kernels().evaluate, meth, Y, 0, 1, flat, gt, gh, gtn, slot, ints, floats, per, work, saved, stats, t_fail,
+            ev]
+    run = _kernels().entry(fixed_rows, args)
+    in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B)
     nfev, n_steps, status, stop = stats[:, 0], stats[:, 1], stats[:, 2].copy(), stats[:, 3]
     if capped:  # riemattn.solvers._loops.run_fixed stops the rows still running at max_steps
         alive = stop == 0
         status[alive] = _loops.MAX_STEPS
         t_fail[alive] = gtn[-1] if len(gtn) else t0
-    # the batch-wide rules of the NumPy loop: after the first terminal stop anywhere, the rows that
-    # have stopped are saved as NaN; once every row has stopped, the loop returns (nothing more is saved)
-    step_of_slot = np.full(len(times), -1, dtype=np.int64)
-    step_of_slot[slot[slot >= 0]] = np.flatnonzero(slot >= 0) + 1
-    if saveat is None or saveat[0] == t0:
-        step_of_slot[0] = 0
-    if capped:
-        step_of_slot[step_of_slot < 0] = N + 1  # never reached
-    terminal = status == _loops.TERMINAL
-    s_term = int(stop[terminal].min()) if terminal.any() else None
-    s_all = int(stop.max()) if (stop > 0).all() else None
-    if s_term is not None:
-        k = step_of_slot[:, None]
-        dead = (stop[None, :] > 0) & (stop[None, :] <= k) & (k >= s_term)
-        saved[dead] = np.nan
-    if capped and saveat is None:  # the NumPy loop saved every step it took, and returned
-        times, saved = times[:max_steps + 1], saved[:max_steps + 1]
-        step_of_slot = step_of_slot[:max_steps + 1]
-    if s_all is not None:
-        if saveat is None:
-            keep = step_of_slot <= s_all
-            times, saved = times[keep], saved[keep]
-        else:
-            saved[step_of_slot >= s_all] = np.nan
+    saved, times = saved_layout(saved, times, saveat is None, saveat is None or saveat[0] == t0, single, slot, gtn,
+                                stop, status == _loops.TERMINAL, ev.t_stop if ev.n else np.full(B, np.nan))
     return times, saved, nfev, n_steps, np.zeros_like(nfev), status, t_fail
+
+
+def saved_layout(saved, times, every, at_t0, single, slot, gtn, stop, hit, t_stop):
+    """The saving rule of the NumPy fixed-step loop (:func:`riemattn.solvers._loops.run_fixed`,
+    docs/events.md "Saved values") applied to the rows' stops: ``saved`` (n_save, B, l, d) holds
+    each row's state after the grid step of each slot (frozen after its stop); ``stop[b]`` the
+    1-based step at which row b stopped (0: it did not), ``hit`` its terminal event, ``t_stop``
+    the event's time. A row has a value at the slot of step k while it runs, and at its stop step
+    only when the event lies at the step's end (t_stop >= t_k). ``every`` (no saveat): the steps
+    run are the slots; a single trajectory keeps the steps at which it has a value, its stop saved
+    at ``(t_stop, y_stop)``; a batch keeps the steps at which some row has a value. Returns
+    (saved, times)."""
+    n_run = len(slot)  # the steps run (max_steps may have cut the grid)
+    step_of = np.full(len(times), n_run + 1, dtype=np.int64)  # n_run + 1: never reached
+    step_of[slot[slot >= 0]] = np.flatnonzero(slot >= 0) + 1
+    if at_t0:
+        step_of[0] = 0
+    k = step_of[:, None]
+    t_end = np.concatenate([[-np.inf], gtn, [np.inf]])[np.minimum(step_of, n_run + 1)][:, None]
+    at_stop = hit[None, :] & (stop[None, :] == k)
+    has_value = (k <= n_run) & ((stop[None, :] == 0) | (stop[None, :] > k) | (at_stop & (t_stop[None, :] >= t_end)))
+    if not every:
+        saved[~has_value] = np.nan
+        return saved, times
+    if single:  # (the stop's own step is saved at the event)
+        keep = has_value[:, 0] | at_stop[:, 0]
+        return saved[keep], np.where(at_stop[:, 0], t_stop[0], times)[keep]
+    saved[~has_value] = np.nan
+    keep = has_value.any(axis=1)
+    return saved[keep], times[keep]

@@ -170,7 +170,7 @@ def _crossed(ga, gb, direction):
 
 
 @numba.njit(**_JIT)
-def check_events(ev, b, m, mode, flat, native, t, y, h, t_new, y_new, K, Us, x1, Fd, Kx, r_new, k_next,
+def check_events(fn, ev, b, m, mode, flat, native, t, y, h, t_new, y_new, K, Us, x1, Fd, Kx, r_new, k_next,
                  prep, ints, floats, per, work, x, X, r, K2, r2, e2, u):
     """The events of row b in its accepted step (t, t_new]; returns (stopped, t_stop, evaluations).
     Crossings are appended to the row's records; a stop's state is left in ev.y_stop[b]."""
@@ -189,7 +189,7 @@ def check_events(ev, b, m, mode, flat, native, t, y, h, t_new, y_new, K, Us, x1,
         vals[k, npts - 1] = g_value(ev.kinds[k], ev.params[k], t_new, y_new)
     if ns:
         for j in range(1, ns + 1):
-            nfev += interp(m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, prep, b, ints,
+            nfev += interp(fn, m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, prep, b, ints,
                            floats, per, work, x, X, r, K2, r2, e2, thetas[j], u)
             tj = t + thetas[j] * h
             for k in range(n_ev):
@@ -232,7 +232,7 @@ def check_events(ev, b, m, mode, flat, native, t, y, h, t_new, y_new, K, Us, x1,
                     if b0 - a0 > 0.5 * w_ref:
                         c = mid
                     w_ref = b0 - a0
-                nfev += interp(m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, prep, b, ints,
+                nfev += interp(fn, m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, prep, b, ints,
                                floats, per, work, x, X, r, K2, r2, e2, c, u)
                 fc = s * g_value(ev.kinds[k], ev.params[k], t + c * h, u)
                 if fc >= 0:
@@ -273,7 +273,7 @@ def check_events(ev, b, m, mode, flat, native, t, y, h, t_new, y_new, K, Us, x1,
             u[:, :] = y_new
         else:
             t_ev = t + th * h
-            nfev += interp(m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, prep, b, ints,
+            nfev += interp(fn, m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, prep, b, ints,
                            floats, per, work, x, X, r, K2, r2, e2, th, u)
         slot = ev.rec_n[b]
         if slot < cap:

@@ -24,7 +24,7 @@ REACHED, RUNNING, NON_FINITE, TERMINAL = 0, 1, -3, 2
 
 
 @numba.njit(**_JIT)
-def fixed_rows(m, Y, start, stride, flat, gt, gh, gtn, gslot, ints, floats, per, work_len, saved, stats,
+def fixed_rows(fn, m, Y, start, stride, flat, gt, gh, gtn, gslot, ints, floats, per, work_len, saved, stats,
                t_fail_out, ev):
     """Step rows start, start + stride, ... of Y (B, l, d) over the grid (one thread's share, the
     GIL released); Y is overwritten by the final states, ``saved`` (n_save, B, l, d) filled at the
@@ -60,7 +60,7 @@ def fixed_rows(m, Y, start, stride, flat, gt, gh, gtn, gslot, ints, floats, per,
         for k in range(gt.shape[0]):
             if alive:
                 t, h, t_new = gt[k], gh[k], gtn[k]
-                nfev += rk_step(m, m.ints[0] == 1, flat, t, y, h, K, no, b, ints, floats, per, work, x, X, r,
+                nfev += rk_step(fn, m, m.ints[0] == 1, flat, t, y, h, K, no, b, ints, floats, per, work, x, X, r,
                                 y_new, r_new, err)
                 n_steps += 1
                 finite = True
@@ -75,7 +75,7 @@ def fixed_rows(m, Y, start, stride, flat, gt, gh, gtn, gslot, ints, floats, per,
                     stop = k + 1
                 else:
                     if ev.n > 0:
-                        hit, t_stop, nf = check_events(ev, b, m, zero, flat, no, t, y, h, t_new, y_new, K, dummy3,
+                        hit, t_stop, nf = check_events(fn, ev, b, m, zero, flat, no, t, y, h, t_new, y_new, K, dummy3,
                                                        x, dummy3, dummy3, r_new, y_new, prep, ints, floats, per,
                                                        work, x, X, r, K2, r2, e2, u)
                         nfev += nf

@@ -11,7 +11,7 @@ _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
 
 @numba.njit(**_JIT)
-def interp(m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, prep, b, ints, floats, per,
+def interp(fn, m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, prep, b, ints, floats, per,
            work, x, X, r, K2, r2, e2, theta, out):
     """The solution at t + theta h inside a step, on the manifold, into ``out``; returns the field
     evaluations it cost. ``native`` False: a fresh step of size theta h from (t, y) (the NumPy
@@ -19,12 +19,12 @@ def interp(m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, pre
     output); DOP853's extension is built on first use (``prep[0]``, 3 evaluations)."""
     kind = m.ints[0]
     if not native:
-        return rk_step(m, kind == 1, flat, t, y, theta * h, K2, kind < 0, b, ints, floats, per, work, x, X, r,
+        return rk_step(fn, m, kind == 1, flat, t, y, theta * h, K2, kind < 0, b, ints, floats, per, work, x, X, r,
                        out, r2, e2)
     nfev = 0
     if kind == 2:
         if prep[0] == 0:
-            nfev += dop853_prepare(m, flat, t, y, h, K, r_new, k_next, b, ints, floats, per, work, Kx, Fd,
+            nfev += dop853_prepare(fn, m, flat, t, y, h, K, r_new, k_next, b, ints, floats, per, work, Kx, Fd,
                                    x, X, r)
             prep[0] = 1
         dop853_dense(flat, y, Fd, theta, ints, floats, x, out)

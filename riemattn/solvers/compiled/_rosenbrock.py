@@ -15,7 +15,7 @@ import math
 import numba
 import numpy as np
 
-from ._kernel import LIFTED_JAC, RHS, evaluate
+from ._kernel import LIFTED_JAC, RHS, RHS_DIFF
 from ._steps import hsum, normalize, tangent_error
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
@@ -71,17 +71,24 @@ def lu_solve(M, piv, v):
 
 
 @numba.njit(**_JIT)
-def ros_step(m, flat, autonomous, dt_factor, t, y, h, F0, has_k1, b, ints, floats, per, work,
-             J, M, piv, Us, Ft, x, X, r, x1, y_new, r_new, err, k_next):
+def ros_step(fn, m, flat, autonomous, diff, dt_factor, t, y, h, k1, has_k1, b, ints, floats, per, work,
+             J, M, piv, Us, Ft, F0, x, X, r, x1, y_new, r_new, err, k_next):
     """One projected Rosenbrock step (RODAS form). J: the lifted Jacobian at (t, y), kept for
-    ``auto``'s test; x1 the lifted end point (for the dense output). Returns the evaluations."""
+    ``auto``'s test; x1 the lifted end point (for the dense output). ``diff``: the field is
+    evaluated in the difference form (kernel op RHS_DIFF, where riemattn.dynamics._tangent
+    applies) at the start -- afresh, whatever k1 -- the stages and the end, as the NumPy stepper
+    does. A step with h gamma eps |J|_inf > SOLVE_LIMIT gets an infinite error (rejected).
+    Returns the evaluations."""
     l, d = y.shape
     n = l * d
     nfev = 0
-    if not has_k1:
-        evaluate(RHS, t, y, b, ints, floats, per, work, F0)
+    rop = RHS_DIFF if diff else RHS
+    if diff or not has_k1:
+        fn(rop, t, y, b, ints, floats, per, work, F0)
         nfev += 1
-    evaluate(LIFTED_JAC, t, y, b, ints, floats, per, work, J)
+    else:
+        F0[:, :] = k1
+    fn(LIFTED_JAC, t, y, b, ints, floats, per, work, J)
     hg = h * m.rgamma
     for i in range(n):
         for j in range(n):
@@ -89,7 +96,7 @@ def ros_step(m, flat, autonomous, dt_factor, t, y, h, F0, has_k1, b, ints, float
     lu_factor(M, piv)
     if not autonomous:  # forward difference in t, as the NumPy stepper
         dt = dt_factor * max(1.0, abs(t))
-        evaluate(RHS, t + dt, y, b, ints, floats, per, work, Ft)
+        fn(RHS, t + dt, y, b, ints, floats, per, work, Ft)
         for p in range(l):
             for a in range(d):
                 Ft[p, a] = (Ft[p, a] - F0[p, a]) / dt
@@ -107,7 +114,7 @@ def ros_step(m, flat, autonomous, dt_factor, t, y, h, F0, has_k1, b, ints, float
                         sa += m.ra[i, j] * Us[j, p, a]
                     x[p, a] = y[p, a] + sa
             normalize(x, flat, ints, floats, X, r)
-            evaluate(RHS, t + m.rc[i] * h, X, b, ints, floats, per, work, Ui)
+            fn(rop, t + m.rc[i] * h, X, b, ints, floats, per, work, Ui)
             nfev += 1
             for p in range(l):
                 for a in range(d):
@@ -138,7 +145,9 @@ def ros_step(m, flat, autonomous, dt_factor, t, y, h, F0, has_k1, b, ints, float
                 x[p, a] = acc
     normalize(x1, flat, ints, floats, y_new, r_new)
     tangent_error(x, y_new, r_new, flat, ints, floats, err)
-    evaluate(RHS, t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
+    if abs(hg) * norm_inf(J) > m.ctrl[10]:  # beyond the precision of the solve (SOLVE_LIMIT / eps)
+        err[:, :] = np.inf
+    fn(rop, t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
     nfev += 1
     return nfev
 
@@ -185,8 +194,8 @@ def explicit_signal(m, h, K, x):
 
 
 @numba.njit(**_JIT)
-def stiff_signal(m, h, J):
-    """``auto``: 0 when h |J|_inf < rho_back (the explicit method would be stable), else 2."""
+def norm_inf(J):
+    """|J|_inf (NaN if J has NaN: no comparison holds)."""
     n = J.shape[0]
     norm = 0.0
     for i in range(n):
@@ -195,6 +204,12 @@ def stiff_signal(m, h, J):
             acc += abs(J[i, j])
         if acc > norm or math.isnan(acc):
             norm = acc
-    if abs(h) * norm < m.ctrl[8]:
+    return norm
+
+
+@numba.njit(**_JIT)
+def stiff_signal(m, h, J):
+    """``auto``: 0 when h |J|_inf < rho_back (the explicit method would be stable), else 2."""
+    if abs(h) * norm_inf(J) < m.ctrl[8]:
         return 0.0
     return 2.0

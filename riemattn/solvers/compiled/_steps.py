@@ -23,7 +23,7 @@ import math
 import numba
 import numpy as np
 
-from ._kernel import RHS, UPDATE, evaluate, to_tangent, wnorm
+from ._kernel import RHS, UPDATE, to_tangent, wnorm
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -93,7 +93,7 @@ def tangent_error(e, y_new, r, flat, ints, floats, out):
 
 
 @numba.njit(**_JIT)
-def rk_step(m, layer, flat, t, y, h, K, has_k1, b, ints, floats, per, work, x, X, r, y_new, r_new, err):
+def rk_step(fn, m, layer, flat, t, y, h, K, has_k1, b, ints, floats, per, work, x, X, r, y_new, r_new, err):
     """One projected RK step of the tableau in ``m``; stages into K (K[0] given when has_k1).
     Writes y_new, r_new (|x|_W of the lifted end point) and, for adaptive tableaux, err (the
     tangent error e5). Returns the field evaluations."""
@@ -101,18 +101,18 @@ def rk_step(m, layer, flat, t, y, h, K, has_k1, b, ints, floats, per, work, x, X
     nfev = 0
     if not has_k1:
         if layer:  # the ops as literal constants (one specialisation of the kernel per op)
-            evaluate(UPDATE, t, y, b, ints, floats, per, work, K[0])
+            fn(UPDATE, t, y, b, ints, floats, per, work, K[0])
         else:
-            evaluate(RHS, t, y, b, ints, floats, per, work, K[0])
+            fn(RHS, t, y, b, ints, floats, per, work, K[0])
         nfev += 1
     l, d = y.shape
     for i in range(1, s):
         axpy(y, h, m.A[i], i, K, x)
         normalize(x, flat, ints, floats, X, r)
         if layer:
-            evaluate(UPDATE, t + m.c[i] * h, X, b, ints, floats, per, work, K[i])
+            fn(UPDATE, t + m.c[i] * h, X, b, ints, floats, per, work, K[i])
         else:
-            evaluate(RHS, t + m.c[i] * h, X, b, ints, floats, per, work, K[i])
+            fn(RHS, t + m.c[i] * h, X, b, ints, floats, per, work, K[i])
         if not flat:
             for p in range(l):
                 for a in range(d):
@@ -136,12 +136,12 @@ def fsal_next(K, s, r_new, k_next):
 
 
 @numba.njit(**_JIT)
-def dop853_extra(m, flat, t, h, y_new, r_new, K, b, ints, floats, per, work, x, e3, k_next):
+def dop853_extra(fn, m, flat, t, h, y_new, r_new, K, b, ints, floats, per, work, x, e3, k_next):
     """DOP853: the order-3 tangent error e3 and F(t + h, y_new) (one evaluation)."""
     s = m.ints[1]
     hsum(h, m.e3, s, K, x)
     tangent_error(x, y_new, r_new, flat, ints, floats, e3)
-    evaluate(RHS, t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
+    fn(RHS, t + 1.0 * h, y_new, b, ints, floats, per, work, k_next)
     return 1
 
 
@@ -195,7 +195,7 @@ def dopri5_dense(m, flat, y, h, K, theta, ints, floats, x, out):
 
 
 @numba.njit(**_JIT)
-def dop853_prepare(m, flat, t, y, h, K, r_new, k_next, b, ints, floats, per, work, Kx, Fd, x, X, r):
+def dop853_prepare(fn, m, flat, t, y, h, K, r_new, k_next, b, ints, floats, per, work, Kx, Fd, x, X, r):
     """DOP853's continuous extension: three more stages into Kx[13:16], the polynomial's
     coefficients F_1..F_7 into Fd. Returns the evaluations (3)."""
     l, d = y.shape
@@ -209,7 +209,7 @@ def dop853_prepare(m, flat, t, y, h, K, r_new, k_next, b, ints, floats, per, wor
     for q in range(3):
         axpy(y, h, m.dense[q], n, Kx, x)
         normalize(x, flat, ints, floats, X, r)
-        evaluate(RHS, t + m.cx[q] * h, X, b, ints, floats, per, work, Kx[n])
+        fn(RHS, t + m.cx[q] * h, X, b, ints, floats, per, work, Kx[n])
         if not flat:
             for p in range(l):
                 for a in range(d):

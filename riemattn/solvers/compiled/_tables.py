@@ -4,7 +4,7 @@ Nothing here restates a coefficient: the Butcher tableaux (:mod:`riemattn.solver
 rows the NumPy steppers use, :meth:`riemattn.solvers.steppers.ProjectedRK._plan`), the dense
 outputs (``DOPRI5_DENSE``, ``DOP853_DENSE``), the Rosenbrock tableaux
 (:mod:`riemattn.solvers.rosenbrock_tableaux`), the step-size controller's constants
-(:mod:`riemattn.solvers._loops`) and ``"auto"``'s switching rule (:mod:`riemattn.solvers.auto`) are
+(:mod:`riemattn.solvers._control`) and ``"auto"``'s switching rule (:mod:`riemattn.solvers.auto`) are
 read from the NumPy engine's objects and copied into one :class:`Method` record of arrays, the
 same record type for every stepper (so that the compiled loop compiles once).
 """
@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import _loops, auto
+from .. import _control, auto, rosenbrock
 from ..dormand_prince import ProjectedDOP853, ProjectedDormandPrince
 from ..layer import LayerStep
 from ..rosenbrock import ProjectedRodas4, ProjectedRodas4P
@@ -46,7 +46,7 @@ class Method(NamedTuple):
     ints: np.ndarray  # kind, stages, order, k (error order + 1), fsal, adaptive, stiffly accurate,
     #                   switch_after, probe_after
     ctrl: np.ndarray  # PI_BETA, SAFETY, FACMIN, FACMAX, last-step rtol, underflow rtol, err floor,
-    #                   rho_stiff, rho_back, rho_elevated
+    #                   rho_stiff, rho_back, rho_elevated, the solve's limit on h gamma |J|_inf
     A: np.ndarray  # (s, s) explicit stages (rows without their trailing zeros: zeros are skipped)
     b: np.ndarray  # (s,)
     c: np.ndarray  # (s,)
@@ -116,9 +116,9 @@ def method(name: str) -> Method:
     k = (cls.error_order or cls.order) + 1
     ints = np.array([kind, len(b), order, k, int(bool(cls.fsal)), int(bool(cls.adaptive)), int(stiffly),
                      auto.SWITCH_AFTER, auto.PROBE_AFTER], dtype=np.int64)
-    ctrl = np.array([_loops.PI_BETA, _loops.SAFETY, _loops.FACMIN, _loops.FACMAX, _loops.LAST_STEP_RTOL,
-                     _loops.UNDERFLOW_RTOL, _loops.ERR_PREV_FLOOR, auto._RHO_STIFF, auto._RHO_BACK,
-                     auto._RHO_ELEVATED], dtype=float)
+    ctrl = np.array([_control.PI_BETA, _control.SAFETY, _control.FACMIN, _control.FACMAX, _control.LAST_STEP_RTOL,
+                     _control.UNDERFLOW_RTOL, _control.ERR_PREV_FLOOR, auto._RHO_STIFF, auto._RHO_BACK,
+                     auto._RHO_ELEVATED, rosenbrock.SOLVE_LIMIT / rosenbrock.EPS], dtype=float)
     rec = Method(ints, ctrl, A, b, c, e, e3, dense, cx, b6, ra, rC, rc, rd, rmm, rH, gamma)
     _CACHE[name] = rec
     return rec
