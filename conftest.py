@@ -29,6 +29,14 @@ import matplotlib
 
 matplotlib.use("Agg")  # snippets that draw must not need a display
 
+# integrate(engine="auto") runs the compiled engine where its loop is already compiled (in this
+# process or numba's cache): within one xdist worker, whether an earlier test compiled it would
+# decide which engine a later test gets. The suite pins "auto" to NumPy unless told otherwise;
+# tests of both engines use tests/conftest.py's ``engine`` fixture, and
+# ``RIEMATTN_ENGINE=compiled python -m pytest`` runs every test on the compiled engine wherever it
+# supports the call.
+os.environ.setdefault("RIEMATTN_ENGINE", "numpy")
+
 import pytest  # noqa: E402
 from sybil import Sybil  # noqa: E402
 from sybil.parsers.myst import CodeBlockParser, PythonCodeBlockParser, SkipParser  # noqa: E402
