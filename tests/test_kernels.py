@@ -356,6 +356,8 @@ def test_unsupported_fields_are_named():
     # the rescaled forms and the placements are packed (they were refused before their kernels)
     assert kk.pack_field(ra.usa(800.0, 3, rescaled=True), (2, 3)).ints[K.RESCALED] == 1
     assert kk.pack_field(CircleField(800.0, "usa", rescaled=True), (5, 1)).ints[K.RESCALED] == 1
+    with pytest.raises(UnsupportedByEngine, match="causal"):  # the circle kernel is full attention
+        kk.pack_field(CircleField(4.0, mask="causal"), (5, 1))
     assert kk.pack_field(ra.layernorm(ra.usa(1.0, 3), "pre"), (2, 3)).ints[K.PLACEMENT] == K.PL_PRE
 
 

@@ -83,3 +83,22 @@ def test_steps_beyond_the_precision_of_the_solve_are_rejected():
     # per trajectory: a batch with one long and one short step
     res = st.step(field, 0.0, np.stack([y, y]), np.array([2.0 * h_max, 0.5 * h_max]))
     assert np.isinf(res.error[0]).all() and np.isfinite(res.error[1]).all()
+
+
+def test_solve_limit_can_be_turned_off_and_the_compiled_engine_refuses_it():
+    """``ProjectedRosenbrock(solve_limit=None)`` (for Jacobians whose structure keeps the solve
+    accurate, e.g. the triangular causal one) takes the step the default rejects; the compiled
+    engine runs the default limit only, so it refuses another one by name."""
+    import pytest
+
+    from riemattn.errors import UnsupportedByEngine
+
+    y = to_points(np.array([0.0708731, 0.0708731, 0.0708731, 0.4673101, 0.4673101]))
+    field = ra.usa(BETA, 2, rescaled=True)
+    default, off = ProjectedRodas4P(), ProjectedRodas4P(solve_limit=None)
+    J = default.step(field, 0.0, y, 1.0).stages[2]
+    h = 2.0 * SOLVE_LIMIT / (np.finfo(float).eps * default.tableau.gamma * np.max(np.sum(np.abs(J), -1)))
+    assert np.all(np.isinf(default.step(field, 0.0, y, h).error))
+    assert np.all(np.isfinite(off.step(field, 0.0, y, h).error))
+    with pytest.raises(UnsupportedByEngine, match="solve_limit"):
+        ra.integrate(field, y, (0.0, 1.0), off, engine="compiled")

@@ -220,6 +220,8 @@ _PLACEMENTS = {"post": K.PL_POST, "pre": K.PL_PRE, "peri": K.PL_PERI, "ngpt": K.
 def _pack_circle(field: CircleField, batch: tuple, l: int, d: int):
     if d != 1:
         raise ValidationError(f"the circle form's tokens are angles of shape (..., n, 1), got d = {d}.")
+    if getattr(field, "mask", "full") != "full":
+        _unsupported("a causal CircleField (mask='causal')", " (the circle kernel is full attention)")
     ints = np.zeros(K.N_INTS, dtype=np.int64)
     builder = _Builder(batch)
     ints[K.KIND], ints[K.MANIFOLD] = K.KIND_CIRCLE, K.MAN_FLAT

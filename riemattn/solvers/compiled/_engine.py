@@ -62,6 +62,10 @@ def unsupported(field, step, y0, *, save_fn=None, events=(), progress=False, den
     entry = _tables.SUPPORTED.get(getattr(step, "name", None))
     if entry is None or type(step) is not entry[0]:
         why.append(f"the stepper {getattr(step, 'name', step)!r} (compiled: {', '.join(_tables.SUPPORTED)})")
+    limit = getattr(step, "solve_limit", _tables.rosenbrock.SOLVE_LIMIT)
+    if limit != _tables.rosenbrock.SOLVE_LIMIT:
+        why.append(f"a Rosenbrock stepper with solve_limit={limit} (compiled: the default "
+                   f"{_tables.rosenbrock.SOLVE_LIMIT})")
     if save_fn is not None:
         why.append("a save_fn")
     user = [e.name for e in events if _spec(e) is None]
