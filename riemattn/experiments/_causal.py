@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.integrate import quad
 
+from .._backend import use_device
 from ..analysis.events import merge_heights
 from ..dynamics.circle import to_points, wrap
 from ..solvers.events import Event
@@ -119,8 +120,9 @@ def solve_restarting(field, theta0, t_save, *, stepper, rtol, atol, tol, counts,
     while stats["segments"] < max_segments:
         stats["segments"] += 1
         todo = t_save >= a
-        sol = integrate(field, y, (0.0, float(t_save[-1] - a)), step, rtol=rtol, atol=atol,
-                        saveat=t_save[todo] - a, events=events, event_tol=1e-10, dense_output=True)
+        with use_device("cpu"):  # CircleField is NumPy code: on the host under `reproduce --device`
+            sol = integrate(field, y, (0.0, float(t_save[-1] - a)), step, rtol=rtol, atol=atol,
+                            saveat=t_save[todo] - a, events=events, event_tol=1e-10, dense_output=True)
         pt = sol.per_trajectory
         stats["n_steps"] += int(pt.n_steps[0])
         stats["nfev"] += int(pt.nfev[0])

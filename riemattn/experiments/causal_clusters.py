@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from .._backend import use_device
 from ..analysis.diagnostics import cluster_count
 from ..dynamics.circle import CircleField, from_points, to_points, wrap
 from ..dynamics.glpr import sa
@@ -91,8 +92,9 @@ def _renyi_part(cfg, theta0):
     R = np.array([len(renyi_centres(row, delta)) for row in th])
     SR = np.array([len(renyi_centres(row, delta, strong=True)) for row in th])
     times = np.asarray(cfg["count_times"], dtype=float)
-    sol = integrate(CircleField(cfg["beta"], mask="causal"), th[..., None], (0.0, float(times[-1])), "auto",
-                    rtol=cfg["rtol"], atol=cfg["atol"], saveat=times)
+    with use_device("cpu"):  # CircleField is NumPy code: on the host whatever `reproduce --device` says
+        sol = integrate(CircleField(cfg["beta"], mask="causal"), th[..., None], (0.0, float(times[-1])), "auto",
+                        rtol=cfg["rtol"], atol=cfg["atol"], saveat=times)
     C = cluster_count(to_points(sol.y[..., 0]), cfg["tol"])  # (count_time, configuration)
     return R, SR, C
 
@@ -125,8 +127,9 @@ def _sphere_check(cfg, theta0):
     t1 = float(cfg["sphere_check_t"])
     x0 = to_points(theta0[0])
     ys = integrate(sa(cfg["beta"], 2, mask="causal"), x0, (0.0, t1), "dopri5", rtol=1e-10, atol=1e-12, saveat=[0.0, t1])
-    ya = integrate(CircleField(cfg["beta"], mask="causal"), theta0[0][:, None], (0.0, t1), "dopri5", rtol=1e-10,
-                   atol=1e-12, saveat=[0.0, t1])
+    with use_device("cpu"):  # CircleField is NumPy code (the sphere run above may be on a device)
+        ya = integrate(CircleField(cfg["beta"], mask="causal"), theta0[0][:, None], (0.0, t1), "dopri5",
+                       rtol=1e-10, atol=1e-12, saveat=[0.0, t1])
     drift = float(np.max(np.abs(ys.y[:, 0] - x0[0])))
     diff = float(np.max(np.abs(wrap(from_points(ys.y[-1]) - ya.y[-1, :, 0]))))
     return drift, diff
