@@ -43,7 +43,7 @@ P = np.swapaxes(Q, -1, -2) @ K / np.sqrt(d)
 U = G @ np.swapaxes(G, -1, -2) / d
 y0 = rng.standard_normal((B, n, d))
 y0 /= np.linalg.norm(y0, axis=-1, keepdims=True)
-opts = dict(stepper=cfg["stepper"], saveat=[0.0, T])
+opts = dict(stepper=cfg["stepper"], saveat=[0.0, T], engine=cfg["engine"])
 opts.update(dict(rtol=tol, atol=tol) if ra.STEPPERS[cfg["stepper"]].adaptive else dict(dt=cfg["dt"]))
 
 
@@ -71,7 +71,7 @@ print(json.dumps({{"best": min(times), "times": times, "load": os.getloadavg(), 
 
 def child(mode, args, out):
     cfg = dict(mode=mode, B=args.B, n=args.n, d=args.d, tol=args.tol, T=args.T, seed=args.seed,
-               stepper=args.stepper, dt=args.dt, reps=args.reps, out=out)
+               stepper=args.stepper, dt=args.dt, reps=args.reps, out=out, engine=args.engine)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     code = CHILD.format(root=root, cfg=json.dumps(cfg))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -92,6 +92,9 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="B = 32, T = 3, one repetition")
+    ap.add_argument("--engine", default="numpy", choices=["numpy", "compiled"],
+                    help="integrate's engine for both sides (default numpy: the batching this measures; "
+                         "the compiled engine runs each trajectory in its own loop either way)")
     args = ap.parse_args(argv)
     if args.quick:
         args.B, args.T, args.reps = 32, 3.0, 1
@@ -105,7 +108,8 @@ def main(argv=None):
           f"{os.cpu_count()} CPUs")
     print(f"B = {args.B} systems, n = {args.n} tokens, d = {args.d}, one head, random P = Q^T K / sqrt(d), "
           f"V = G G^T / d, softmax, t in [0, {args.T}], {args.stepper} "
-          + (f"rtol = atol = {args.tol:g}" if riemattn.STEPPERS[args.stepper].adaptive else f"dt = {args.dt:g}"))
+          + (f"rtol = atol = {args.tol:g}" if riemattn.STEPPERS[args.stepper].adaptive else f"dt = {args.dt:g}")
+          + f", engine={args.engine!r}")
     with tempfile.TemporaryDirectory() as tmp:
         res = {}
         for mode in ("loop", "batched"):
