@@ -296,6 +296,34 @@ def test_auto_uses_the_compiled_engine_only_once_compiled(problem, monkeypatch, 
     assert ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1).engine == "compiled"
 
 
+def test_auto_keeps_large_problems_on_the_numpy_engine(monkeypatch):
+    """The size rule of "auto" (docs/performance.md, "Which engine when"): explicit steppers run
+    compiled while B h (l d (l + d) + 2 l^2) <= 4e4 (4e5 with time-dependent weights), Rosenbrock
+    steppers while l d <= 400; engine="compiled" and RIEMATTN_ENGINE=compiled ignore it."""
+    from riemattn.dynamics.kernels import pack_field
+    from riemattn.dynamics.schedules import TimeVaryingHeads
+    from riemattn.solvers.compiled import _dispatch
+
+    monkeypatch.delenv("RIEMATTN_ENGINE", raising=False)
+    rng = np.random.default_rng(5)
+    field = ra.AttentionField(np.eye(3), beta=2.0)
+    small, big = tokens(rng, (4,), 6, 3), tokens(rng, (200,), 10, 3)  # work 4 * 234, 200 * 590
+    assert _dispatch.work(pack_field(field, small.shape), 4) == 4 * (6 * 3 * 9 + 2 * 36)
+    ra.integrate(field, small, (0.0, 0.5), "rk4", dt=0.1, engine="compiled")  # compiled (or loaded) here
+    ra.integrate(field, small, (0.0, 0.5), "rodas4p", engine="compiled")
+    assert ra.integrate(field, small, (0.0, 0.5), "rk4", dt=0.1).engine == "compiled"
+    assert ra.integrate(field, big, (0.0, 0.5), "rk4", dt=0.1).engine == "numpy"
+    assert ra.integrate(field, big, (0.0, 0.5), "rk4", dt=0.1, engine="compiled").engine == "compiled"
+    assert ra.integrate(field, big, (0.0, 0.5), "rodas4p").engine == "compiled"  # l d = 30 <= 400
+    wide = tokens(rng, (), 30, 16)  # l d = 480: NumPy's LAPACK for the Rosenbrock solves
+    field16 = ra.AttentionField(np.eye(16), beta=2.0)
+    assert ra.integrate(field16, wide, (0.0, 0.1), "rodas4p", max_steps=3, raise_on_failure=False).engine == "numpy"
+    timed = ra.AttentionField(TimeVaryingHeads(np.eye(3)[None], np.eye(3)[None, None], [1.0], [0.0]))
+    assert ra.integrate(timed, big, (0.0, 0.5), "rk4", dt=0.1).engine == "compiled"  # 1.2e5 <= 4e5
+    monkeypatch.setenv("RIEMATTN_ENGINE", "compiled")
+    assert ra.integrate(field, big, (0.0, 0.5), "rk4", dt=0.1).engine == "compiled"
+
+
 @pytest.mark.parametrize("stepper", ["dopri5", "rodas4p", "auto", "rk4"])
 def test_per_trajectory_weights_agree(stepper):
     """P of shape (B, 1, d, d), one single-head matrix per trajectory (docs/index.md "Per-trajectory

@@ -2,15 +2,16 @@
 
 ``"numpy"``: the NumPy engine. ``"compiled"``: the compiled engine, or
 :class:`~riemattn.errors.UnsupportedByEngine` naming what in the call it cannot run. ``"auto"``
-(the default): the compiled engine when it supports the call and its loops are ready (compiled in
-this process, or in numba's on-disk cache), else the NumPy engine -- so a first call never waits
-for a compilation. The environment variable ``RIEMATTN_ENGINE`` changes what ``"auto"`` means:
-``compiled`` -- the compiled engine wherever it supports the call (compiling on first use);
-``numpy`` -- never the compiled engine.
+(the default): the compiled engine when it supports the call, it pays (:func:`pays`) and its
+loops are ready (compiled in this process, or in numba's on-disk cache), else the NumPy engine --
+so a first call never waits for a compilation. The environment variable ``RIEMATTN_ENGINE``
+changes what ``"auto"`` means: ``compiled`` -- the compiled engine wherever it supports the call
+(compiling on first use, whatever the size); ``numpy`` -- never the compiled engine.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 from ...errors import IntegrationError, UnsupportedByEngine, ValidationError
@@ -47,6 +48,43 @@ def ready(adaptive: bool) -> bool:
         return False
 
 
+#: Where "auto" stops choosing the compiled engine (docs/performance.md, "Which engine when";
+#: measured with benchmarks/compiled.py (c) on a 2-core AMD EPYC). Explicit steppers: the NumPy
+#: engine batches the field in BLAS products and vectorised exp while the kernels loop in scalar
+#: code, so it wins once the batch's work per evaluation, B h w with w = l d (l + d) + 2 l^2, passes
+#: about 3e4-4e4 (one trajectory of 24 x 32 tokens, or 64 trajectories of 10 x 3); with
+#: time-dependent weights (P(t), U(t): the NumPy engine forms them per trajectory) only past about
+#: 3.5e5 (the hemisphere ensemble: compiled 7.8x faster at B = 10, 1.8x at 100, 1.06x at 300).
+EXPLICIT_WORK, TIMED_WORK = 4.0e4, 4.0e5
+#: Rosenbrock steppers (and "auto"): the compiled engine was faster at every measured size, 11.7x
+#: at l d = 18 down to 1.1x at l d = 384 for one trajectory (its dense LU is unblocked scalar code).
+STIFF_SIZE = 400
+
+
+def work(pack, batch_size) -> float:
+    """The batch's arithmetic per field evaluation in :func:`pays`' units: B h (l d (l + d) + 2 l^2)."""
+    from ...dynamics import _kernel_layout as lay
+
+    l, d, h = (int(pack.ints[k]) for k in (lay.L, lay.D, lay.H))
+    return float(batch_size) * max(h, 1) * (l * d * (l + d) + 2 * l * l)
+
+
+def pays(pack, step, batch_size) -> bool:
+    """Whether "auto" runs a supported call on the compiled engine: Rosenbrock steppers (and
+    ``"auto"``) while l d <= :data:`STIFF_SIZE`; explicit ones while :func:`work` <=
+    :data:`EXPLICIT_WORK` (:data:`TIMED_WORK` for time-dependent weights)."""
+    from ...dynamics import _kernel_layout as lay
+    from . import _tables
+
+    kind = _tables.SUPPORTED[step.name][1]
+    l, d = int(pack.ints[lay.L]), int(pack.ints[lay.D])
+    if kind in (_tables.ROSENBROCK, _tables.AUTO):
+        return l * d <= STIFF_SIZE
+    timed = any(int(pack.ints[k]) in (lay.SRC_SINES, lay.SRC_STEPS) for k in (lay.P_KIND, lay.U_KIND))
+    timed = timed and int(pack.ints[lay.KIND]) == lay.KIND_ATTENTION
+    return work(pack, batch_size) <= (TIMED_WORK if timed else EXPLICIT_WORK)
+
+
 def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol,
              save_fn, progress, dense_output, raise_on_failure):
     """The compiled engine's Trajectory for this call (arguments validated by integrate), or None:
@@ -67,7 +105,8 @@ def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat
                 "engine='compiled' cannot run this call: " + "; ".join(why)
                 + ". Use engine='numpy' (or 'auto', which falls back to it).")
         return None
-    if engine == "auto" and preference != "compiled" and not ready(step.adaptive):
+    if engine == "auto" and preference != "compiled" and (
+            not pays(pack, step, math.prod(y0.shape[:-2])) or not ready(step.adaptive)):
         return None
     sol = _engine.run(field, step, y0, t0, t1, dt=dt, rtol=rtol, atol=atol, first_step=first_step,
                       saveat=saveat, max_steps=max_steps, events=events or (), event_tol=event_tol, pack=pack)
