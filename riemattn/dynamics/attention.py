@@ -14,7 +14,6 @@ one transformer layer is ``pi_W(y + tau f)``, the ``"layer"`` stepper (see :mod:
 
 from __future__ import annotations
 
-import copy
 import math
 import threading
 
@@ -26,7 +25,7 @@ from ._heads import HeadMatrices, bmm, stack_columns
 from ._softmax import overflow_message, rescaled_scores, weights, weights_device
 from .._validation import check_beta_batch, check_choice, check_points, check_rescaled
 from ..errors import ValidationError
-from .fields import Field
+from .fields import _CheckedField
 from ..geometry.manifolds import manifold_for
 
 __all__ = ["AttentionField", "MASKS", "NORMALIZATIONS"]  # sa, usa: riemattn.dynamics.glpr
@@ -35,7 +34,7 @@ MASKS = ("full", "causal")
 NORMALIZATIONS = ("paper", "softmax", "mean")
 
 
-class AttentionField(Field):
+class AttentionField(_CheckedField):
     """Multi-head self-attention as a tangent vector field on the sphere or an ellipsoid.
 
     Parameters
@@ -140,21 +139,6 @@ class AttentionField(Field):
         if self._U is not None and self._U.const is not None:
             self._Ucols = stack_columns(np.swapaxes(self._U.const, -1, -2))
 
-    def _unchecked(self):
-        """This field's twin whose calls skip the token checks (made once, then cached).
-
-        ``integrate`` checks y0 once and steps the twin; steppers evaluate it at stage points,
-        which are not retracted onto the manifold.
-        """
-        if not self._checked:
-            return self
-        twin = self.__dict__.get("_twin")
-        if twin is None:
-            twin = copy.copy(self)
-            twin._checked = False
-            twin._twin = twin
-            self._twin = twin
-        return twin
 
     # ------------------------------------------------------------------------------------------
     def P(self, t=0.0) -> np.ndarray:

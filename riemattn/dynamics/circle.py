@@ -47,7 +47,6 @@ Karagodin, Polyanskiy, Rigollet, "Clustering in causal attention masking", NeurI
 from __future__ import annotations
 
 import contextlib
-import copy
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -55,7 +54,7 @@ from scipy.integrate import solve_ivp
 from .._validation import as_float_array, check_beta, check_choice, check_finite, check_rescaled
 from ..errors import IntegrationError, ValidationError
 from ..geometry.manifolds import Euclidean
-from .fields import Field
+from .fields import _CheckedField
 
 __all__ = ["CircleField", "from_points", "to_points", "wrap"]
 
@@ -90,7 +89,7 @@ def wrap(theta) -> np.ndarray:
     return np.angle(np.exp(1j * np.asarray(theta, dtype=float)))
 
 
-class CircleField(Field):
+class CircleField(_CheckedField):
     """GLPR's angular equations (7.1) for (SA) or (USA) on the circle.
 
     Parameters
@@ -129,23 +128,6 @@ class CircleField(Field):
         self.rescaled = check_rescaled(rescaled, None if self.model == "usa" else "model='sa'")
         self.mask = check_choice(mask, "mask", ("full", "causal"))
         self._checked = True  # public calls validate the angles; integrate() steps an unchecked twin
-
-    def _unchecked(self):
-        """This field's twin whose calls skip the angle checks (made once, then cached).
-
-        ``integrate`` checks theta0 once and steps the twin: a non-finite stage point (a step far
-        too long for a stiff stepper) then gives NaN derivatives, and the integration reports the
-        trajectory failed instead of raising (as :class:`~riemattn.AttentionField` does).
-        """
-        if not self._checked:
-            return self
-        twin = self.__dict__.get("_twin")
-        if twin is None:
-            twin = copy.copy(self)
-            twin._checked = False
-            twin._twin = twin
-            self._twin = twin
-        return twin
 
     def take(self, index, batch_shape: tuple):
         """``self``: a trajectory's value depends only on its own angles."""

@@ -15,6 +15,7 @@ which the Lie-group steppers use instead of the tangent values.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Callable
 
@@ -97,6 +98,34 @@ TIME_MODES = ("array", "column", "per-time")
 
 #: Trajectories (at distinct times) on which a VectorField detects its :data:`TIME_MODES`.
 _PROBE_ROWS = 3
+
+
+
+class _CheckedField(Field):
+    """A field whose public calls validate the tokens (``self._checked``, set True by ``__init__``)
+    and which :func:`riemattn.integrate` steps through an unchecked twin (private)."""
+
+    def _unchecked(self):
+        """This field's twin whose calls skip the token checks (made once, then cached).
+
+        ``integrate`` checks y0 once and steps the twin: steppers evaluate it at stage points, which
+        are not retracted onto the manifold, and a non-finite stage point (a step far too long for
+        a stiff stepper) then gives NaN derivatives, so that the integration reports the trajectory
+        failed instead of raising.
+        """
+        if not self._checked:
+            return self
+        twin = self.__dict__.get("_twin")
+        if twin is None:
+            twin = copy.copy(self)
+            twin._checked = False
+            self._prepare_twin(twin)
+            twin._twin = twin
+            self._twin = twin
+        return twin
+
+    def _prepare_twin(self, twin):
+        """Adjust the twin before it is cached (a wrapper unchecks the field it wraps)."""
 
 
 class VectorField(Field):

@@ -58,7 +58,7 @@ from .._validation import check_nonzero_tokens, check_points, check_real
 from ..errors import InputTypeError, ValidationError
 from ..geometry.manifolds import Euclidean
 from .attention import AttentionField
-from .fields import Field
+from .fields import _CheckedField
 
 __all__ = ["PLACEMENTS", "LayerNormField", "layernorm"]
 
@@ -78,7 +78,7 @@ def _per_trajectory(a, y):
     return xp.broadcast_to(a, tuple(y.shape[:-2]))[..., None, None]
 
 
-class LayerNormField(Field):
+class LayerNormField(_CheckedField):
     r"""The residual-stream dynamics of an attention field under one placement of the layer norm.
 
     Made by :func:`layernorm`; see the table of :mod:`riemattn.dynamics.layernorm` for the five
@@ -221,18 +221,9 @@ class LayerNormField(Field):
 
         return self.placement != "mix" and is_autonomous(self.field)
 
-    def _unchecked(self):
-        """This field's twin whose calls skip the token checks (see AttentionField._unchecked)."""
-        if not self._checked:
-            return self
-        twin = self.__dict__.get("_twin")
-        if twin is None:
-            twin = copy.copy(self)
-            twin.field = self.field._unchecked()
-            twin._checked = False
-            twin._twin = twin
-            self._twin = twin
-        return twin
+    def _prepare_twin(self, twin):
+        """The twin steps the unchecked twin of the wrapped field (see ``_CheckedField._unchecked``)."""
+        twin.field = self.field._unchecked()
 
     def take(self, index, batch_shape: tuple):
         """This model for the trajectories ``index`` (see :meth:`riemattn.dynamics.fields.Field.take`)."""
