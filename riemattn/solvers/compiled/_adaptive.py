@@ -28,25 +28,14 @@ REACHED, RUNNING, MAX_STEPS, UNDERFLOW, NON_FINITE, TERMINAL = 0, 1, -1, -2, -3,
 
 
 @numba.njit(**_JIT)
-def _rms_scaled(v, scale):
-    l, d = v.shape
-    acc = 0.0
-    for i in range(l):
-        for a in range(d):
-            q = v[i, a] / scale[i, a]
-            acc += q * q
-    return math.sqrt(acc / (l * d))
-
-
-@numba.njit(**_JIT)
 def initial_step(fn, order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, per, work, scale, x, y1, f1, r):
     """Hairer, Norsett & Wanner (1993), II.4, as riemattn.solvers._loops.initial_step (one evaluation)."""
     l, d = y0.shape
     for i in range(l):
         for a in range(d):
             scale[i, a] = atol + abs(y0[i, a]) * rtol
-    d0 = _rms_scaled(y0, scale)
-    d1 = _rms_scaled(f0, scale)
+    d0 = rms_norm(y0, scale)
+    d1 = rms_norm(f0, scale)
     if d0 < 1e-5 or d1 < 1e-5:
         h0 = 1e-6
     else:
@@ -60,7 +49,7 @@ def initial_step(fn, order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, p
     for i in range(l):
         for a in range(d):
             x[i, a] = f1[i, a] - f0[i, a]
-    d2 = _rms_scaled(x, scale) / h0
+    d2 = rms_norm(x, scale) / h0
     dmax = max(d1, d2)
     if dmax <= 1e-15:
         h1 = max(h0 * 1e-3, 1e-6)
