@@ -41,7 +41,7 @@ import math
 from ._kernel_cache import jit
 from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX, NORM,
                              NORM_MEAN, NORM_PAPER, OP_LIFTED_JAC, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS,
-                             RESCALED, SRC_CONST, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
+                             RESCALED, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
                              U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
 from ._softmax import RESCALED_ROUNDING
 
@@ -148,13 +148,19 @@ def apply_W(ints, floats, x, ox, out, oo, l, d):
         for m in range(l * d):
             out[oo + m] = x[ox + m]
         return
-    w0 = ints[W_OFF]
-    for i in range(l):
+    rows_times(floats, ints[W_OFF], x, ox, out, oo, l, d)
+
+
+@jit
+def rows_times(M, om, x, ox, out, oo, l, d):
+    """out[oo + j d + a] = (M x_j)_a for the tokens x[ox:ox + l d], M (d, d) stored row-major at
+    M[om:] (each component summed over c in order)."""
+    for j in range(l):
         for a in range(d):
             acc = 0.0
             for c in range(d):
-                acc += floats[w0 + a * d + c] * x[ox + i * d + c]
-            out[oo + i * d + a] = acc
+                acc += M[om + a * d + c] * x[ox + j * d + c]
+            out[oo + j * d + a] = acc
 
 
 @jit
@@ -194,17 +200,15 @@ def forward(op, t, y, b, ints, floats, per, w):
                 w[oq + e * hld + m] = w[oq + m]
             continue
         qe, Pe = oq + e * hld, oP + e * d * d
-        for j in range(l):  # p_j = P y_j, q_j = P^T y_j
-            for a in range(d):
-                if pk == SRC_SCALAR:
-                    w[pe + j * d + a] = cP * y[j * d + a]
-                    w[qe + j * d + a] = cP * y[j * d + a]
-                else:
-                    acc = 0.0
-                    for c in range(d):
-                        acc += w[Pe + a * d + c] * y[j * d + c]
-                    w[pe + j * d + a] = acc
-                    if need_q:
+        if pk == SRC_SCALAR:  # p_j = q_j = c y_j
+            for m in range(hld):
+                w[pe + m] = cP * y[m]
+                w[qe + m] = cP * y[m]
+        else:  # p_j = P y_j, q_j = P^T y_j
+            rows_times(w, Pe, y, 0 * l, w, pe, l, d)
+            if need_q:
+                for j in range(l):
+                    for a in range(d):
                         acc = 0.0
                         for c in range(d):
                             acc += w[Pe + c * d + a] * y[j * d + c]
@@ -250,17 +254,14 @@ def forward(op, t, y, b, ints, floats, per, w):
         w[of + m] = 0.0
     for e in range(h):
         ue, Ae, fe, Ue = ou + e * hld, oA + e * hll, ofh + e * hld, oU + (e if hU > 1 else 0) * d * d
-        for j in range(l):  # u_j = U y_j
-            for a in range(d):
-                if uk == SRC_IDENTITY:
-                    w[ue + j * d + a] = y[j * d + a]
-                elif uk == SRC_SCALAR:
-                    w[ue + j * d + a] = cU * y[j * d + a]
-                else:
-                    acc = 0.0
-                    for c in range(d):
-                        acc += w[Ue + a * d + c] * y[j * d + c]
-                    w[ue + j * d + a] = acc
+        if uk == SRC_IDENTITY:  # u_j = U y_j
+            for m in range(hld):
+                w[ue + m] = y[m]
+        elif uk == SRC_SCALAR:
+            for m in range(hld):
+                w[ue + m] = cU * y[m]
+        else:
+            rows_times(w, Ue, y, 0 * l, w, ue, l, d)
         for i in range(l):  # fh_i = sum_j A_ij u_j: rows of u added in j order (contiguous in a)
             jmax = i + 1 if causal else l
             for a in range(d):
