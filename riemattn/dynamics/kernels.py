@@ -110,19 +110,20 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
     l, d = y.shape
     n = l * d
     y1 = y.reshape(n)
-    if op == RHS and ints[KIND] != KIND_CIRCLE and ints[PLACEMENT] == PL_POST:  # the hot path, first
+    if op == RHS_DIFF and (ints[KIND] == KIND_CIRCLE or ints[PLACEMENT] != PL_POST or ints[MANIFOLD] == MAN_FLAT
+                           or ints[U_KIND] != SRC_IDENTITY):
+        op = RHS  # the form applies to attention with U = I on the sphere or an ellipsoid only
+    if (op == RHS or op == UPDATE) and ints[KIND] != KIND_CIRCLE and ints[PLACEMENT] == PL_POST:
+        # the attention field's value and update (no placement): the hot path, first
         forward(op, t, y1, b, ints, floats, per, work)
         of = offsets(l, d, ints[H])[11]  # the update f
         o1 = out.reshape(n)
-        if ints[MANIFOLD] == MAN_FLAT:
+        if op == UPDATE or ints[MANIFOLD] == MAN_FLAT:
             for m in range(n):
                 o1[m] = work[of + m]
         else:  # F = (I - y y^T W) f, W f into the scratch slot after f and W y
             tangent_rows(ints, floats, y1, work, of, work, of + 2 * n, o1, l, d)
         return
-    if op == RHS_DIFF and (ints[KIND] == KIND_CIRCLE or ints[PLACEMENT] != PL_POST or ints[MANIFOLD] == MAN_FLAT
-                           or ints[U_KIND] != SRC_IDENTITY):
-        op = RHS  # the form applies to attention with U = I on the sphere or an ellipsoid only
     if op == BLOCK:
         ln_block(t, y1, ints, floats, out.reshape(n))
         return
@@ -168,15 +169,7 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
     if placed:
         ln_value(op, t, b, ints, floats, per, work, o1)
         return
-    if op == RHS_DIFF:
-        difference_form(ints, floats, y1, work, o1)
-        return
-    of = offsets(l, d, ints[H])[11]  # the update f
-    if op == UPDATE or flat:
-        for m in range(n):
-            o1[m] = work[of + m]
-    else:  # F = (I - y y^T W) f, W f into the scratch slot after f and W y
-        tangent_rows(ints, floats, y1, work, of, work, of + 2 * n, o1, l, d)
+    difference_form(ints, floats, y1, work, o1)  # RHS_DIFF (RHS and UPDATE returned above)
 
 
 @jit
