@@ -296,6 +296,20 @@ def test_auto_uses_the_compiled_engine_only_once_compiled(problem, monkeypatch, 
     assert ra.integrate(field, y0, (0.0, 1.0), "rk4", dt=0.1).engine == "compiled"
 
 
+@pytest.mark.parametrize("placement", ["post", "pre", "peri", "ngpt", "mix"])
+def test_layer_step_of_every_placement_agrees(placement):
+    """The "layer" step runs each placement's own block (LayerNormField.block): Mix-LN keeps the
+    radii before its switch (r_i N_W(theta_i + h A_i)) and is Pre-LN after it."""
+    rng = np.random.default_rng(12)
+    kw = {"switch": 0.5} if placement == "mix" else {"alpha": 0.7} if placement == "ngpt" else {}
+    model = ra.layernorm(ra.AttentionField(rng.standard_normal((3, 3)), beta=1.5), placement, **kw)
+    y0 = tokens(rng, (2,), 5, 3) * (rng.uniform(0.5, 2.0, (2, 5, 1)) if placement in ("pre", "peri", "mix") else 1.0)
+    a, b = both(model, y0, (0.0, 1.0), "layer", dt=0.1)
+    assert_same_steps(a, b)
+    if placement == "mix":  # the 5 blocks before the switch keep the radii (a few roundings each)
+        np.testing.assert_allclose(np.linalg.norm(b.y[5], axis=-1), np.linalg.norm(y0, axis=-1), rtol=5 * 8 * EPS)
+
+
 def test_auto_keeps_large_problems_on_the_numpy_engine(monkeypatch):
     """The size rule of "auto" (docs/performance.md, "Which engine when"): explicit steppers run
     compiled while B h (l d (l + d) + 2 l^2) <= 4e4 (4e5 with time-dependent weights), Rosenbrock

@@ -18,6 +18,7 @@ import functools
 import numpy as np
 
 from ...dynamics.kernels import (  # noqa: F401
+    BLOCK,
     LIFTED_JAC,
     RHS,
     RHS_DIFF,

@@ -6,7 +6,8 @@ the NumPy code fixes one), on one trajectory ``y`` of shape (l, d):
 * :func:`rk_step` -- :meth:`riemattn.solvers.steppers.ProjectedRK.step` (the tableau applied to
   the lifted field ``G = |x|_W F(pi_W x)``, retracted; the embedded difference projected onto
   the tangent space at the new point and divided by ``|x|_W``); ``layer`` evaluates the
-  un-normalised update instead (:class:`riemattn.solvers.layer.LayerStep`).
+  un-normalised update instead and ends with the field's block (``BLOCK``: on a flat state, Mix-LN's
+  r_i N_W before its switch) (:class:`riemattn.solvers.layer.LayerStep`).
 * :func:`dop853_extra` -- the second error estimate and the closing evaluation of
   :meth:`riemattn.solvers.dormand_prince.ProjectedDOP853.step`; :func:`dop853_dense` its
   continuous extension, :func:`dopri5_dense` DOPRI5's.
@@ -23,7 +24,7 @@ import math
 import numba
 import numpy as np
 
-from ._kernel import RHS, UPDATE, to_tangent, wnorm
+from ._kernel import BLOCK, RHS, UPDATE, to_tangent, wnorm
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -119,6 +120,8 @@ def rk_step(fn, m, layer, flat, t, y, h, K, has_k1, b, ints, floats, per, work, 
                     K[i, p, a] *= r[p]
         nfev += 1
     axpy(y, h, m.b, s, K, x)
+    if layer and flat:  # the field's own block from z = y + h u (Mix-LN before its switch: r_i N_W(z_i));
+        fn(BLOCK, t, y, b, ints, floats, per, work, x)  # on E_W the block is N_W(z), the retraction below
     normalize(x, flat, ints, floats, y_new, r_new)
     if m.ints[5]:  # adaptive: the embedded difference as a tangent vector at y_new
         hsum(h, m.e, s, K, x)
