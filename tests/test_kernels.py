@@ -399,8 +399,9 @@ def test_per_trajectory_weights_packed_from_batched_stacks():
     Bs, As = rng.normal(size=(nb, 1, h, d, d)), rng.normal(size=(n_terms, nb, 1, h, d, d))
     y = np.stack([[_sphere_points(rng, l, d) for _ in range(2)] for _ in range(nb)])
     field = ra.AttentionField(Ps[0, 0], TimeVaryingHeads(Bs[0, 0], As[:, 0, 0], omega, phi), mask="causal")
-    field._P = SimpleNamespace(fn=None, const=Ps, param=None, shape=Ps.shape)
-    field._U = SimpleNamespace(fn=TimeVaryingHeads(Bs, As, omega, phi), const=None, param=None, shape=Bs.shape)
+    field._P = SimpleNamespace(fn=None, const=Ps, param=None, shape=Ps.shape, batch=Ps.shape[:-3], name="P")
+    field._U = SimpleNamespace(fn=TimeVaryingHeads(Bs, As, omega, phi), const=None, param=None, shape=Bs.shape,
+                               batch=Bs.shape[:-3], name="U")
     pack = kk.pack_field(field, y.shape)
     assert pack.per.shape[0] == 6 and pack.ints[K.P_LOC] == K.LOC_PER == pack.ints[K.U_LOC]
     t = 0.8

@@ -11,6 +11,7 @@ from .._backend import is_torch
 from ..errors import UnsupportedByEngine, ValidationError
 from ..geometry.manifolds import Euclidean, Sphere
 from . import _kernel_layout as K
+from ._batch import check_batch
 from .attention import AttentionField
 from .circle import CircleField
 from .layernorm import LayerNormField
@@ -173,6 +174,7 @@ def _pack_beta(builder: _Builder, beta, ints):
 
 def _pack_attention(field: AttentionField, batch: tuple, l: int, d: int, ln=None):
     """The attention field, or the layer-norm model ``ln`` (a LayerNormField) around it."""
+    check_batch(field, batch)  # per-trajectory P and U: the NumPy field's check and message
     ints = np.zeros(K.N_INTS, dtype=np.int64)
     builder = _Builder(batch)
     ints[K.KIND] = K.KIND_ATTENTION
