@@ -98,6 +98,9 @@ def _run(field, y0, stepper, **kw):
         kw.setdefault("atol", 1e-10)
     else:
         kw.setdefault("dt", 0.05)
+    # the NumPy engine's array backends are compared (tensors run there only; the compiled
+    # engine counts per-trajectory evaluations its own way: docs/performance.md)
+    kw.setdefault("engine", "numpy")
     return ra.integrate(field, y0, (0.0, T), stepper=stepper, **kw)
 
 
