@@ -27,7 +27,7 @@ exp(beta (<x_i, x_j> - 1))), whose gradient, Hessian and spectrum are e^{-beta} 
 whose critical points, indices and cluster shapes are the same. The search always runs on it (the
 Newton iteration is scale invariant), so it is finite at every beta; the plain values are the
 rescaled ones times e^beta and are refused, naming beta, where that exceeds the float range
-(beta > ~709.78). :func:`newton_search` lives in the private :mod:`riemattn.analysis._newton`.
+(beta > ~709.78). :func:`newton_search` lives in the private ``riemattn.analysis._newton``.
 
 The census over a grid of (n, d, beta), the figure and the claims are the reproduction
 ``glpr-critical`` (:mod:`riemattn.experiments.glpr_critical`). A finite search finds what it

@@ -8,7 +8,7 @@
 * GLPR section 3 (sphere): the energy E_beta(x) = 1/(2 beta n^2) sum_{i,j} exp(beta <x_i, x_j>)
   (:func:`energy`) and the per-token weights Z_{beta,i}/n^2 of the metric in which (SA) is its
   gradient (:func:`energy_weights`), also rescaled by e^{-beta} and in log form, finite at every
-  beta (implemented in the private :mod:`riemattn.analysis._energy`, documented here).
+  beta (implemented in the private ``riemattn.analysis._energy``, documented here).
 
 Every name here is re-exported by :mod:`riemattn.analysis.gradient_flow`, whose docstring and
 docs/gradient_flow.md give the theory; the gradient fields built from these functions live there.

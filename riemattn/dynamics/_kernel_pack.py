@@ -24,7 +24,7 @@ class KernelPack(NamedTuple):
     Attributes
     ----------
     ints : ndarray of int64, shape (N_INTS,)
-        Configuration (slots of :mod:`riemattn.dynamics._kernel_layout`).
+        Configuration (slots of ``riemattn.dynamics._kernel_layout``).
     floats : ndarray of float64, shape (m,)
         Data shared by every trajectory (W, constant or time-dependent head matrices, beta).
     per : ndarray of float64, shape (rows, k)

@@ -7,7 +7,7 @@ For tokens ``y_i`` on E_W = {x : x^T W x = 1} and heads eta = 1..h (ICML eq. 6, 
 
 with ``Z_i = sqrt(d) sum_j exp(...)`` ("paper", d = n + 1), ``Z_i = sum_j exp(...)``
 ("softmax") or ``Z_i = l`` ("mean", GLPR's USA; ``rescaled=True``: e^{-beta} times it, finite at
-every beta, see :mod:`riemattn.dynamics._softmax`). Causal attention restricts j <= i. The
+every beta, see ``riemattn.dynamics._softmax``). Causal attention restricts j <= i. The
 un-normalised update ``f_i = sum_eta sum_j alpha_ij^eta U_eta y_j`` is :meth:`AttentionField.update`;
 one transformer layer is ``pi_W(y + tau f)``, the ``"layer"`` stepper (see :mod:`riemattn.solvers.layer`).
 """
@@ -177,7 +177,7 @@ class AttentionField(_CheckedField):
 
         ``self`` for a scalar beta and shared P and U; otherwise a copy whose array beta and
         per-trajectory P and U are broadcast to ``batch_shape``, flattened and taken at ``index``
-        (see :meth:`riemattn.dynamics.fields.Field.take` and :mod:`riemattn.dynamics._batch`).
+        (see :meth:`riemattn.dynamics.fields.Field.take` and ``riemattn.dynamics._batch``).
         """
         return _batch.take(self, index, batch_shape)
 
@@ -247,7 +247,7 @@ class AttentionField(_CheckedField):
     def _weights(self, t, y: np.ndarray):
         """Unnormalized weights E[..., i, eta, j] and per-row factors r[..., i, eta] with
         alpha = E * r[..., None] ("paper" / "softmax"); for "mean" r is None and E is alpha
-        (see :mod:`riemattn.dynamics._softmax`)."""
+        (see ``riemattn.dynamics._softmax``)."""
         S = self._scores(t, y)
         n = y.shape[-2]
         causal = self.mask == "causal"

@@ -96,7 +96,7 @@ def _check_output(out, y, t):
 #: (shape ``y.shape[:-2] + (1, 1)``, so that ``t * y`` broadcasts), or one call per distinct time.
 TIME_MODES = ("array", "column", "per-time")
 
-#: Trajectories (at distinct times) on which a VectorField detects its :data:`TIME_MODES`.
+#: Trajectories (at distinct times) on which a VectorField detects its ``TIME_MODES``.
 _PROBE_ROWS = 3
 
 
@@ -159,7 +159,7 @@ class VectorField(Field):
           ``(3, 1, 1)`` (so ``np.cos(t) * y`` broadcasts). The first result of the right shape
           equal to the reference (1e-12 relative, warnings silenced) fixes that way of passing
           times (shape ``y.shape[:-2]``, or with ``(1, 1)`` appended) for the rest of the
-          field's life (:attr:`time_mode`); otherwise ``func`` keeps being called once per
+          field's life (``time_mode``); otherwise ``func`` keeps being called once per
           distinct time. A time-independent ``func``
           (``t`` unused) is always detected. A ``func`` that uses ``t`` as a Python number
           (``math.cos(t)``, ``float(t)``, ``if t > 1``) raises on arrays and is called per time.
@@ -176,7 +176,7 @@ class VectorField(Field):
         included). :func:`riemattn.integrate` reports the calls made during a solve as
         ``Trajectory.nfev``.
     time_mode : str or None
-        ``"array"``, ``"column"`` or ``"per-time"`` (:data:`TIME_MODES`): how ``func`` gets the
+        ``"array"``, ``"column"`` or ``"per-time"`` (``TIME_MODES``): how ``func`` gets the
         times of a batch at different times; None until detected (``time_vectorized=None``).
 
     Notes
@@ -238,7 +238,7 @@ class VectorField(Field):
         return out
 
     def _detect(self, t, y, xp):
-        """How ``func`` takes the times (:data:`TIME_MODES`), decided on a few trajectories at
+        """How ``func`` takes the times (``TIME_MODES``), decided on a few trajectories at
         distinct times: the first of "array", "column" whose call equals their per-time values."""
         flat_t, flat_y = t.reshape(-1), y.reshape((-1,) + tuple(y.shape[-2:]))
         _, first = np.unique(to_numpy(flat_t), return_index=True)

@@ -53,9 +53,9 @@ form: angles as tokens of dimension 1) ``project`` and ``to_tangent`` copy, ``wn
 (the lifting's scale) and ``LIFTED_JAC`` is the plain Jacobian.
 
 Forms: the attention field (any mask, normalization, head layout, U, beta; the rescaled "mean"
-form of :mod:`riemattn.dynamics._softmax`, ``ints[RESCALED]``), the placements of the layer norm
+form of ``riemattn.dynamics._softmax``, ``ints[RESCALED]``), the placements of the layer norm
 of :func:`riemattn.dynamics.layernorm.layernorm` (``ints[PLACEMENT]``; their models, blocks and
-Jacobians: :mod:`riemattn.dynamics._kernel_layernorm`; Pre-, Peri- and Mix-LN have a flat
+Jacobians: ``riemattn.dynamics._kernel_layernorm``; Pre-, Peri- and Mix-LN have a flat
 state, so ``LIFTED_JAC`` is the plain Jacobian of the model at any y) and the circle form (plain
 and rescaled USA, SA). ``BLOCK`` ends every field's ``"layer"`` step: ``u = f(t, y)``
 (``UPDATE``), ``out = y + h u``, then ``BLOCK`` at ``(t, y)`` normalises ``out`` on E_W, leaves
@@ -101,10 +101,10 @@ __all__ = ["KernelPack", "pack_field", "evaluate", "project", "to_tangent", "wno
 def evaluate(op, t, y, b, ints, floats, per, work, out):
     """One operation of the packed field at ``(t, y)`` into ``out`` (see the module docstring).
 
-    ``op``: :data:`RHS` (the tangent field F, (l, d)), :data:`UPDATE` (the un-normalised update f,
-    (l, d)), :data:`LIFTED_JAC` (dG/dx, (l d, l d); y on the manifold), :data:`TIME_DERIVATIVE`
-    (dG/dt, (l, d); y on the manifold or not), :data:`BLOCK` (in place on ``out`` = y + h f: the
-    end of the ``"layer"`` step), :data:`RHS_DIFF` (F in the difference form, (l, d); y on the
+    ``op``: ``RHS`` (the tangent field F, (l, d)), ``UPDATE`` (the un-normalised update f,
+    (l, d)), ``LIFTED_JAC`` (dG/dx, (l d, l d); y on the manifold), ``TIME_DERIVATIVE``
+    (dG/dt, (l, d); y on the manifold or not), ``BLOCK`` (in place on ``out`` = y + h f: the
+    end of the ``"layer"`` step), ``RHS_DIFF`` (F in the difference form, (l, d); y on the
     manifold; ``RHS`` where the form does not apply: other U, flat states, placements, the circle).
     """
     l, d = y.shape

@@ -8,7 +8,7 @@ Karagodin, Polyanskiy, Rigollet, "Clustering in causal attention masking" (NeurI
 
 i.e. SA normalisation (softmax over the visible tokens; ``riemattn.sa(beta, 2, mask="causal")``),
 n = 200 i.i.d. uniform tokens, beta = 64, and Rényi centres with delta = 4 beta^{-1/2}
-(definitions in :mod:`riemattn.experiments._causal`). Solved in angles
+(definitions in ``riemattn.experiments._causal``). Solved in angles
 (:class:`~riemattn.dynamics.circle.CircleField` with ``mask="causal"``, the same equations; one
 configuration is also solved on the sphere with the attention field as a check). Checked:
 

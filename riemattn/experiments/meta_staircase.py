@@ -9,7 +9,7 @@ jumps at merges. Here:
 
 1. **The staircase in the rescaled time s = e^beta t** for each beta, to the last merge
    (s ~ 1e132 at beta = 4000), with :func:`riemattn.integrate` and events: clusters are weighted
-   particles and the clock follows them (:mod:`._staircase_model`); a merge event (single-linkage
+   particles and the clock follows them (``riemattn.experiments._staircase_model``); a merge event (single-linkage
    merge height down to ``tol``) gives each merge time.
 2. **Claims derived and checked.** A merge of clusters of w_a and w_b particles raises the
    normalised energy by 2 w_a w_b / n^2 (the cross term goes from ~0 to 1). Two point clusters

@@ -178,7 +178,7 @@ def expm_small_action(K, v, *, increment=False, skew=False):
         to its own, small, size; the steppers add it to the base point once).
     skew : bool
         ``K`` is skew (the O(W) generators in a W-orthonormal basis): beyond the Taylor range the
-        result is then a rotation of ``v`` for every norm (:mod:`riemattn.geometry._skew`).
+        result is then a rotation of ``v`` for every norm (``riemattn.geometry._skew``).
 
     Returns
     -------
