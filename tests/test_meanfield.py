@@ -141,7 +141,7 @@ def test_noiseless_density_matches_particles():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"N": 9}, "N must be even"), ({"N": 4}, "N must be"), ({"sigma": -1.0}, "sigma"), ({"model": "x"}, "model"),
+    [({"N": 4}, "N must be"), ({"sigma": -1.0}, "sigma"), ({"model": "x"}, "model"),
      ({"beta": -1.0}, "beta"), ({"beta": 800.0, "model": "usa"}, "overflows")],
 )
 def test_bad_inputs(kwargs, match):
