@@ -149,8 +149,8 @@ class EllipsoidMetric(RiemannianMetric):
         v0 = self._vec(tangent_vec)
         x, v0 = _pair(x, v0, ("base_point", "tangent_vec"))
         xp = namespace(x, v0)
-        v = self._space.tangent(x, v0)
         with quiet(x):  # an overflow of |v|_W^2 is handled below
+            v = self._space.tangent(x, v0)
             sq = self._inner(v, v)
             cos, sinc = cos_sinc(sq)
             out = cos[..., None] * x + sinc[..., None] * v
