@@ -10,8 +10,8 @@ from ._backend import is_torch, namespace, requires_grad, size, to_numpy
 from .errors import InputTypeError, ValidationError
 
 
-#: Tolerance on |y^T W y - 1| for float64 tokens that must lie on a manifold (the field, the layer,
-#: the initial tokens of ``integrate``, the metrics' base points). Lower precisions follow
+#: Tolerance on |y^T W y - 1| for float64 tokens that must lie on a manifold (the manifolds' and
+#: metrics' base points, the initial tokens of ``integrate``). Lower precisions follow
 #: :func:`manifold_atol`.
 ON_MANIFOLD_ATOL = 1e-8
 
