@@ -10,10 +10,14 @@ from ._backend import is_torch, namespace, requires_grad, size, to_numpy
 from .errors import InputTypeError, ValidationError
 
 
-#: Tolerance on |y^T W y - 1| for tokens that must lie on a manifold (the field, the layer,
-#: the initial tokens of ``integrate``). float32 tokens normalized in float32 are off by ~1e-7:
-#: convert them to float64 and normalize (``manifold.projection``) first.
+#: Tolerance on |y^T W y - 1| for float64 tokens that must lie on a manifold (the manifolds' and
+#: metrics' base points, the initial tokens of ``integrate``). Lower precisions follow
+#: :func:`manifold_atol`.
 ON_MANIFOLD_ATOL = 1e-8
+
+#: The factor c of the precision rule ``atol = max(ON_MANIFOLD_ATOL, c (d + 2) cond(W) eps)``
+#: (see :func:`manifold_atol`).
+ROUNDING_FACTOR = 4.0
 
 
 def _describe(value) -> str:
@@ -110,13 +114,54 @@ def as_token_array(value, name: str):
     return value if value.is_floating_point() else value.to(dtype=namespace(value).float64)
 
 
-def token_atol(arr, atol: float) -> float:
-    """The on-manifold tolerance for tokens of ``arr``'s dtype: ``atol`` for float64, and
-    64 eps of the dtype for lower precisions (float32 tensors normalized in float32 are off by ~1e-7)."""
-    if str(arr.dtype).endswith("float64"):
-        return atol
-    eps = float(np.finfo(str(arr.dtype).removeprefix("torch.")).eps)
-    return max(atol, 64 * eps)
+def dtype_eps(like) -> float:
+    """The machine epsilon of ``like``'s dtype as given (array, tensor or dtype; float64's 2.2e-16
+    for integers, Python numbers and lists)."""
+    dtype = getattr(like, "dtype", like)
+    name = str(dtype)
+    if name.startswith("torch."):
+        torch = __import__("torch")
+        return float(torch.finfo(dtype).eps) if dtype.is_floating_point else float(np.finfo(np.float64).eps)
+    kind = np.dtype(dtype).kind if isinstance(dtype, (np.dtype, type, str)) else "i"
+    return float(np.finfo(dtype).eps) if kind == "f" else float(np.finfo(np.float64).eps)
+
+
+def manifold_atol(like, manifold, atol: float = ON_MANIFOLD_ATOL) -> float:
+    """The on-manifold tolerance on |y^T W y - 1| for points of ``like``'s precision on ``manifold``.
+
+    The package's one float-precision rule, the same for NumPy arrays and torch tensors::
+
+        atol(dtype) = max(atol, c (d + 2) cond(W) eps(dtype)),   c = ROUNDING_FACTOR = 4
+
+    with eps the machine epsilon of the dtype the points were *given* in (a NumPy float32 array is
+    judged as float32 though it is computed in float64), d the ambient dimension and cond(W) the
+    condition number of W (1 on the sphere). Why: a point normalized in precision eps,
+    x = y / |y|_W, has |x^T W x - 1| <= (d + 2) cond(W) eps to first order. |y|_W^2 = y . (W y) is
+    two dot products of d terms, each with error <= d (eps / 2) |y|^T |W| |y| <~ d (eps / 2)
+    ||W|| |y|^2, and ||W|| |x|^2 <= ||W|| / lambda_min(W) = cond(W) for x on E_W; the square root,
+    the division and the storage of x add about 2 eps. The check computes x^T W x in the same
+    precision, with the same bound, and c = 4 covers both (measured: <= 0.53 (d + 2) cond(W) eps
+    for float32 points normalized in float32, d in 2..768, cond W in 1..1e4). For float64 the
+    floor ``atol`` (1e-8, the acceptance of points computed elsewhere) is the larger unless
+    cond(W) (d + 2) > 1e7.
+    """
+    d = int(getattr(manifold, "ambient_dim", 1))
+    return max(float(atol), ROUNDING_FACTOR * (d + 2) * _cond_W(manifold) * dtype_eps(like))
+
+
+def _cond_W(manifold) -> float:
+    """cond(W) of ``manifold`` (1 for the sphere and for manifolds without W), cached on it."""
+    cache = getattr(manifold, "__dict__", None)
+    if cache is None or getattr(manifold, "is_identity", False) or getattr(manifold, "W", None) is None:
+        return 1.0
+    if "_cond_W" not in cache:
+        cache["_cond_W"] = float(np.linalg.cond(np.asarray(manifold.W, dtype=float)))
+    return cache["_cond_W"]
+
+
+def token_atol(arr, atol: float, manifold=None) -> float:
+    """:func:`manifold_atol` of ``arr`` for ``manifold`` (without one: d = 1, cond W = 1)."""
+    return manifold_atol(arr, manifold, atol)
 
 
 def check_int(value, name: str, minimum: int | None = None, what: str = "") -> int:
@@ -161,6 +206,8 @@ def check_square_matrix(value, name: str, dim: int | None = None) -> np.ndarray:
 def check_spd(value, name: str, dim: int | None = None, rtol: float = 1e-10) -> np.ndarray:
     """Return ``value`` as a symmetric positive definite float matrix, or raise naming ``name``."""
     arr = check_square_matrix(value, name, dim)
+    if arr.size == 0:
+        raise ValidationError(f"{name} must be a nonempty square matrix of shape (d, d) with d >= 1, got shape {arr.shape}.")
     scale = max(float(np.max(np.abs(arr))), 1e-300)
     asym = float(np.max(np.abs(arr - arr.T)))
     if asym > rtol * scale:
@@ -260,8 +307,10 @@ def check_points(y, name: str, manifold, *, on_manifold: bool = True, min_axes: 
                  atol: float = ON_MANIFOLD_ATOL, finite: bool = True) -> np.ndarray:
     """Tokens for ``manifold``: real (InputTypeError), finite, last axis ``manifold.ambient_dim``,
     at least ``min_axes`` axes (2: ``(..., l, d)`` with l >= 1; 1: points ``(..., d)``), and, with
-    ``on_manifold``, |y^T W y - 1| <= ``atol`` (ValidationError). Leading axes may be empty.
+    ``on_manifold``, |y^T W y - 1| <= :func:`manifold_atol` (``atol`` for float64; the rule of the
+    dtype ``y`` was given in otherwise) (ValidationError). Leading axes may be empty.
     """
+    given = y
     arr = as_token_array(y, name)
     if finite:
         check_finite(arr, name)
@@ -280,7 +329,7 @@ def check_points(y, name: str, manifold, *, on_manifold: bool = True, min_axes: 
     if min_axes == 2 and arr.shape[-2] == 0:
         raise ValidationError(f"{name} holds no tokens (shape {arr.shape}); expected l >= 1 tokens.")
     if on_manifold and size(arr):
-        atol = token_atol(arr, atol)
+        atol = manifold_atol(given, manifold, atol)
         dev = manifold.deviation(arr)
         if not dev <= atol:
             raise ValidationError(

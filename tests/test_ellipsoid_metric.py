@@ -258,3 +258,22 @@ def test_log_at_the_antipode_is_a_tangent_logarithm(M):
         np.testing.assert_allclose(M.metric.exp(u, x), y, atol=1e-13)
     # the direction chosen where rounding leaves none is deterministic
     np.testing.assert_array_equal(M.metric.log(-x[-6:], x[-6:]), M.metric.log(-x[-6:], x[-6:].copy()))
+
+
+def test_repr_replays_W_in_full_precision():
+    """repr(Ellipsoid) was 'Ellipsoid(W of shape (2, 2))', so a Hypothesis falsifying example could
+    not be replayed: now eval(repr(E)) rebuilds W bit for bit (d <= 8), with the metric; larger W
+    print a summary (shape, eigenvalue range, digest) of bounded length."""
+    from riemattn import Ellipsoid
+
+    rng = np.random.default_rng(0)
+    for d in range(2, 9):
+        for metric in ("W", "euclidean"):
+            W = random_spd(rng, d, 10.0 ** rng.uniform(0, 6))
+            E = Ellipsoid(W, metric=metric)
+            F = eval(repr(E), {"np": np, "Ellipsoid": Ellipsoid})
+            assert np.array_equal(F.W, E.W) and type(F.metric) is type(E.metric) and repr(F) == repr(E)
+    E = Ellipsoid(np.diag(np.arange(1.0, 10.0)))
+    text = repr(E)
+    assert text.startswith("Ellipsoid(W of shape (9, 9), eigenvalues in [1.0, 9.0]") and len(text) < 200
+    assert repr(Ellipsoid(np.diag(np.arange(2.0, 11.0)))) != text

@@ -141,7 +141,7 @@ def test_noiseless_density_matches_particles():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"N": 9}, "N must be even"), ({"N": 4}, "N must be"), ({"sigma": -1.0}, "sigma"), ({"model": "x"}, "model"),
+    [({"N": 4}, "N must be"), ({"sigma": -1.0}, "sigma"), ({"model": "x"}, "model"),
      ({"beta": -1.0}, "beta"), ({"beta": 800.0, "model": "usa"}, "overflows")],
 )
 def test_bad_inputs(kwargs, match):
@@ -159,3 +159,58 @@ def test_bad_solve_inputs():
         uniform_growth_rate(0, 1.0, 0.5)
     with pytest.raises(ValidationError, match="beta"):
         critical_noise(-1.0)
+
+
+# --- issue 41, item 9: the moments' meaning and sign, particles, odd N -----------------------------
+def test_fourier_moments_sign_convention_against_von_mises():
+    """The von Mises density e^{kappa cos(theta - m)} / (2 pi I_0(kappa)) has int e^{+i k theta} rho =
+    I_k(kappa) / I_0(kappa) e^{+i k m} (a closed form): fourier_moments returns that, not its conjugate;
+    particle_moments of one particle at m gives e^{+i k m}."""
+    from scipy import special
+
+    from riemattn.analysis.meanfield import particle_moments
+
+    kappa, m, N = 2.0, 0.7, 64
+    theta = 2 * math.pi * np.arange(N) / N
+    rho = np.exp(kappa * np.cos(theta - m)) / (2 * math.pi * special.i0(kappa))
+    k = np.arange(1, 5)
+    exact = special.iv(k, kappa) / special.i0(kappa) * np.exp(1j * k * m)
+    # trapezoidal rule on an analytic periodic integrand: exact to rounding at N = 64 for kappa = 2
+    assert np.abs(fourier_moments(rho, 4) - exact).max() <= 1e-14
+    assert np.abs(particle_moments([m], 4) - np.exp(1j * k * m)).max() <= 1e-15
+
+
+def test_particle_moments_and_the_density_check():
+    """fourier_moments given particle angles returned grid values (order 0.862 where the particles'
+    is 0.072): now a ValidationError pointing to particle_moments, which returns mean_i e^{i k theta_i}."""
+    from riemattn.analysis.meanfield import particle_moments
+
+    th = np.random.default_rng(1).uniform(0, 2 * math.pi, 50)
+    with pytest.raises(ValidationError, match="particle_moments"):
+        fourier_moments(th)
+    loop = np.array([sum(complex(math.cos(k * t), math.sin(k * t)) for t in th) / len(th) for k in (1, 2, 3)])
+    assert np.abs(particle_moments(th, 3) - loop).max() <= 1e-14
+    batch = np.stack([th, th[::-1] + 1.0])
+    out = particle_moments(batch.T, 2, axis=0)
+    assert out.shape == (2, 2) and np.abs(out[0] - loop[:2]).max() <= 1e-14
+    # k equally spaced particles: mu_j = 0 for j < k, mu_k = e^{i k phase}
+    eq = 0.3 + 2 * math.pi * np.arange(5) / 5
+    mu = particle_moments(eq, 5)
+    assert np.abs(mu[:4]).max() <= 1e-15 and abs(mu[4] - np.exp(5j * 0.3)) <= 1e-14
+    with pytest.raises(ValidationError, match="theta"):
+        particle_moments(np.zeros((3, 0)))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_odd_N_converges_to_the_same_solution(model):
+    """N = 49 (odd: no Nyquist mode) agrees with N = 128 as even N = 48 does (< 1e-12 at t = 2), and
+    the stationary state of odd N is that of even N."""
+    ref = None
+    for N in (128, 49):
+        cd = CircleDensity(1.0, model, sigma=0.3, N=N)
+        m = fourier_moments(cd.solve(bump(cd.theta), (0.0, 2.0), dt=0.01).rho[-1], 3)
+        ref = m if ref is None else ref
+    assert np.abs(m - ref).max() < 1e-12
+    sc = critical_noise(1.0, model)
+    r = [order_parameter(CircleDensity(1.0, model, sigma=0.8 * sc, N=N).stationary_state()) for N in (48, 49)]
+    assert r[0] > 0.3 and abs(r[0] - r[1]) < 1e-10

@@ -52,8 +52,8 @@ from .._validation import as_float_array, check_beta, check_choice, check_finite
 from ..errors import IntegrationError, ValidationError
 from ._stability import critical_noise, uniform_growth_rate  # documented here
 
-__all__ = ["CircleDensity", "DensityTrajectory", "uniform", "order_parameter", "fourier_moments", "critical_noise",
-           "uniform_growth_rate"]
+__all__ = ["CircleDensity", "DensityTrajectory", "uniform", "order_parameter", "fourier_moments", "particle_moments",
+           "critical_noise", "uniform_growth_rate"]
 
 
 def uniform(N: int) -> np.ndarray:
@@ -67,18 +67,70 @@ def grid(N: int) -> np.ndarray:
 
 
 def fourier_moments(rho, kmax: int = 1) -> np.ndarray:
-    """``int e^{i k theta} rho(theta) dtheta`` for k = 1..kmax (complex, shape (..., kmax)).
+    """mu_k = ``int e^{i k theta} rho(theta) dtheta`` for k = 1..kmax of a density on the grid
+    (complex, shape (..., kmax)).
 
-    For particles these are ``mean_i e^{i k theta_i}``; k = 1 is the complex order parameter.
+    Parameters
+    ----------
+    rho : array_like, shape (..., N)
+        Values of a probability density on the N grid angles ``2 pi j / N`` (``CircleDensity.theta``):
+        ``int rho = (2 pi / N) sum_j rho_j = 1`` is checked to 1e-6 (ValidationError otherwise). For
+        particle angles use :func:`particle_moments`.
+    kmax : int, >= 1
+
+    Notes
+    -----
+    The sum ``(2 pi / N) sum_j e^{i k theta_j} rho_j`` is the trapezoidal rule, exact for the
+    trigonometric polynomials of degree < N - k. Sign convention: mu_k = int e^{+i k theta}, the
+    moment whose particle estimate is :func:`particle_moments`; mu_1 is the complex order parameter
+    (Kuramoto's r e^{i psi}). The Fourier coefficient int e^{-i k theta} d mu used in the
+    metastability literature (Bruno, Pasqualotto, Agazzi, arXiv 2410.23228) is its complex
+    conjugate, mu_{-k}; moduli agree.
     """
-    rho = np.asarray(rho, dtype=float)
+    rho = check_finite(as_float_array(rho, "rho"), "rho")
+    kmax = check_int(kmax, "kmax", 1)
+    if rho.ndim < 1 or rho.shape[-1] < 2:
+        raise ValidationError(f"rho must have shape (..., N) with N >= 2 grid values, got shape {rho.shape}.")
     N = rho.shape[-1]
+    mass = rho.sum(axis=-1) * (2.0 * math.pi / N)
+    if rho.size and not np.all(np.abs(mass - 1.0) <= 1e-6):
+        worst = float(np.max(np.abs(mass - 1.0)))
+        raise ValidationError(
+            f"rho must be a probability density on the grid 2 pi j / N (int rho = 1, to 1e-6), got int rho off "
+            f"by {worst:.3g}; for particle angles theta_i use particle_moments(theta, kmax)."
+        )
     c = np.fft.fft(rho, axis=-1) * (2.0 * math.pi / N)  # c_k = int e^{-i k theta} rho
-    return np.conj(c[..., 1:kmax + 1])
+    return np.conj(c[..., np.arange(1, kmax + 1) % N])
+
+
+def particle_moments(theta, kmax: int = 1, axis: int = -1) -> np.ndarray:
+    """mu_k = mean_i e^{i k theta_i} of particle angles, k = 1..kmax (complex, shape (..., kmax)).
+
+    The empirical measure's :func:`fourier_moments` (same sign convention: e^{+i k theta}, the
+    complex conjugate of the metastability papers' int e^{-i k theta} d mu); |mu_1| is the
+    order parameter of the particles, 1 for coincident particles and 0 for k equally spaced ones.
+
+    Parameters
+    ----------
+    theta : array_like, shape (..., n) (n along ``axis``)
+        Particle angles in radians (any real values; e.g. ``riemattn.dynamics.circle.from_points``
+        of tokens on the circle).
+    kmax : int, >= 1
+    axis : int
+        The particles' axis (removed; the k axis is appended last).
+    """
+    theta = check_finite(as_float_array(theta, "theta"), "theta")
+    kmax = check_int(kmax, "kmax", 1)
+    if theta.ndim < 1 or not -theta.ndim <= check_int(axis, "axis") < theta.ndim or theta.shape[axis] == 0:
+        raise ValidationError(f"theta must hold at least one particle angle along axis {axis}, got shape {theta.shape}.")
+    theta = np.moveaxis(theta, axis, -1)
+    k = np.arange(1, kmax + 1)
+    return np.exp(1j * theta[..., None, :] * k[:, None]).mean(axis=-1)
 
 
 def order_parameter(rho) -> np.ndarray:
-    """|int e^{i theta} rho(theta) dtheta|, shape (...): 0 for the uniform density, 1 for a Dirac mass."""
+    """|int e^{i theta} rho(theta) dtheta| of a density on the grid, shape (...): 0 for the uniform
+    density, 1 for a Dirac mass (for particles: ``abs(particle_moments(theta)[..., 0])``)."""
     return np.abs(fourier_moments(rho, 1)[..., 0])
 
 
@@ -102,8 +154,10 @@ class CircleDensity:
     model : {"sa", "usa"}
     sigma : float, >= 0
         Noise strength: each token's angle has the generator ``(sigma^2/2) d^2/dtheta^2``.
-    N : int, >= 8, even
-        Grid points (Fourier modes -N/2 .. N/2 - 1; the Nyquist mode is kept at zero).
+    N : int, >= 8
+        Grid points: Fourier modes |k| <= (N - 1) / 2 for odd N; for even N, -N/2 .. N/2 - 1 with
+        the Nyquist mode k = N/2 kept at zero (its derivative is not a real trigonometric
+        polynomial on the grid). Odd and even N converge to the same solution.
 
     Notes
     -----
@@ -120,8 +174,6 @@ class CircleDensity:
         self.model = check_choice(model, "model", ("sa", "usa"))
         self.sigma = check_nonnegative(sigma, "sigma")
         self.N = check_int(N, "N", 8)
-        if self.N % 2:
-            raise ValidationError(f"N must be even (a real FFT grid with a Nyquist mode), got {N}.")
         if self.model == "usa" and self.beta > 700:
             raise ValidationError(f"USA's kernel overflows at beta = {self.beta} > 700; use model='sa'.")
         self.theta = grid(self.N)
@@ -132,9 +184,10 @@ class CircleDensity:
         # numerator N(theta) = int e^{beta cos(theta'-theta)} sin(theta'-theta) rho: N_k = i pi (I_{k-1}-I_{k+1}) rho_k
         self._num = 1j * math.pi * scale * (ive(k - 1, self.beta) - ive(k + 1, self.beta))
         self._den = 2.0 * math.pi * scale * ive(k, self.beta)  # Z_k = 2 pi I_k rho_k
-        self._num[-1] = 0.0
         self._ik = 1j * k
-        self._ik[-1] = 0.0
+        if self.N % 2 == 0:  # the Nyquist mode: no real derivative on the grid
+            self._num[-1] = 0.0
+            self._ik[-1] = 0.0
         self._diff = -0.5 * self.sigma**2 * k**2
 
     # --- the right-hand side ------------------------------------------------------------------
@@ -275,7 +328,8 @@ class CircleDensity:
         if guess.ndim != 1 or np.any(guess <= 0):
             raise ValidationError("guess must be one positive density of shape (N,).")
         half = self.N // 2 + 1
-        mirror = np.concatenate([np.arange(half), np.arange(self.N // 2 - 1, 0, -1)])
+        j = np.arange(self.N)
+        mirror = np.minimum(j, self.N - j)  # theta_j -> its value at -theta_j = theta_{N - j}
 
         def full(u):  # log-density on the grid from its values at theta in [0, pi]
             return u[mirror]

@@ -26,7 +26,8 @@ from ..errors import ValidationError
 ATOL = 1e-10
 
 #: Tolerance on |x^T W x - 1| beyond which the checked methods reject a base point
-#: (ValidationError naming the argument); 64 eps of the dtype for float32 tensors.
+#: (ValidationError naming the argument) for float64; lower precisions follow
+#: ``riemattn._validation.manifold_atol``.
 BASE_POINT_ATOL = ON_MANIFOLD_ATOL
 
 
@@ -36,6 +37,19 @@ def same_kind(*arrays):
     if like is None:
         return arrays
     return tuple(a if is_torch(a) else convert(a, like) for a in arrays)
+
+
+def check_broadcast(arrays, names):
+    """Raise :class:`~riemattn.errors.ValidationError` naming the arguments unless the batch shapes of
+    ``arrays`` (shape (..., d) each) broadcast together; returns the broadcast shape."""
+    shapes = [tuple(a.shape) for a in arrays]
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        listed = ", ".join(f"{n} of shape {sh}" for n, sh in zip(names, shapes))
+        raise ValidationError(
+            f"{listed} do not broadcast together: their leading (batch) axes must be equal or 1."
+        ) from None
 
 
 def check_chart_dim(space, dim: int, method: str):
@@ -98,10 +112,16 @@ class _FastMixin:
         return constant(self.__dict__.setdefault("_consts", {}), "W", self.W, x)
 
     def is_tangent(self, vector, base_point, atol=ATOL):
-        """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values)."""
-        if is_torch(vector) or is_torch(base_point):
-            vector, base_point = as_float_array(vector, "vector"), as_float_array(base_point, "base_point")
-        return super().is_tangent(vector, base_point, atol)
+        """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values).
+
+        ``vector`` and ``base_point`` must have d components and broadcast together
+        (ValidationError naming them otherwise)."""
+        vector = as_float_array(check_points(vector, "vector", self, on_manifold=False, min_axes=1, finite=False),
+                                "vector")
+        base_point = as_float_array(
+            check_points(base_point, "base_point", self, on_manifold=False, min_axes=1, finite=False), "base_point")
+        check_broadcast((vector, base_point), ("vector", "base_point"))
+        return np.abs(self.inner(base_point, vector)) <= atol
 
     def lie_frame(self, y, slots: int):
         """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
@@ -111,8 +131,8 @@ class _FastMixin:
 
     # --- argument checks ----------------------------------------------------------------------
     def check_point(self, point, name: str = "base_point"):
-        """``point`` as an array of shape (..., d) on the manifold (|x^T W x - 1| <= 1e-8, 64 eps
-        of the dtype for float32 tensors), else :class:`~riemattn.errors.ValidationError` naming
+        """``point`` as an array of shape (..., d) on the manifold (|x^T W x - 1| <= 1e-8 for float64,
+        the precision rule of ``riemattn._validation.manifold_atol`` for the dtype it is given in), else :class:`~riemattn.errors.ValidationError` naming
         ``name``. NumPy input becomes float64; a torch tensor stays a tensor."""
         return check_points(point, name, self, on_manifold=True, min_axes=1, atol=BASE_POINT_ATOL)
 

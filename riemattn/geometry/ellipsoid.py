@@ -13,15 +13,17 @@ Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, sec
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from geomstats.geometry.base import LevelSet
 from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 
 from .._backend import constant, is_torch, requires_grad
-from .._validation import as_float_array, check_int, check_spd
+from .._validation import check_int, check_spd
 from ..errors import ValidationError
-from ._fast import ATOL, _FastMixin, check_chart_dim
+from ._fast import _FastMixin, check_chart_dim
 from .metrics import EllipsoidMetric
 
 __all__ = ["ELLIPSOID_METRICS", "Ellipsoid"]
@@ -30,6 +32,9 @@ __all__ = ["ELLIPSOID_METRICS", "Ellipsoid"]
 #: "W" is the closed-form W-metric; :mod:`riemattn.solvers.geodesics` adds "euclidean" (the metric
 #: induced by the ambient dot product), which needs riemattn's integrators.
 ELLIPSOID_METRICS = {"W": EllipsoidMetric}
+
+#: The largest number of entries of W that ``repr(Ellipsoid(W))`` prints in full (8 x 8).
+REPR_MAX_ENTRIES = 64
 
 
 class Ellipsoid(_FastMixin, LevelSet):
@@ -129,11 +134,6 @@ class Ellipsoid(_FastMixin, LevelSet):
     def tangent_submersion(self, vector, point):
         """Differential of the submersion: 2 x^T W v, shape (...)."""
         return 2.0 * self.inner(point, vector)
-
-    def is_tangent(self, vector, base_point, atol=ATOL):
-        """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values)."""
-        vector, base_point = as_float_array(vector, "vector"), as_float_array(base_point, "base_point")
-        return np.abs(self.inner(base_point, vector)) <= atol
 
     # --- the sphere's charts and distributions, pushed forward by W^{-1/2} -----------------
     def _sphere(self):
@@ -250,5 +250,17 @@ class Ellipsoid(_FastMixin, LevelSet):
         return self._sphere().extrinsic_to_intrinsic_coords(self._to_sphere(point_extrinsic))
 
     def __repr__(self) -> str:
+        """``Ellipsoid(W=np.array([[...]]))`` with every entry of W in full precision (the shortest
+        repr that round-trips, so that ``eval`` of it under ``import numpy as np`` rebuilds an equal
+        manifold) when W has at most ``REPR_MAX_ENTRIES`` entries; for a larger W, a summary:
+        shape, eigenvalue range and a digest of its bytes (``Ellipsoid(W of shape (50, 50),
+        eigenvalues in [...], sha1 ...)``)."""
         extra = "" if self._metric_name == "W" else f", metric={self._metric_name!r}"
-        return f"Ellipsoid(W of shape {self._W.shape}{extra})"
+        W = self._W
+        if W.size <= REPR_MAX_ENTRIES:
+            rows = ", ".join("[" + ", ".join(repr(float(v)) for v in row) + "]" for row in W)
+            return f"Ellipsoid(W=np.array([{rows}]){extra})"
+        lam = np.linalg.eigvalsh(W)
+        digest = hashlib.sha1(np.ascontiguousarray(W).tobytes()).hexdigest()[:12]
+        return (f"Ellipsoid(W of shape {W.shape}, eigenvalues in [{float(lam[0])!r}, {float(lam[-1])!r}], "
+                f"sha1 {digest}{extra})")

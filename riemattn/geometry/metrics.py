@@ -17,9 +17,12 @@ geodesic equation x'' = -Gamma(x)(x', x') reads x'' = -(x'^T W x') x, the geodes
 E_W), and the curvature tensors are the closed forms above extended by zero on the normal
 direction (P = I - x x^T W and G = W - W x x^T W project every slot onto the tangent space).
 
-Base points (and the points of log/dist) are checked to lie on the manifold to 1e-8
-(ValidationError naming the argument); NumPy and torch arrays are accepted, and the result has
-the kind, device and dtype of the input.
+Base points (and the points of log/dist) are checked to lie on the manifold (1e-8 in float64, the
+precision rule of ``riemattn._validation.manifold_atol`` otherwise) and arguments to broadcast
+(ValidationError naming them); NumPy and torch arrays are accepted, and the result has the kind,
+device and dtype of the input. exp, log, squared_dist and the transport are written as smooth
+functions of squared norms (``riemattn.geometry._safe``): autograd's derivatives at v = 0, y = x
+and w = 0 are finite and right.
 
 References
 ----------
@@ -38,19 +41,15 @@ from geomstats.geometry.hypersphere import Hypersphere, HypersphereMetric
 from geomstats.geometry.riemannian_metric import RiemannianMetric
 
 from .._backend import constant, device_of, namespace
+from .._validation import _cond_W
 from ..errors import ValidationError
-from ._fast import same_kind
+from ._fast import check_broadcast, same_kind
+from ._hypersurface import riemann_from as _riemann
+from ._safe import angle_direction, atan_ratio, check_plane, cos_sinc, pair as _pair, quiet, safe_sqrt
 
 __all__ = ["EllipsoidMetric", "SphereMetric"]
 
 _EPS = float(np.finfo(np.float64).eps)
-
-
-def _safe_div(num, den):
-    """num / den with 0 / 0 -> 0 (elementwise, any namespace)."""
-    xp = namespace(num, den)
-    ok = den != 0
-    return xp.where(ok, num / xp.where(ok, den, xp.ones_like(den)), xp.zeros_like(num))
 
 
 class EllipsoidMetric(RiemannianMetric):
@@ -123,7 +122,8 @@ class EllipsoidMetric(RiemannianMetric):
 
     def inner_product(self, tangent_vec_a, tangent_vec_b, base_point=None):
         """<a, b>_W = a^T W b, shape (...)."""
-        a, b = same_kind(self._vec(tangent_vec_a, "tangent_vec_a"), self._vec(tangent_vec_b, "tangent_vec_b"))
+        a, b = _pair(self._vec(tangent_vec_a, "tangent_vec_a"), self._vec(tangent_vec_b, "tangent_vec_b"),
+                     ("tangent_vec_a", "tangent_vec_b"))
         if base_point is not None:
             self._pt(base_point)
         return self._inner(a, b)
@@ -139,15 +139,27 @@ class EllipsoidMetric(RiemannianMetric):
 
     # --- geodesics -----------------------------------------------------------------------------
     def exp(self, tangent_vec, base_point):
-        """exp_x(v) = cos|v|_W x + sin|v|_W v / |v|_W (v first projected onto T_x E_W), shape (..., d)."""
+        """exp_x(v) = cos|v|_W x + sin|v|_W v / |v|_W (v first projected onto T_x E_W), shape (..., d).
+
+        Vectors whose |v|_W^2 overflows (|v| >~ 1e154) are rescaled first: the result is the exact
+        exponential of the floating-point v (for |v|_W beyond ~1 / eps its angle mod 2 pi is
+        decided by the rounding of v, as for sin of a large number).
+        """
         x = self._pt(base_point)
-        v = self._vec(tangent_vec)
-        x, v = same_kind(x, v)
-        xp = namespace(x, v)
-        v = self._space.tangent(x, v)
-        theta = xp.sqrt(self._inner(v, v))
-        sinc = xp.where(theta == 0, xp.ones_like(theta), xp.sin(theta) / xp.where(theta == 0, xp.ones_like(theta), theta))
-        return xp.cos(theta)[..., None] * x + sinc[..., None] * v
+        v0 = self._vec(tangent_vec)
+        x, v0 = _pair(x, v0, ("base_point", "tangent_vec"))
+        xp = namespace(x, v0)
+        with quiet(x):  # an overflow of |v|_W^2 is handled below
+            v = self._space.tangent(x, v0)
+            sq = self._inner(v, v)
+            cos, sinc = cos_sinc(sq)
+            out = cos[..., None] * x + sinc[..., None] * v
+        over = ~xp.isfinite(sq)
+        if bool(xp.any(over)):  # |v|_W^2 overflowed: the angle and direction from v / max|v_i|
+            theta, e = angle_direction(self._space, x, v0)
+            big = xp.cos(theta)[..., None] * x + xp.sin(theta)[..., None] * e
+            out = xp.where(over[..., None], big, out)
+        return out
 
     def log(self, point, base_point):
         """log_x(y) = theta u / |u|_W, u = y - <x, y>_W x, theta = dist(x, y); shape (..., d).
@@ -159,7 +171,7 @@ class EllipsoidMetric(RiemannianMetric):
         rounding), the direction returned is the tangent part of the coordinate axis e_k least
         aligned with x (smallest (W x)_k^2 / W_kk): a deterministic choice, the same on every CPU.
         """
-        y, x = same_kind(self._pt(point, "point"), self._pt(base_point))
+        y, x = _pair(self._pt(point, "point"), self._pt(base_point), ("point", "base_point"))
         xp = namespace(x, y)
         xx, c = self._inner(x, x), self._inner(x, y)
         # Two passes of the projection onto <x>^perp ("twice is enough", with <x, x>_W in the
@@ -168,22 +180,22 @@ class EllipsoidMetric(RiemannianMetric):
         # one, which theta / |u|_W ~ pi / eps amplified (issue 34: x^T W log_x(-x) = -3.13).
         u = y - (c / xx)[..., None] * x
         u = u - (self._inner(x, u) / xx)[..., None] * x
-        nu = xp.sqrt(self._inner(u, u))
-        theta = xp.atan2(nu, c)
+        s0 = self._inner(u, u)
+        # theta / |u|_W = atan2(|u|_W, c) / |u|_W as a smooth function of |u|_W^2 (finite gradients at y = x)
+        coef = atan_ratio(s0, c)
         # |u|_W at the rounding level of u = y - (c / <x, x>) x: its direction is noise
-        antipode = (nu <= 4.0 * (x.shape[-1] + 1) * self._cond() * _EPS) & (c < 0)
+        tol = 4.0 * (x.shape[-1] + 1) * self._cond() * _EPS
+        antipode = (s0 <= tol * tol) & (c < 0)
         if bool(xp.any(antipode)):
+            theta = xp.atan2(xp.sqrt(xp.where(antipode, xp.clip(s0, 0.0, None), xp.ones_like(s0))), c)
             u = xp.where(antipode[..., None], self._axis_direction(x), u)
-            nu = xp.sqrt(self._inner(u, u))
-        coef = xp.where(nu == 0, xp.ones_like(nu), theta / xp.where(nu == 0, xp.ones_like(nu), nu))
+            na = xp.sqrt(xp.where(antipode, self._inner(u, u), xp.ones_like(s0)))
+            coef = xp.where(antipode, theta / na, coef)
         return coef[..., None] * u
 
     def _cond(self) -> float:
         """The condition number of W (cached on the space; 1 for the sphere)."""
-        space = self._space
-        if "_cond_W" not in space.__dict__:
-            space._cond_W = 1.0 if space.is_identity else float(np.linalg.cond(space.W))
-        return space._cond_W
+        return _cond_W(self._space)
 
     def _axis_direction(self, x):
         """The tangent part at x of the axis e_k with the smallest (W x)_k^2 / W_kk, shape (..., d).
@@ -201,16 +213,27 @@ class EllipsoidMetric(RiemannianMetric):
         return e - (self._inner(x, e) / self._inner(x, x))[..., None] * x
 
     def dist(self, point_a, point_b):
-        """Geodesic distance atan2(|b - <a, b>_W a|_W, <a, b>_W) in [0, pi], shape (...)."""
-        a, b = same_kind(self._pt(point_a, "point_a"), self._pt(point_b, "point_b"))
-        xp = namespace(a, b)
-        c = self._inner(a, b)
-        u = b - c[..., None] * a
-        return xp.atan2(xp.sqrt(xp.clip(self._inner(u, u), 0.0, None)), c)
+        """Geodesic distance atan2(|b - <a, b>_W a|_W, <a, b>_W) in [0, pi], shape (...).
+
+        Its autograd gradient at a = b is 0 (a subgradient: dist has a kink there)."""
+        c, sq = self._cos_sq(point_a, point_b)
+        return namespace(c).atan2(safe_sqrt(sq), c)
 
     def squared_dist(self, point_a, point_b):
-        """dist(a, b)^2, shape (...)."""
-        return self.dist(point_a, point_b) ** 2
+        """dist(a, b)^2, shape (...); smooth at a = b (|u|_W^2 (theta / |u|_W)^2 with the series of
+        ``riemattn.geometry._safe.atan_ratio``), so autograd's derivatives there are finite and right."""
+        c, sq = self._cos_sq(point_a, point_b)
+        xp = namespace(c)
+        near = (c > 0) & (sq < 1e-4 * c * c)
+        far = xp.atan2(safe_sqrt(xp.where(near, xp.ones_like(sq), sq)), c) ** 2
+        return xp.where(near, sq * atan_ratio(sq, c) ** 2, far)
+
+    def _cos_sq(self, point_a, point_b):
+        """(<a, b>_W, |b - <a, b>_W a|_W^2) for checked points."""
+        a, b = _pair(self._pt(point_a, "point_a"), self._pt(point_b, "point_b"), ("point_a", "point_b"))
+        c = self._inner(a, b)
+        u = b - c[..., None] * a
+        return c, self._inner(u, u)
 
     def parallel_transport(self, tangent_vec, base_point, direction=None, end_point=None):
         """Parallel transport of ``tangent_vec`` along the geodesic t -> exp_x(t w), t in [0, 1].
@@ -229,11 +252,23 @@ class EllipsoidMetric(RiemannianMetric):
             direction = self.log(end_point, x)
         w = self._vec(direction, "direction")
         x, u, w = same_kind(x, u, w)
+        check_broadcast((x, u, w), ("base_point", "tangent_vec", "direction"))
         xp = namespace(x, u, w)
-        theta = xp.sqrt(self._inner(w, w))
-        e = _safe_div(w, theta[..., None])
-        a = self._inner(u, e)
-        return u + a[..., None] * ((xp.cos(theta) - 1.0)[..., None] * e - xp.sin(theta)[..., None] * x)
+        # u + <u, w>_W ((cos theta - 1) / theta^2 w - sinc(theta) x), (cos theta - 1) / theta^2 =
+        # -sinc(theta / 2)^2 / 2: smooth in s = theta^2 (finite autograd derivatives at w = 0)
+        with quiet(x):  # an overflow of |w|_W^2 is handled below
+            sq = self._inner(w, w)
+            _, sinc = cos_sinc(sq)
+            _, sinc2 = cos_sinc(sq / 4.0)
+            a = self._inner(u, w)
+            out = u + a[..., None] * ((-0.5 * sinc2 * sinc2)[..., None] * w - sinc[..., None] * x)
+        over = ~xp.isfinite(sq)
+        if bool(xp.any(over)):  # |w|_W^2 overflowed: theta and e = w / theta from w / max|w_i|
+            theta, e = angle_direction(self._space, x, w)
+            b = self._inner(u, e)
+            big = u + b[..., None] * ((xp.cos(theta) - 1.0)[..., None] * e - xp.sin(theta)[..., None] * x)
+            out = xp.where(over[..., None], big, out)
+        return out
 
     def injectivity_radius(self, base_point=None):
         """pi at every point, shape (...) (a scalar when ``base_point`` is None)."""
@@ -285,6 +320,7 @@ class EllipsoidMetric(RiemannianMetric):
         """R(a, b)c = <b, c>_W a - <a, c>_W b (geomstats' convention), shape (..., d)."""
         a, b, c = same_kind(self._vec(tangent_vec_a, "tangent_vec_a"), self._vec(tangent_vec_b, "tangent_vec_b"),
                             self._vec(tangent_vec_c, "tangent_vec_c"))
+        check_broadcast((a, b, c), ("tangent_vec_a", "tangent_vec_b", "tangent_vec_c"))
         if base_point is not None:
             self._pt(base_point)
         return self._inner(b, c)[..., None] * a - self._inner(a, c)[..., None] * b
@@ -296,12 +332,19 @@ class EllipsoidMetric(RiemannianMetric):
         return (self._space.dim - 1) * G
 
     def sectional_curvature(self, tangent_vec_a, tangent_vec_b, base_point=None):
-        """K(a, b) = <R(a, b)b, a>_W / (|a|^2 |b|^2 - <a, b>^2) (1 for independent a, b; 0 when
-        they are dependent, like geomstats), shape (...)."""
-        a, b = same_kind(self._vec(tangent_vec_a, "tangent_vec_a"), self._vec(tangent_vec_b, "tangent_vec_b"))
-        num = self._inner(self.curvature(a, b, b, base_point), a)
-        den = self._inner(a, a) * self._inner(b, b) - self._inner(a, b) ** 2
-        return _safe_div(num, den)
+        """K(a, b) = <R(a, b)b, a>_W / (|a|^2 |b|^2 - <a, b>^2) = 1 for linearly independent a, b,
+        shape (...).
+
+        Linearly dependent vectors (a zero vector included) span no plane: a ValidationError naming
+        them, where the Gram determinant is at its rounding level, 8 (d + 2) cond(W) eps |a|^2 |b|^2
+        (``riemattn.geometry._safe.check_plane``; the quotient of two rounding errors was returned
+        before, e.g. 0.7 on the circle)."""
+        a, b = _pair(self._vec(tangent_vec_a, "tangent_vec_a"), self._vec(tangent_vec_b, "tangent_vec_b"),
+                     ("tangent_vec_a", "tangent_vec_b"))
+        if base_point is not None:
+            self._pt(base_point)
+        den = check_plane(self._inner(a, a), self._inner(b, b), self._inner(a, b), a.shape[-1], self._cond())
+        return 0.0 * den + 1.0
 
     def scalar_curvature(self, base_point=None):
         """n (n - 1) at every point, shape (...)."""
@@ -341,15 +384,6 @@ def _fresh(x, M):
     """A new (writable) array of M repeated over the batch shape of the points x: (..., d, d)."""
     xp = namespace(x)
     return xp.zeros(tuple(x.shape[:-1]) + (1, 1), dtype=x.dtype, device=device_of(x)) + M
-
-
-def _riemann(G, P):
-    """R[..., i, j, k, l] = G_ki P_lj - G_ji P_lk."""
-    # G_ki at axes (i, k): G[..., i, None, k, None] (G symmetric); P_lj at (j, l): P.T[..., None, j, None, l]
-    Pt = namespace(P).matrix_transpose(P)
-    first = G[..., :, None, :, None] * Pt[..., None, :, None, :]
-    second = G[..., :, :, None, None] * Pt[..., None, None, :, :]
-    return first - second
 
 
 class SphereMetric(EllipsoidMetric, HypersphereMetric):

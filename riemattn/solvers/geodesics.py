@@ -39,6 +39,8 @@ from geomstats.geometry.riemannian_metric import RiemannianMetric
 
 from ..dynamics.fields import VectorField
 from ..errors import IntegrationError, ValidationError
+from ..geometry._fast import check_broadcast
+from ..geometry._hypersurface import GaussCurvature, ellipse_perimeter
 from ..geometry.ellipsoid import ELLIPSOID_METRICS
 from ..geometry.manifolds import Euclidean
 from .integrate import integrate
@@ -49,9 +51,12 @@ __all__ = ["InducedEllipsoidMetric"]
 RTOL, ATOL = 1e-13, 1e-14
 #: Newton's stopping tolerance of the logarithm: |exp_x(v) - y| (max over components).
 LOG_TOL = 1e-12
+#: Default cap of the length of the geodesics integrated in d >= 3, in units of pi a_max (a_max
+#: the largest semi-axis; a great ellipse is at most 2 pi a_max long): 8 turns.
+MAX_LENGTH_TURNS = 16.0
 
 
-class InducedEllipsoidMetric(RiemannianMetric):
+class InducedEllipsoidMetric(GaussCurvature, RiemannianMetric):
     """The metric induced on E_W by the ambient dot product, <X, Y> = X . Y (numerical geodesics).
 
     Parameters
@@ -61,10 +66,22 @@ class InducedEllipsoidMetric(RiemannianMetric):
     rtol, atol : float
         Tolerances of the adaptive DOP853 integration of the geodesic and transport equations.
 
+    max_length : float, optional
+        The longest geodesic (|v|) that ``exp``, ``geodesic_states`` and ``parallel_transport``
+        integrate in d >= 3 (default ``MAX_LENGTH_TURNS`` pi a_max, 8 turns around the largest
+        great ellipse): the cost of the integration grows in proportion to the length, and no
+        reduction of a long geodesic is known there (the geodesic flow of a triaxial ellipsoid is
+        not periodic). Longer vectors: a ValidationError naming the argument; raise
+        ``metric.max_length`` to integrate them anyway. In d = 2 the geodesics are the ellipse
+        run at constant speed: |v| is reduced modulo the perimeter (``ellipse_perimeter``), so
+        every length costs at most one turn.
+
     Notes
     -----
     Closed form: ``inner_product``, ``metric_matrix`` (I), ``christoffels`` (Gamma^k_ij(x) =
-    (W x)^k W_ij / |W x|^2 in ambient coordinates). Numerical: ``exp``, ``geodesic_states``,
+    (W x)^k W_ij / |W x|^2 in ambient coordinates), and the curvature from the Gauss equation
+    (``curvature``, ``sectional_curvature``, ``riemann_tensor``, ``covariant_riemann_tensor``,
+    ``ricci_tensor``, ``scalar_curvature``; ``riemattn.geometry._hypersurface``). Numerical: ``exp``, ``geodesic_states``,
     ``parallel_transport`` (along a geodesic), ``log`` (shooting), ``dist`` (= |log|). Costs: an
     exponential is one batched integration (~100-300 DOP853 steps of 12 evaluations for |v| ~ 2);
     a logarithm is 3-6 Newton iterations, each one integration of 2d - 1 batched geodesics per
@@ -75,10 +92,13 @@ class InducedEllipsoidMetric(RiemannianMetric):
     M. P. do Carmo, *Riemannian Geometry*, 1992, chapter 6, and the module docstring.
     """
 
-    def __init__(self, space, signature=None, rtol: float = RTOL, atol: float = ATOL):
+    def __init__(self, space, signature=None, rtol: float = RTOL, atol: float = ATOL, max_length=None):
         super().__init__(space, signature=signature)
         self.rtol, self.atol = float(rtol), float(atol)
         lam = np.linalg.eigvalsh(space.W)
+        self.max_length = MAX_LENGTH_TURNS * math.pi / math.sqrt(lam[0]) if max_length is None else float(max_length)
+        #: d = 2: the perimeter of the ellipse (the period of every unit-speed geodesic)
+        self.period = ellipse_perimeter(space.W) if space.dim == 1 else None
         #: A lower bound of the injectivity-domain radius used by ``log`` (see the module docstring).
         self.log_radius = 0.5 * math.pi * math.sqrt(lam[0]) / lam[-1]
         self._flat = Euclidean(space.dim + 1)
@@ -110,6 +130,9 @@ class InducedEllipsoidMetric(RiemannianMetric):
         """The orthogonal (for this metric) projection v - (n . v / n . n) n, n = W x, shape (..., d)."""
         x = self._space.check_point(base_point)
         v = self._space.check_vector(vector, "vector")
+        return self._tangent(np.asarray(v, dtype=float), np.asarray(x, dtype=float))
+
+    def _tangent(self, v, x):
         n = x @ self._space.W
         return v - (np.einsum("...i,...i->...", n, v) / np.einsum("...i,...i->...", n, n))[..., None] * n
 
@@ -139,10 +162,23 @@ class InducedEllipsoidMetric(RiemannianMetric):
         return traj.y[-1] if times is None else traj.y
 
     def _start(self, tangent_vec, base_point, name="tangent_vec"):
-        x = self._space.check_point(base_point)
-        v = self._space.check_vector(tangent_vec, name)
+        x = np.asarray(self._space.check_point(base_point), dtype=float)
+        v = np.asarray(self._space.check_vector(tangent_vec, name), dtype=float)
+        check_broadcast((x, v), ("base_point", name))
         x, v = np.broadcast_arrays(x, v)
-        return x, self.to_tangent(v, x)
+        v = self._tangent(v, x)
+        length = np.sqrt(np.einsum("...i,...i->...", v, v))
+        if self.period is not None:  # d = 2: one turn of the ellipse is the period of every geodesic
+            red = np.mod(length, self.period)
+            v = v * np.where(length > 0, red / np.where(length > 0, length, 1.0), 0.0)[..., None]
+        elif length.size and not float(np.max(length)) <= self.max_length:
+            raise ValidationError(
+                f"{name} is too long for the induced metric's numerical geodesics: |{name}| = "
+                f"{float(np.max(length)):.4g} > max_length = {self.max_length:.4g}. The geodesic is integrated "
+                "(DOP853) at a cost proportional to its length, and in d >= 3 no reduction of a long geodesic "
+                "is known; set metric.max_length higher to integrate it anyway."
+            )
+        return x, v
 
     def exp(self, tangent_vec, base_point):
         """exp_x(v): the geodesic from x with velocity v (projected onto T_x E_W) at t = 1, shape (..., d)."""
@@ -178,7 +214,7 @@ class InducedEllipsoidMetric(RiemannianMetric):
                 )
             direction = self.log(end_point, base_point)
         x, w = self._start(direction, base_point, "direction")
-        u = self.to_tangent(self._space.check_vector(tangent_vec, "tangent_vec"), x)
+        u = self._tangent(np.asarray(self._space.check_vector(tangent_vec, "tangent_vec"), dtype=float), x)
         x, w, u = np.broadcast_arrays(x, w, u)
         return self._solve(x, w, (u,))[..., 2, :]
 
@@ -189,12 +225,15 @@ class InducedEllipsoidMetric(RiemannianMetric):
         (see the module docstring); raises IntegrationError if |exp_x(v) - y| > 1e-12 after
         ``max_iter`` iterations.
         """
-        y = self._space.check_point(point, "point")
-        x = self._space.check_point(base_point)
+        y = np.asarray(self._space.check_point(point, "point"), dtype=float)
+        x = np.asarray(self._space.check_point(base_point), dtype=float)
+        check_broadcast((y, x), ("point", "base_point"))
         x, y = np.broadcast_arrays(x, y)
         shape, d = x.shape[:-1], x.shape[-1]
+        if x.size == 0:
+            return np.zeros(shape + (d,))
         x, y = x.reshape(-1, d), y.reshape(-1, d)
-        v = self.to_tangent(_w_log(self._space, y, x), x)
+        v = self._tangent(_w_log(self._space, y, x), x)
         basis = _tangent_bases(self._space.W, x)  # (N, d - 1, d), orthonormal bases of T_x
         h = 1e-6
         for _ in range(max_iter):

@@ -154,6 +154,7 @@ def integrate(
             f"field must be a riemattn Field (callable with a .manifold), got {type(field).__name__}."
         )
     step.check_field(field)
+    y0_given = y0  # its dtype as given sets the on-manifold tolerance (_validation.manifold_atol)
     y0 = check_points(y0, "y0", manifold, on_manifold=False)
     unchecked = getattr(field, "_unchecked", None)
     if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks
@@ -162,7 +163,7 @@ def integrate(
     if project:
         y0 = manifold.projection(y0)
     else:
-        dev, limit = manifold.deviation(y0), token_atol(y0, ON_MANIFOLD_ATOL)
+        dev, limit = manifold.deviation(y0), token_atol(y0_given, ON_MANIFOLD_ATOL, manifold)
         if dev > limit:
             raise ValidationError(
                 f"y0 is not on {manifold!r}: max |y^T W y - 1| = {dev:.3g} > {limit:g}. "
