@@ -34,8 +34,8 @@ def _preference() -> str:
 
 def ready(adaptive: bool) -> bool:
     """Whether the compiled code a call would use (the field kernel and the loop) is compiled in this
-    process, or in numba's on-disk cache for this CPU and no process is writing it now (loading it
-    takes a fraction of a second; compiling it, about a minute). A cache built for another CPU
+    process, or in numba's on-disk cache for this CPU, completely written (loading it takes a
+    fraction of a second; compiling it, about a minute). A cache built for another CPU
     (``NUMBA_CPU_NAME``, a shared home, a container image) does not count."""
     try:
         import numba
@@ -43,7 +43,7 @@ def ready(adaptive: bool) -> bool:
         if numba.config.DISABLE_JIT:
             return False
         from ...dynamics._kernel_cache import cached_for_this_cpu
-        from . import _kernel, _warmup
+        from . import _kernel
 
         if adaptive:
             from ._adaptive import solve_rows as loop
@@ -51,9 +51,21 @@ def ready(adaptive: bool) -> bool:
             from ._fixed import fixed_rows as loop
         if loop.signatures and _kernel.evaluate.signatures:
             return True
-        return cached_for_this_cpu(_kernel.evaluate) and cached_for_this_cpu(loop) and not _warmup.compiling()
+        return all(cached_for_this_cpu(f) and _written(f) for f in (_kernel.evaluate, loop))
     except Exception:  # noqa: BLE001 -- a numba without these internals: never auto-compile
         return False
+
+
+def _written(dispatcher) -> bool:
+    """Whether the data files of ``dispatcher``'s cache entries for this CPU exist: numba writes an
+    entry's index before its data (each by an atomic rename), so while a background compile is
+    writing, the index may name a file not there yet (loading it would compile in this process)."""
+    from ...dynamics._kernel_cache import this_cpu
+
+    cache = dispatcher._cache
+    cpu = this_cpu()
+    names = [name for key, name in cache._cache_file._load_index().items() if key[1] == cpu]
+    return bool(names) and all(os.path.exists(os.path.join(cache.cache_path, name)) for name in names)
 
 
 #: Where "auto" stops choosing the compiled engine (docs/performance.md, "Which engine when";
@@ -136,7 +148,7 @@ def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat
         if not ready(step.adaptive):  # it would pay: compile it in another process for the calls to come
             from ._warmup import start_background
 
-            start_background()
+            start_background(step.adaptive)
             return None
     sol = _engine.run(field, step, y0, t0, t1, dt=dt, rtol=rtol, atol=atol, first_step=first_step,
                       saveat=saveat, max_steps=max_steps, events=events or (), event_tol=event_tol, pack=pack)

@@ -11,7 +11,7 @@ never compile at once: the second waits and then loads the first one's code from
 The background compile: the first call that ``"auto"`` would run on the compiled engine while it
 is not compiled for this CPU (:func:`riemattn.solvers.compiled._dispatch.ready`) starts
 ``python -m riemattn.solvers.compiled._warmup`` (:func:`start_background`, once per process, at
-low priority, detached), runs on the NumPy engine and says so once on the ``riemattn`` logger; the
+lower priority, detached; the loop the call needs first), runs on the NumPy engine and says so once on the ``riemattn`` logger; the
 calls after the cache is ready use the compiled engine. ``RIEMATTN_BACKGROUND_COMPILE=0`` switches
 this off (the test suite does, so that its timings do not depend on it).
 """
@@ -176,9 +176,10 @@ def warmup(progress=None) -> dict:
     return times
 
 
-def start_background() -> bool:
+def start_background(adaptive: bool = True) -> bool:
     """Start the background compile (once per process; not where switched off or where nothing can
-    be cached); True where this call started it."""
+    be cached), the loop of the call that started it (``adaptive`` or not) first; True where this
+    call started it."""
     from ...dynamics import _kernel_cache
 
     if _STARTED or not background_enabled() or not _kernel_cache.CACHED:
@@ -188,7 +189,8 @@ def start_background() -> bool:
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.pop("RIEMATTN_ENGINE", None)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "riemattn.solvers.compiled._warmup"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "riemattn.solvers.compiled._warmup",
+                                 "adaptive" if adaptive else "fixed"], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
     except OSError as exc:
@@ -204,15 +206,18 @@ def start_background() -> bool:
     return True
 
 
-def _main() -> None:
-    """The background process: compile unless another process is compiling."""
+def _main(first: str = "adaptive") -> None:
+    """The background process: compile (the kernels, the ``first`` loop, the other loop) unless
+    another process is compiling; each loop is usable by other processes as soon as it is written."""
     with contextlib.suppress(OSError):
-        os.nice(10)
+        os.nice(5)
+    kernels, fixed, adaptive = TASKS
+    order = (kernels, adaptive, fixed) if first == "adaptive" else (kernels, fixed, adaptive)
     with locked(block=False) as held:
         if held:
-            for _, task in TASKS:
+            for _, task in order:
                 task()
 
 
 if __name__ == "__main__":
-    _main()
+    _main(*sys.argv[1:2])
