@@ -42,16 +42,40 @@ def _python(code, timeout=600, **env):
                           text=True, timeout=timeout, cwd=str(ROOT))
 
 
+def _read_only_copy(tmp_path):
+    """A copy of the package whose ``__pycache__`` directories cannot be created (a file stands there)."""
+    pkg = tmp_path / "site" / "riemattn"
+    shutil.copytree(ROOT / "riemattn", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for d in [pkg, *[p for p in pkg.rglob("*") if p.is_dir()]]:
+        (d / "__pycache__").write_text("blocked")
+    return pkg
+
+
+def test_read_only_package_caches_in_the_user_cache_directory(tmp_path):
+    """Package directory not writable, a writable user cache directory: the engine is cached
+    there (numba's user-wide locator), and so is the compile lock."""
+    pkg = _read_only_copy(tmp_path)
+    code = """
+        from riemattn.dynamics import _kernel_cache, kernels
+        from riemattn.solvers.compiled import _warmup
+        print(_kernel_cache.CACHED, _kernel_cache.cache_dir(kernels.evaluate), _warmup._lock_path())
+    """
+    env = dict(_env(), PYTHONPATH=str(pkg.parent), XDG_CACHE_HOME=str(tmp_path / "xdg"), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NUMBA_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=str(tmp_path))
+    cached, where, lock = out.stdout.split()
+    assert cached == "True", out.stderr
+    assert where.startswith(str(tmp_path / "xdg" / "numba")) and lock.startswith(where)
+
+
 def test_default_call_works_without_a_writable_cache(tmp_path):
     """A read-only install: no directory where numba could write a cache. The tests run as root,
     which ignores file permissions, so each place numba would create is blocked by a plain file of
     that name (creating a directory there fails as on a read-only file system): the package's
     ``__pycache__`` directories, NUMBA_CACHE_DIR and the user cache directory. The default call
     runs (on the NumPy engine), and says once why the compiled engine is not cached."""
-    pkg = tmp_path / "site" / "riemattn"
-    shutil.copytree(ROOT / "riemattn", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    for d in [pkg, *[p for p in pkg.rglob("*") if p.is_dir()]]:
-        (d / "__pycache__").write_text("blocked")
+    pkg = _read_only_copy(tmp_path)
     blocked = tmp_path / "blocked"
     blocked.write_text("a file, not a directory")
     code = """
