@@ -5,8 +5,8 @@
 (the default): the compiled engine when it supports the call, it pays (:func:`pays`) and its
 loops are ready (:func:`ready`), else the NumPy engine -- so a call never waits for a compilation;
 where it would pay but is not ready, a background process compiles it
-(:mod:`riemattn.solvers.compiled._warmup`; ``RIEMATTN_BACKGROUND_COMPILE=0``: not). The environment variable ``RIEMATTN_ENGINE``
-changes what ``"auto"`` means: ``compiled`` -- the compiled engine wherever it supports the call
+(:mod:`riemattn.solvers.compiled._warmup`; ``RIEMATTN_BACKGROUND_COMPILE=0``: not). The
+environment variable ``RIEMATTN_ENGINE`` changes what ``"auto"`` means: ``compiled`` -- the compiled engine wherever it supports the call
 (compiling on first use, whatever the size); ``numpy`` -- never the compiled engine.
 """
 
@@ -121,7 +121,8 @@ def empty_engine(engine, field, step, y0, save_fn, events, progress, dense_outpu
 
 
 def _refusal(why) -> str:
-    return "engine='compiled' cannot run this call: " + "; ".join(why) + ". Use engine='numpy' (or 'auto', which falls back to it)."
+    return ("engine='compiled' cannot run this call: " + "; ".join(why)
+            + ". Use engine='numpy' (or 'auto', which falls back to it).")
 
 
 def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol,

@@ -11,9 +11,10 @@ never compile at once: the second waits and then loads the first one's code from
 The background compile: the first call that ``"auto"`` would run on the compiled engine while it
 is not compiled for this CPU (:func:`riemattn.solvers.compiled._dispatch.ready`) starts
 ``python -m riemattn.solvers.compiled._warmup`` (:func:`start_background`, once per process, at
-lower priority, detached; the loop the call needs first), runs on the NumPy engine and says so once on the ``riemattn`` logger; the
-calls after the cache is ready use the compiled engine. ``RIEMATTN_BACKGROUND_COMPILE=0`` switches
-this off (the test suite does, so that its timings do not depend on it).
+lower priority, detached; the loop the call needs first), runs on the NumPy engine and says so
+once on the ``riemattn`` logger; the calls after the cache is ready use the compiled engine.
+``RIEMATTN_BACKGROUND_COMPILE=0`` switches this off (the test suite does, so that its timings do
+not depend on it).
 """
 
 from __future__ import annotations
