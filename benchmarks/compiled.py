@@ -33,7 +33,8 @@ Cases
     trajectories, at max error <= 5e-7 (the references, LSODA at 1e-12 with the closed-form
     Jacobian, are accurate to a few 1e-9: see stiff.py).
 
-Run (the bench venv has jax, diffrax and numbalsoda; see docs/performance.md)::
+Run (the bench venv: ``pip install -e ".[bench]"`` gives jax and diffrax; numbalsoda is in the
+``bench-lsoda`` extra, which needs a Fortran compiler; see docs/performance.md)::
 
     .venv-bench/bin/python benchmarks/compiled.py            # everything: ~20-40 min
     .venv-bench/bin/python benchmarks/compiled.py --quick    # smaller grids and sizes: a few minutes
@@ -326,7 +327,8 @@ def case_a(data, quick, repeat, summary):
                   f"{check_cfunc(field, y0, float(field.beta), field.mask == 'causal'):.1e}")
             tools.append("numbalsoda LSODA")
         else:
-            print("    numbalsoda: not installed (see docs/performance.md)")
+            print("    numbalsoda: not installed, its lines skipped (pip install -e '.[bench-lsoda]' needs "
+                  "gfortran; see docs/performance.md)")
         tools.append("numpy auto")
         best = {}
         for tool in tools:

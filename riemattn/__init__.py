@@ -33,6 +33,7 @@ from .runs.sweep import SweepResult, sweep
 from .solvers import auto, dormand_prince, lie, rosenbrock, tableaux
 from .solvers.integrate import Trajectory, integrate
 from .solvers.autodiff import integrate_checkpointed
+from .solvers.compiled import warmup
 from .solvers.layer import TransformerLayer
 from .solvers.sde import integrate_sde
 from .solvers.steppers import STEPPERS, Stepper
@@ -135,6 +136,7 @@ __all__ = [
     "use_device",
     "integrate",
     "integrate_sde",
+    "warmup",
     "sweep",
     "sa",
     "usa",

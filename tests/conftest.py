@@ -26,6 +26,9 @@ from hypothesis import HealthCheck, settings
 # a torch CPU run 30x slower while the other core was busy), and the Dask tests in the neighbour
 # depend on timely signals and restarts.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# engine="auto" compiles the compiled engine in a background process on the first call that would
+# use it (riemattn.solvers.compiled._warmup): not in the suite, so that its timings do not depend on it
+os.environ.setdefault("RIEMATTN_BACKGROUND_COMPILE", "0")
 try:
     import torch
 except ImportError:  # the core install has no torch; its tests are skipped

@@ -8,6 +8,7 @@ The top room of the package: it may import every other room, and none imports it
     riemattn sweep CONFIG.toml --out STORE.zarr [--scheduler ADDRESS] [--workers N]
     riemattn sweep-plot STORE.zarr --var NAME --x DIM --y DIM [--sel DIM=VALUE ...] [--out FIG.png]
     riemattn loop --model gpt2 ...            (needs the ``llm`` extra)
+    riemattn warmup [--no-progress]           (compile the compiled engine now; see docs/performance.md)
     riemattn --version
 
 A user mistake (a bad option, a bad configuration, an output path that cannot be written) is one
@@ -157,6 +158,16 @@ def _cmd_sweep_plot(args) -> int:
     return 0
 
 
+def _cmd_warmup(args) -> int:
+    from .. import warmup
+
+    times = warmup(progress=_progress(args))
+    parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in times.items() if name not in ("total", "cached"))
+    where = "cached for later processes" if times["cached"] else "not cached: no writable cache directory"
+    print(f"riemattn: the compiled engine is ready in {times['total']:.1f} s ({parts}; {where})")
+    return 0
+
+
 def _cmd_loop(args) -> int:
     from ..llm import run_loop_command
 
@@ -217,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sel", nargs="*", default=[], metavar="DIM=VALUE", help="fix other dimensions (the rest are averaged)")
     p.add_argument("--out", default="sweep.png", help="output image (default: sweep.png)")
     p.set_defaults(func=_cmd_sweep_plot)
+
+    p = sub.add_parser("warmup", help="compile the compiled engine now (about a minute, once per install)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
+    p.set_defaults(func=_cmd_warmup)
 
     p = sub.add_parser("loop", help="loop a real transformer (GPT-2, GPT-Neo, MiniLM); needs riemattn[llm]")
     try:

@@ -10,25 +10,38 @@ invalidates the whole engine's cache (a recompilation of a few seconds), and not
 ever loaded.
 
 The engine's files (:data:`PATTERNS`, relative to the package): ``dynamics/kernels.py``,
-``dynamics/_kernel_*.py`` and ``solvers/compiled/**/*.py`` (the compiled loops). Compiled code
+``dynamics/_kernel_*.py`` and the modules of ``solvers/compiled/`` with compiled code (the loops). Compiled code
 of the engine uses :data:`jit` (``numba.njit(cache=True, nogil=True)``) from this module, which
 installs the stamp first.
 
 This uses numba's cache-locator classes (``numba.core.caching``, not a public API; numba is
 pinned to a tested range in setup.cfg). If they are not found, numba's own per-file stamps are
 used (and :data:`INSTALLED` is False).
+
+Where no cache directory can be written (a read-only install with no writable ``HOME``,
+``XDG_CACHE_HOME`` or ``NUMBA_CACHE_DIR``: numba's locators all refuse), the engine's functions
+are compiled without a cache (:data:`CACHED` is False, one message on the ``riemattn`` logger):
+``engine="compiled"`` still runs (compiling in every process), ``"auto"`` keeps to the NumPy
+engine. :func:`cached_for_this_cpu` says whether a function's cache holds code for this CPU
+(numba keys each entry by the CPU name and features: a cache built for another CPU does not count).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 from pathlib import Path
 
 import numba as nb
 
 ROOT = Path(__file__).resolve().parents[1]  # the riemattn package
-PATTERNS = ("dynamics/kernels.py", "dynamics/_kernel_*.py", "solvers/compiled/**/*.py")
+#: the files whose code numba compiles, or whose constants it freezes into compiled code (the
+#: compiled engine's pure-Python modules -- _engine, _dispatch, _tables, _warmup -- are not: editing
+#: them recompiles nothing; tests/test_compiled_user.py checks that every module with compiled code is here)
+PATTERNS = ("dynamics/kernels.py", "dynamics/_kernel_*.py",
+            *(f"solvers/compiled/{name}.py" for name in ("_adaptive", "_events", "_fixed", "_interp", "_kernel",
+                                                         "_rosenbrock", "_steps")))
 
 
 @functools.lru_cache(maxsize=8)
@@ -96,5 +109,59 @@ _SOURCES = frozenset(engine_sources())
 #: Whether the engine-wide stamp is in use (numba's locator classes were found).
 INSTALLED = _install()
 
+#: Whether the engine's compiled code is cached on disk (False: no writable cache directory).
+CACHED = True
+NO_CACHE = ("no writable cache directory for numba (the package directory, NUMBA_CACHE_DIR and the user "
+            "cache directory are read-only or unset): the compiled engine compiles in every process and "
+            "engine='auto' keeps to the NumPy engine; set NUMBA_CACHE_DIR to a writable directory to cache it")
+
+
+def njit(**options):
+    """``numba.njit(cache=True, nogil=True, **options)``, or without ``cache`` where numba finds no
+    writable cache directory for the function (then :data:`CACHED` becomes False, logged once)."""
+
+    def decorate(fn):
+        global CACHED
+        try:
+            return nb.njit(cache=True, nogil=True, **options)(fn)
+        except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
+            if "no locator" not in str(exc):
+                raise
+            if CACHED:
+                logging.getLogger("riemattn").warning("riemattn: %s.", NO_CACHE)
+            CACHED = False
+            return nb.njit(nogil=True, **options)(fn)
+
+    return decorate
+
+
 #: The decorator of every compiled function of the engine.
-jit = nb.njit(cache=True, nogil=True)
+jit = njit()
+
+
+def cache_dir(dispatcher):
+    """The directory of a compiled function's on-disk cache, or None (not cached, numba's JIT off)."""
+    cache = getattr(dispatcher, "_cache", None)
+    return getattr(cache, "cache_path", None)
+
+
+def this_cpu():
+    """numba's key of the code it generates here: (target triple, CPU name, CPU features)."""
+    from numba.core.registry import cpu_target
+
+    return cpu_target.target_context.codegen().magic_tuple()
+
+
+def cached_for_this_cpu(dispatcher) -> bool:
+    """Whether ``dispatcher`` (a numba function) has compiled code for this CPU: compiled in this
+    process, or in its on-disk cache index under this CPU's key (entries for another CPU, e.g.
+    ``NUMBA_CPU_NAME=generic`` or another machine sharing the cache, do not count; a stale index,
+    after a change of the engine's sources, is empty)."""
+    if getattr(dispatcher, "signatures", None):
+        return True
+    try:
+        index = dispatcher._cache._cache_file._load_index()
+        cpu = this_cpu()
+        return any(key[1] == cpu for key in index)
+    except Exception:  # noqa: BLE001 -- no cache, or a numba without these internals: not ready
+        return False

@@ -97,9 +97,11 @@ class _Builder:
 
 
 def _unsupported(what: str, extra: str = ""):
-    raise UnsupportedByEngine(
+    exc = UnsupportedByEngine(
         f"the compiled engine cannot run {what}{extra}; use engine='numpy' (or 'auto', which falls back)."
     )
+    exc.reason = what + extra  # what integrate's message lists (it gives the advice once)
+    raise exc
 
 
 def _source(builder: _Builder, heads, name: str, hM: int, d: int, ints, slots):

@@ -17,7 +17,7 @@ from ._event_tracker import Tracker
 from ._trajectory import PerTrajectory, Trajectory
 from .events import _on_host, as_events
 from .steppers import get_stepper
-from .compiled._dispatch import dispatch
+from .compiled._dispatch import dispatch, empty_engine
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
 
@@ -205,8 +205,10 @@ def integrate(
     batch = y0.shape[:-2]
     if save is None and step.adaptive and batch:
         save = np.array([t0, t1]) if t1 > t0 else np.array([t0])
-    if size(y0) == 0:  # an empty batch: an empty result
-        return _empty_result(y0, save if save is not None else np.unique([t0, t1]), save_fn, step.name)
+    if size(y0) == 0:  # an empty batch: an empty result, the same on both engines (nothing runs)
+        sol = _empty_result(y0, save if save is not None else np.unique([t0, t1]), save_fn, step.name)
+        sol.engine = empty_engine(engine, field, step, y0, save_fn, events, progress, dense_output)
+        return sol
     if (sol := dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, save, max_steps, events,
                         event_tol, save_fn, progress, dense_output, raise_on_failure)) is not None:
         return sol  # the compiled engine ran

@@ -6,6 +6,11 @@ One algorithm, two executions: the steppers here are the NumPy engine's (``"laye
 same tableaux, controller, error norms on the tangent space, retraction, dense output and event
 semantics, read from the NumPy engine's objects (``riemattn.solvers.compiled._tables``); the
 field enters through compiled kernels. Every module of this package is private; the only door is
-``integrate(..., engine=...)`` (:func:`riemattn.solvers.compiled._dispatch.dispatch`).
+``integrate(..., engine=...)`` (:func:`riemattn.solvers.compiled._dispatch.dispatch`), and
+:func:`warmup` (``riemattn.warmup``), which compiles it up front.
 """
+
+from ._warmup import warmup
+
+__all__ = ["warmup"]
 

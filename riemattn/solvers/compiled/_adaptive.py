@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-import numba
+from ...dynamics._kernel_cache import njit
 import numpy as np
 
 from ._events import check_events, start_events
@@ -21,13 +21,13 @@ from ._kernel import RHS
 from ._rosenbrock import explicit_signal, ros_step, stiff_signal
 from ._steps import dop853_extra, dop853_norm, fsal_next, normalize, rk_step, rms_norm
 
-_JIT = dict(cache=True, nogil=True, error_model="numpy")
+_JIT = dict(error_model="numpy")
 
 RK, LAYER, DOP853, ROSENBROCK, AUTO = 0, 1, 2, 3, 4
 REACHED, RUNNING, MAX_STEPS, UNDERFLOW, NON_FINITE, TERMINAL = 0, 1, -1, -2, -3, 2
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def initial_step(fn, order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, per, work, scale, x, y1, f1, r):
     """Hairer, Norsett & Wanner (1993), II.4, as riemattn.solvers._loops.initial_step (one evaluation)."""
     l, d = y0.shape
@@ -58,9 +58,9 @@ def initial_step(fn, order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, p
     return min(min(100 * h0, h1), t1 - t0)
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def solve_rows(fn, m, Y, start, stride, flat, autonomous, diff, dt_factor, t0, t1, rtol, atol, h_first, max_steps,
-               ints, floats, per, work_len, saveat, saved, stats, t_fail_out, every, ev):
+               ints, floats, per, work_len, saveat, saved, stats, t_fail_out, every, ev, halt):
     """Integrate rows start, start + stride, ... of Y (B, l, d) from t0 to t1 (one thread's share
     of the batch; the GIL is released); Y is overwritten by the final states.
 
@@ -68,7 +68,9 @@ def solve_rows(fn, m, Y, start, stride, flat, autonomous, diff, dt_factor, t0, t
     by the caller when saveat[0] == t0); ``stats[b]`` = (nfev, n_steps, n_rejected, status),
     ``t_fail_out[b]``. ``every``: also return every accepted step (times, tokens, count) of the
     last row -- a single trajectory without saveat. ``ev``: the events' arrays
-    (:mod:`riemattn.solvers.compiled._events`). The row loop is inside this function (no
+    (:mod:`riemattn.solvers.compiled._events`). ``halt[0] != 0`` (set by the caller on Ctrl-C):
+    each row stops before its next step, status RUNNING ("not finished") at its time t, the rows not
+    started are left as they are. The row loop is inside this function (no
     separate per-row function: numba re-optimises a callee's code in every caller).
     """
     l, d = Y.shape[1], Y.shape[2]
@@ -114,6 +116,8 @@ def solve_rows(fn, m, Y, start, stride, flat, autonomous, diff, dt_factor, t0, t
     n_rec = 0
     B = Y.shape[0]
     for b in range(start, B, stride):
+        if halt[0] != 0:
+            break
         y = Y[b]
         srow = saved[:, b]
         h_row = h_first[b]
@@ -151,6 +155,9 @@ def solve_rows(fn, m, Y, start, stride, flat, autonomous, diff, dt_factor, t0, t
         count = 0
         elevated = 0
         while not done:
+            if halt[0] != 0:  # Ctrl-C: the row stops where it is, not finished
+                t_fail = t
+                break
             if n_steps + n_rej >= max_steps:
                 status = MAX_STEPS
                 t_fail = t

@@ -3,9 +3,10 @@
 ``"numpy"``: the NumPy engine. ``"compiled"``: the compiled engine, or
 :class:`~riemattn.errors.UnsupportedByEngine` naming what in the call it cannot run. ``"auto"``
 (the default): the compiled engine when it supports the call, it pays (:func:`pays`) and its
-loops are ready (compiled in this process, or in numba's on-disk cache), else the NumPy engine --
-so a first call never waits for a compilation. The environment variable ``RIEMATTN_ENGINE``
-changes what ``"auto"`` means: ``compiled`` -- the compiled engine wherever it supports the call
+loops are ready (:func:`ready`), else the NumPy engine -- so a call never waits for a compilation;
+where it would pay but is not ready, a background process compiles it
+(:mod:`riemattn.solvers.compiled._warmup`; ``RIEMATTN_BACKGROUND_COMPILE=0``: not). The
+environment variable ``RIEMATTN_ENGINE`` changes what ``"auto"`` means: ``compiled`` -- the compiled engine wherever it supports the call
 (compiling on first use, whatever the size); ``numpy`` -- never the compiled engine.
 """
 
@@ -32,20 +33,39 @@ def _preference() -> str:
 
 
 def ready(adaptive: bool) -> bool:
-    """Whether the compiled loop a call would use is compiled in this process or in numba's cache
-    (loading it from the cache takes a fraction of a second; compiling it, tens of seconds)."""
+    """Whether the compiled code a call would use (the field kernel and the loop) is compiled in this
+    process, or in numba's on-disk cache for this CPU, completely written (loading it takes a
+    fraction of a second; compiling it, about a minute). A cache built for another CPU
+    (``NUMBA_CPU_NAME``, a shared home, a container image) does not count."""
     try:
+        import numba
+
+        if numba.config.DISABLE_JIT:
+            return False
+        from ...dynamics._kernel_cache import cached_for_this_cpu
+        from . import _kernel
+
         if adaptive:
             from ._adaptive import solve_rows as loop
         else:
             from ._fixed import fixed_rows as loop
-        if loop.signatures:
+        if loop.signatures and _kernel.evaluate.signatures:
             return True
-        # numba's index of cached compilations of this function, empty when stale (the engine's
-        # code changed since: riemattn.dynamics._kernel_cache) or absent
-        return bool(loop._cache._cache_file._load_index())
+        return all(cached_for_this_cpu(f) and _written(f) for f in (_kernel.evaluate, loop))
     except Exception:  # noqa: BLE001 -- a numba without these internals: never auto-compile
         return False
+
+
+def _written(dispatcher) -> bool:
+    """Whether the data files of ``dispatcher``'s cache entries for this CPU exist: numba writes an
+    entry's index before its data (each by an atomic rename), so while a background compile is
+    writing, the index may name a file not there yet (loading it would compile in this process)."""
+    from ...dynamics._kernel_cache import this_cpu
+
+    cache = dispatcher._cache
+    cpu = this_cpu()
+    names = [name for key, name in cache._cache_file._load_index().items() if key[1] == cpu]
+    return bool(names) and all(os.path.exists(os.path.join(cache.cache_path, name)) for name in names)
 
 
 #: Where "auto" stops choosing the compiled engine (docs/performance.md, "Which engine when";
@@ -85,6 +105,26 @@ def pays(pack, step, batch_size) -> bool:
     return work(pack, batch_size) <= (TIMED_WORK if timed else EXPLICIT_WORK)
 
 
+def empty_engine(engine, field, step, y0, save_fn, events, progress, dense_output) -> str:
+    """The engine of an empty batch's result (nothing runs on either engine): ``"compiled"`` where
+    ``engine="compiled"`` and it supports the call (else :class:`~riemattn.errors.UnsupportedByEngine`,
+    as for a non-empty batch), else ``"numpy"``."""
+    if check_engine(engine) != "compiled":
+        return "numpy"
+    from . import _engine
+
+    why, _ = _engine.unsupported(field, step, y0, save_fn=save_fn, events=events or (), progress=progress,
+                                 dense_output=dense_output)
+    if why:
+        raise UnsupportedByEngine(_refusal(why))
+    return "compiled"
+
+
+def _refusal(why) -> str:
+    return ("engine='compiled' cannot run this call: " + "; ".join(why)
+            + ". Use engine='numpy' (or 'auto', which falls back to it).")
+
+
 def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol,
              save_fn, progress, dense_output, raise_on_failure):
     """The compiled engine's Trajectory for this call (arguments validated by integrate), or None:
@@ -101,13 +141,16 @@ def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat
                                     dense_output=dense_output)
     if why:
         if engine == "compiled":
-            raise UnsupportedByEngine(
-                "engine='compiled' cannot run this call: " + "; ".join(why)
-                + ". Use engine='numpy' (or 'auto', which falls back to it).")
+            raise UnsupportedByEngine(_refusal(why))
         return None
-    if engine == "auto" and preference != "compiled" and (
-            not pays(pack, step, math.prod(y0.shape[:-2])) or not ready(step.adaptive)):
-        return None
+    if engine == "auto" and preference != "compiled":
+        if not pays(pack, step, math.prod(y0.shape[:-2])):
+            return None
+        if not ready(step.adaptive):  # it would pay: compile it in another process for the calls to come
+            from ._warmup import start_background
+
+            start_background(step.adaptive)
+            return None
     sol = _engine.run(field, step, y0, t0, t1, dt=dt, rtol=rtol, atol=atol, first_step=first_step,
                       saveat=saveat, max_steps=max_steps, events=events or (), event_tol=event_tol, pack=pack)
     if raise_on_failure and not sol.success:

@@ -29,21 +29,47 @@ def threads() -> int:
     return max(1, int(numba.get_num_threads()))
 
 
-def in_threads(fn, B):
-    """``fn(start, stride)`` for start = 0 .. n - 1 on n threads (the compiled row loops
-    release the GIL): row b is run by thread b mod n, whatever n, with the same arithmetic."""
-    n = min(threads(), B)
-    if n <= 1:
-        fn(0, 1)
-        return
-    from concurrent.futures import ThreadPoolExecutor
+def in_threads(fn, B, halt):
+    """``fn(start, stride)`` for start = 0 .. n - 1 on n threads (the compiled row loops release the
+    GIL): row b is run by thread b mod n, whatever n, with the same arithmetic. Returns (the calls'
+    results, the exception that interrupted the wait or None). In the main thread the loops always
+    run in worker threads while it waits: a signal's handler then runs at once (numba's code does not
+    return to Python until it ends), and its exception (KeyboardInterrupt on Ctrl-C) sets
+    ``halt[0] = 1``, which the loops check before every step, and is returned after they stopped."""
+    import threading
 
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        for f in [pool.submit(fn, k, n) for k in range(n)]:
-            f.result()
+    n = max(1, min(threads(), B))
+    if n == 1 and threading.current_thread() is not threading.main_thread():
+        return [fn(0, 1)], None  # no signal reaches this thread: no need to wait in another
+    out, errors = [None] * n, []
+    done = [threading.Event() for _ in range(n)]  # (not Thread.join: interrupted, it may report a running thread ended)
 
-#: crossings stored per trajectory before a run is repeated with room for more
-EVENT_CAPACITY = 16
+    def work(k):
+        try:
+            out[k] = fn(k, n)
+        except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
+            errors.append(exc)
+        finally:
+            done[k].set()
+
+    for k in range(n):
+        threading.Thread(target=work, args=(k,), daemon=True, name=f"riemattn-compiled-{k}").start()
+    pending = None
+    for event in done:
+        while not event.is_set():
+            try:
+                event.wait()
+            except BaseException as exc:  # noqa: BLE001 -- Ctrl-C (or a handler's exception): stop the rows
+                halt[0] = 1
+                pending = pending or exc
+    if errors:
+        raise errors[0]
+    return out, pending
+
+
+#: crossings stored per trajectory (at least; up to :data:`EVENT_MEMORY` float64 states for the batch);
+#: a trajectory with more is run again alone with room for all of its crossings
+EVENT_CAPACITY, EVENT_MEMORY = 16, 2 ** 20
 
 
 def _kernels():
@@ -82,7 +108,11 @@ def unsupported(field, step, y0, *, save_fn=None, events=(), progress=False, den
         try:
             pack = _kernels().pack_field(field, tuple(y0.shape))
         except UnsupportedByEngine as exc:
-            why.append(str(exc))
+            why.append(getattr(exc, "reason", None) or str(exc))
+    import numba
+
+    if numba.config.DISABLE_JIT:
+        why.append("NUMBA_DISABLE_JIT=1 (numba's JIT is off, so there is no compiled code to run)")
     return why, pack
 
 
@@ -93,9 +123,10 @@ def _spec(event):
     return spec
 
 
-def fixed_grid(t0, t1, dt, saveat):
-    """The NumPy fixed-step loop's grid: step start times, sizes, end times, the save slot after
-    each step (-1: none) and the save times (riemattn.solvers._loops.run_fixed, the same arithmetic)."""
+def fixed_grid(t0, t1, dt, saveat, limit=None):
+    """The NumPy fixed-step loop's grid: step start times, sizes, end times and the save slot after
+    each step (-1: none) (riemattn.solvers._loops.run_fixed, the same arithmetic), its first
+    ``limit`` steps at most (max_steps: the grid beyond is never built), and whether it was cut."""
     t = t0
     targets = [] if saveat is None else [s for s in saveat.tolist() if s > t0]
     if not targets or targets[-1] < t1:
@@ -108,6 +139,8 @@ def fixed_grid(t0, t1, dt, saveat):
         n = max(1, math.ceil((target - t) / dt - 1e-9))
         start, h = t, (target - t) / n
         for k in range(1, n + 1):
+            if limit is not None and len(gt) >= limit:
+                return _arrays(gt, gh, gtn, slot) + (True,)
             t_new = target if k == n else start + k * h
             gt.append(t)
             gh.append(h)
@@ -120,6 +153,10 @@ def fixed_grid(t0, t1, dt, saveat):
         if t in save_times and nxt < n_save:
             slot[-1] = nxt
             nxt += 1
+    return _arrays(gt, gh, gtn, slot) + (False,)
+
+
+def _arrays(gt, gh, gtn, slot):
     return (np.array(gt, dtype=float), np.array(gh, dtype=float), np.array(gtn, dtype=float),
             np.array(slot, dtype=np.int64))
 
@@ -163,8 +200,15 @@ def _events_result(events, ev, batch, l, d):
                   y=y.reshape(batch + (m, l, d)), observables={}, t_stop=ev.t_stop.reshape(batch))
 
 
+def _capacity(B, l, d):
+    """Crossings stored per trajectory: :data:`EVENT_CAPACITY`, more where the batch is small."""
+    return int(max(EVENT_CAPACITY, min(1024, EVENT_MEMORY // max(1, B * l * d))))
+
+
 def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol, pack):
-    """Integrate on the compiled engine (every argument already validated by integrate)."""
+    """Integrate on the compiled engine (every argument already validated by integrate). Ctrl-C
+    (KeyboardInterrupt, or another exception of a signal handler) stops every trajectory before
+    its next step and is raised again with the result so far as its ``trajectory`` attribute."""
     from .._loops import message
     from ..integrate import PerTrajectory, Trajectory
 
@@ -180,92 +224,140 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     ints, floats, per = (np.array(a, dtype=dt, order="C") for a, dt in
                          ((pack.ints, np.int64), (pack.floats, float), (pack.per, float)))
     events = list(events or ())
-    cap = EVENT_CAPACITY
-    while True:
-        ev = _event_data(events, B, l, d, event_tol, cap)
-        Y[...] = y_start
-        if t1 == t0:  # nothing to integrate, as on the NumPy engine: the initial state, no step, no call
-            zeros = np.zeros(B, dtype=np.int64)
-            times = np.array([t0]) if saveat is None else saveat.copy()
-            res = (times, np.full((len(times), B, l, d), np.nan), zeros, zeros, zeros, zeros + _loops.REACHED,
-                   np.full(B, np.nan))
-            break
-        if step.adaptive:
-            res = _run_adaptive(meth, Y, flat, bool(pack.autonomous), diff, t0, t1, rtol, atol, first_step, saveat,
-                                max_steps, ints, floats, per, pack.work, ev, batch)
-        else:
-            res = _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, pack.work, ev,
-                             batch == ())
-        if not events or int(ev.rec_n.max(initial=0)) <= cap:
-            break
-        cap = int(ev.rec_n.max())
-    times, saved, nfev, n_steps, n_rej, status, t_fail = res
+    halt = np.zeros(1, dtype=np.int64)
+    pending = None
+    cap = _capacity(B, l, d)
+    ev = _event_data(events, B, l, d, event_tol, cap)
+    if t1 == t0:  # nothing to integrate, as on the NumPy engine: the initial state, no step, no call
+        zeros = np.zeros(B, dtype=np.int64)
+        times = np.array([t0]) if saveat is None else saveat.copy()
+        res = (times, np.full((len(times), B, l, d), np.nan), zeros, zeros, zeros, zeros + _loops.REACHED,
+               np.full(B, np.nan), None)
+    else:
+        def solve(Y, per, ev, batch):
+            if step.adaptive:
+                return _run_adaptive(meth, Y, flat, bool(pack.autonomous), diff, t0, t1, rtol, atol, first_step,
+                                     saveat, max_steps, ints, floats, per, pack.work, ev, batch, halt)
+            return _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, pack.work, ev, halt)
+
+        res, pending = solve(Y, per, ev, batch)
+        over = np.flatnonzero(ev.rec_n > cap) if events and pending is None else ()
+        if len(over):  # rows with more crossings than room: those rows again, alone, with room for all
+            sub = (len(over),) if batch else ()
+            ev2 = _event_data(events, len(over), l, d, event_tol, int(ev.rec_n.max()))
+            res2, pending = solve(y_start[over].copy(), per[over] if per.shape[0] > 1 else per, ev2, sub)
+            res, ev = _merge(res, ev, res2, ev2, over)
+    times, saved, nfev, n_steps, n_rej, status, t_fail, layout = res
+    if layout is not None:  # fixed steps: the NumPy loop's saving rule applied to the rows' stops
+        slot, gtn, stop = layout
+        saved, times = saved_layout(saved, times, saveat is None, saveat is None or saveat[0] == t0, batch == (),
+                                    slot, gtn, stop, status == _loops.TERMINAL,
+                                    ev.t_stop if ev.n else np.full(B, np.nan))
     if saved.shape[0] and (saveat is None or saveat[0] == t0):
         saved[0] = y_start
+    if pending is None and (status == _loops.NON_FINITE).any():
+        _numpy_error(field, Y, status, t_fail, batch)
     evr = _events_result(events, ev, batch, l, d) if events else None
     ok = (status == _loops.REACHED) | (status == _loops.TERMINAL)
     pt = PerTrajectory(nfev.reshape(batch), n_steps.reshape(batch), n_rej.reshape(batch), status.reshape(batch),
                        ok.reshape(batch), t_fail.reshape(batch))
     y = saved.reshape((saved.shape[0],) + batch + (l, d))
-    return Trajectory(
+    sol = Trajectory(
         t=times, y=y, nfev=int(nfev.max(initial=0)), n_steps=int(n_steps.max(initial=0)),
         n_rejected=int(n_rej.max(initial=0)), success=bool(ok.all()),
         message=message(status, t_fail, None if evr is None else evr.t_stop.reshape(-1)),
         per_trajectory=pt, stepper=step.name, events=evr, engine="compiled")
+    if pending is not None:
+        pending.trajectory = sol  # what was computed before Ctrl-C (docs/performance.md)
+        raise pending
+    return sol
+
+
+def _numpy_error(field, Y, status, t_fail, batch):
+    """Where the NumPy field raises at the batch's last states (an overflow of the scores or weights,
+    e.g. a large beta: the NumPy engine stops with that ValidationError, the kernels give inf), raise
+    that error; else return (the trajectories are reported as non-finite, as on the NumPy engine)."""
+    bad = status == _loops.NON_FINITE
+    t = float(np.nanmin(t_fail[bad])) if np.isfinite(t_fail[bad]).any() else 0.0
+    try:
+        field(t, Y.reshape(tuple(batch) + Y.shape[1:]))
+    except ValidationError:
+        raise
+    except Exception:  # noqa: BLE001 -- only the field's own errors of bad values are raised here
+        return
+
+
+def _merge(res, ev, res2, ev2, rows):
+    """The result of a run with rows ``rows`` replaced by those of a second run (res2, ev2)."""
+    times, saved, nfev, n_steps, n_rej, status, t_fail, layout = res
+    t2, saved2, nfev2, steps2, rej2, status2, fail2, layout2 = res2
+    if len(rows) == len(status):  # every row ran again
+        return res2, ev2
+    saved[:, rows] = saved2
+    for a, b in ((nfev, nfev2), (n_steps, steps2), (n_rej, rej2), (status, status2), (t_fail, fail2)):
+        a[rows] = b
+    if layout is not None:
+        layout[2][rows] = layout2[2]
+    cap2 = ev2.rec_t.shape[1]
+    grown = {}
+    for name in ("rec_t", "rec_w", "rec_y"):
+        old, new = getattr(ev, name), getattr(ev2, name)
+        full = np.full((old.shape[0], cap2) + old.shape[2:], -1 if name == "rec_w" else np.nan, dtype=old.dtype)
+        full[:, :old.shape[1]] = old
+        full[rows] = new
+        grown[name] = full
+    for name in ("g_prev", "count", "rec_n", "t_stop", "y_stop"):
+        getattr(ev, name)[rows] = getattr(ev2, name)
+    return (times, saved, nfev, n_steps, n_rej, status, t_fail, layout), ev._replace(**grown)
 
 
 def _run_adaptive(meth, Y, flat, autonomous, diff, t0, t1, rtol, atol, first_step, saveat, max_steps, ints,
-                  floats, per, work, ev, batch):
+                  floats, per, work, ev, batch, halt):
     from ._adaptive import solve_rows
 
     B, l, d = Y.shape
     h_first = np.full(B, float(first_step) if first_step is not None else np.nan)
     fn = _kernels().evaluate
-    if saveat is None:  # a single trajectory without saveat: every accepted step
-        stats = np.zeros((1, 4), dtype=np.int64)
-        t_fail = np.full(1, np.nan)
-        args = [fn, meth, Y, 0, 1, flat, autonomous, diff, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps, ints,
-                floats, per, work, np.zeros(0), np.zeros((0, 1, l, d)), stats, t_fail, True, ev]
-        ts, ys, n_rec = _kernels().entry(solve_rows, args)(*args)
-        times = np.concatenate([[t0], ts[:n_rec]])
-        out = np.concatenate([np.full((1, l, d), np.nan), ys[:n_rec]])
-        return (times, out.reshape((len(times), 1, l, d)), stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3],
-                t_fail)
-    saved = np.full((len(saveat), B, l, d), np.nan)
+    every = saveat is None  # a single trajectory without saveat: every accepted step
+    saved = np.full((0 if every else len(saveat), B, l, d), np.nan)
     stats = np.zeros((B, 4), dtype=np.int64)
+    stats[:, 3] = _loops.RUNNING  # (rows a Ctrl-C stops before they start)
     t_fail = np.full(B, np.nan)
-    args = [fn, meth, Y, 0, 1, flat, autonomous, diff, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps, ints, floats,
-            per, work, np.array(saveat, dtype=float), saved, stats, t_fail, False, ev]
+    args = [fn, meth, Y, 0, 1, flat, autonomous, diff, DT_FACTOR, t0, t1, rtol, atol, h_first, max_steps, ints,
+            floats, per, work, np.zeros(0) if every else np.array(saveat, dtype=float), saved, stats, t_fail, every,
+            ev, halt]
     run = _kernels().entry(solve_rows, args)
-    in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B)
-    return saveat.copy(), saved, stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3], t_fail
+    out, pending = in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B, halt)
+    if every:
+        ts, ys, n_rec = out[0]
+        times = np.concatenate([[t0], ts[:n_rec]])
+        saved = np.concatenate([np.full((1, l, d), np.nan), ys[:n_rec]]).reshape((len(times), 1, l, d))
+    else:
+        times = saveat.copy()
+    return (times, saved, stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3], t_fail, None), pending
 
 
-def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, work, ev, single):
+def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, work, ev, halt):
     from ._fixed import fixed_rows
 
     B, l, d = Y.shape
-    gt, gh, gtn, slot = fixed_grid(t0, t1, dt, saveat)
-    N = len(gt)
-    capped = N > max_steps
-    if capped:
-        gt, gh, gtn, slot = gt[:max_steps], gh[:max_steps], gtn[:max_steps], slot[:max_steps]
-    times = np.concatenate([[t0], fixed_grid(t0, t1, dt, None)[2]]) if saveat is None else saveat.copy()
+    gt, gh, gtn, slot, capped = fixed_grid(t0, t1, dt, saveat, limit=max_steps)
+    times = np.concatenate([[t0], gtn]) if saveat is None else saveat.copy()
     saved = np.full((len(times), B, l, d), np.nan)
     stats = np.zeros((B, 4), dtype=np.int64)
+    stats[:, 2] = _loops.RUNNING  # (rows a Ctrl-C stops before they start)
     t_fail = np.full(B, np.nan)
     args = [_kernels().evaluate, meth, Y, 0, 1, flat, gt, gh, gtn, slot, ints, floats, per, work, saved, stats, t_fail,
-            ev]
+            ev, halt]
     run = _kernels().entry(fixed_rows, args)
-    in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B)
+    _, pending = in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B, halt)
     nfev, n_steps, status, stop = stats[:, 0], stats[:, 1], stats[:, 2].copy(), stats[:, 3]
     if capped:  # riemattn.solvers._loops.run_fixed stops the rows still running at max_steps
-        alive = stop == 0
+        alive = (stop == 0) & (status == _loops.REACHED)
         status[alive] = _loops.MAX_STEPS
         t_fail[alive] = gtn[-1] if len(gtn) else t0
-    saved, times = saved_layout(saved, times, saveat is None, saveat is None or saveat[0] == t0, single, slot, gtn,
-                                stop, status == _loops.TERMINAL, ev.t_stop if ev.n else np.full(B, np.nan))
-    return times, saved, nfev, n_steps, np.zeros_like(nfev), status, t_fail
+    stop[(stop == 0) & (status == _loops.RUNNING)] = 1  # (not started: no value after t0)
+    return (times, saved, nfev, n_steps, np.zeros_like(nfev), status, t_fail, (slot, gtn, stop)), pending
 
 
 def saved_layout(saved, times, every, at_t0, single, slot, gtn, stop, hit, t_stop):

@@ -26,13 +26,13 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numba
+from ...dynamics._kernel_cache import njit
 import numpy as np
 
 from .._event_tracker import MAX_ITER
 from ._interp import interp
 
-_JIT = dict(cache=True, nogil=True, error_model="numpy")
+_JIT = dict(error_model="numpy")
 
 #: spec name -> (code, number of parameters after the name)
 CODES = {"misalignment": (0, 1), "distance": (1, 1), "leave_hemisphere": (2, None),
@@ -66,7 +66,7 @@ def no_events(B, l, d) -> EventData:
                      np.zeros((1, 1, l, d)), z1 + np.zeros(1), np.zeros((1, l, d)))
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def g_value(kind, p, t, y):
     l, d = y.shape
     if kind == 0 or kind == 1:
@@ -152,13 +152,13 @@ def g_value(kind, p, t, y):
     return Hs[c - 1] - p[0]
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def start_events(ev, b, t0, y):
     for k in range(ev.n):
         ev.g_prev[b, k] = g_value(ev.kinds[k], ev.params[k], t0, y)
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def _crossed(ga, gb, direction):
     up = ga < 0 and gb >= 0
     down = ga > 0 and gb <= 0
@@ -169,7 +169,7 @@ def _crossed(ga, gb, direction):
     return up or down
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def check_events(fn, ev, b, m, mode, flat, native, t, y, h, t_new, y_new, K, Us, x1, Fd, Kx, r_new, k_next,
                  prep, ints, floats, per, work, x, X, r, K2, r2, e2, u):
     """The events of row b in its accepted step (t, t_new]; returns (stopped, t_stop, evaluations).

@@ -13,23 +13,24 @@ from __future__ import annotations
 
 import math
 
-import numba
+from ...dynamics._kernel_cache import njit
 import numpy as np
 
 from ._events import check_events, start_events
 from ._steps import rk_step
 
-_JIT = dict(cache=True, nogil=True, error_model="numpy")
+_JIT = dict(error_model="numpy")
 REACHED, RUNNING, NON_FINITE, TERMINAL = 0, 1, -3, 2
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def fixed_rows(fn, m, Y, start, stride, flat, gt, gh, gtn, gslot, ints, floats, per, work_len, saved, stats,
-               t_fail_out, ev):
+               t_fail_out, ev, halt):
     """Step rows start, start + stride, ... of Y (B, l, d) over the grid (one thread's share, the
     GIL released); Y is overwritten by the final states, ``saved`` (n_save, B, l, d) filled at the
     grid's save slots; stats[b] = (nfev, n_steps, status, stop step (1-based; 0: none)),
-    t_fail_out[b]."""
+    t_fail_out[b]. ``halt[0] != 0`` (Ctrl-C): each row stops before its next step (status RUNNING,
+    the stop step the last one run + 1, so that its values so far are saved)."""
     l, d = Y.shape[1], Y.shape[2]
     s = max(m.ints[1], 1)
     work = np.empty(max(work_len, 1))
@@ -49,6 +50,8 @@ def fixed_rows(fn, m, Y, start, stride, flat, gt, gh, gtn, gslot, ints, floats, 
     no = m.ints[0] < 0  # False and 0, typed as data: literal constants would compile other versions
     zero = m.ints[0] * 0
     for b in range(start, Y.shape[0], stride):
+        if halt[0] != 0:
+            break
         y = Y[b]
         nfev = 0
         n_steps = 0
@@ -58,6 +61,11 @@ def fixed_rows(fn, m, Y, start, stride, flat, gt, gh, gtn, gslot, ints, floats, 
         alive = True
         start_events(ev, b, gt[0] if gt.shape[0] else 0.0, y)
         for k in range(gt.shape[0]):
+            if alive and halt[0] != 0:  # Ctrl-C: not finished, the steps so far saved
+                t_fail = gt[k]
+                alive = False
+                stop = k + 1
+                status = RUNNING
             if alive:
                 t, h, t_new = gt[k], gh[k], gtn[k]
                 nfev += rk_step(fn, m, m.ints[0] == 1, flat, t, y, h, K, no, b, ints, floats, per, work, x, X, r,
@@ -87,7 +95,7 @@ def fixed_rows(fn, m, Y, start, stride, flat, gt, gh, gtn, gslot, ints, floats, 
                     y[:, :] = y_new
             if gslot[k] >= 0:
                 saved[gslot[k], b, :, :] = y
-        if alive:
+        if alive and status == RUNNING:
             status = REACHED
         stats[b, 0] = nfev
         stats[b, 1] = n_steps

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import numba
+from ...dynamics._kernel_cache import njit
 
 from ._rosenbrock import ros_dense
 from ._steps import dop853_dense, dop853_prepare, dopri5_dense, rk_step
 
-_JIT = dict(cache=True, nogil=True, error_model="numpy")
+_JIT = dict(error_model="numpy")
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def interp(fn, m, mode, flat, native, t, y, h, K, Us, x1, Fd, Kx, r_new, k_next, prep, b, ints, floats, per,
            work, x, X, r, K2, r2, e2, theta, out):
     """The solution at t + theta h inside a step, on the manifold, into ``out``; returns the field

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import math
 
-import numba
+from ...dynamics._kernel_cache import njit
 import numpy as np
 
 from ._kernel import LIFTED_JAC, RHS, RHS_DIFF
 from ._steps import hsum, normalize, tangent_error
 
-_JIT = dict(cache=True, nogil=True, error_model="numpy")
+_JIT = dict(error_model="numpy")
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def lu_factor(M, piv):
     """In-place LU with partial pivoting (a zero pivot gives inf/NaN, reported as non-finite)."""
     n = M.shape[0]
@@ -48,7 +48,7 @@ def lu_factor(M, piv):
                     M[i, j] -= f * M[k, j]
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def lu_solve(M, piv, v):
     """Solve in place (v flat of length n)."""
     n = M.shape[0]
@@ -70,7 +70,7 @@ def lu_solve(M, piv, v):
         v[i] = acc / M[i, i]
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def ros_step(fn, m, flat, autonomous, diff, dt_factor, t, y, h, k1, has_k1, b, ints, floats, per, work,
              J, M, piv, Us, Ft, F0, x, X, r, x1, y_new, r_new, err, k_next):
     """One projected Rosenbrock step (RODAS form). J: the lifted Jacobian at (t, y), kept for
@@ -152,7 +152,7 @@ def ros_step(fn, m, flat, autonomous, diff, dt_factor, t, y, h, k1, has_k1, b, i
     return nfev
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def ros_dense(m, flat, y, x1, Us, theta, ints, floats, x, out):
     """retract((1 - s) y + s (x1 + (1 - s) (k_a + s k_b))), k_a, k_b = H U."""
     l, d = y.shape
@@ -170,7 +170,7 @@ def ros_dense(m, flat, y, x1, Us, theta, ints, floats, x, out):
     normalize(x, flat, ints, floats, out, r)
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def explicit_signal(m, h, K, x):
     """``auto``: rho = |h| rms(K_7 - K_6) / rms(h sum_j b6_j K_j); 2 stiff, 1 elevated, 0 not."""
     l, d = x.shape
@@ -193,7 +193,7 @@ def explicit_signal(m, h, K, x):
     return 0.0
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def norm_inf(J):
     """|J|_inf (NaN if J has NaN: no comparison holds)."""
     n = J.shape[0]
@@ -207,7 +207,7 @@ def norm_inf(J):
     return norm
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def stiff_signal(m, h, J):
     """``auto``: 0 when h |J|_inf < rho_back (the explicit method would be stable), else 2."""
     if abs(h) * norm_inf(J) < m.ctrl[8]:

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import math
 
-import numba
+from ...dynamics._kernel_cache import njit
 import numpy as np
 
 from ._kernel import BLOCK, RHS, UPDATE, to_tangent, wnorm
 
-_JIT = dict(cache=True, nogil=True, error_model="numpy")
+_JIT = dict(error_model="numpy")
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def normalize(x, flat, ints, floats, X, r):
     """(pi_W(x), |x|_W per token) into X, r (flat: X = x, r = 1)."""
     l, d = x.shape
@@ -45,7 +45,7 @@ def normalize(x, flat, ints, floats, X, r):
             X[i, a] = x[i, a] / r[i]
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def _last_nonzero(row, n):
     m = 0
     for j in range(n):
@@ -54,7 +54,7 @@ def _last_nonzero(row, n):
     return m
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def axpy(y, h, coef, n, K, out):
     """out = y + h * sum_j coef_j K_j over the first n stages (up to the last nonzero coefficient)."""
     l, d = y.shape
@@ -67,7 +67,7 @@ def axpy(y, h, coef, n, K, out):
             out[i, a] = acc * h + y[i, a]
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def hsum(h, coef, n, K, out):
     """out = h * sum_j coef_j K_j over the first n stages."""
     l, d = out.shape
@@ -80,7 +80,7 @@ def hsum(h, coef, n, K, out):
             out[i, a] = acc * h
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def tangent_error(e, y_new, r, flat, ints, floats, out):
     """(I - y y^T W) e / |x|_W per token (flat: e itself)."""
     l, d = e.shape
@@ -93,7 +93,7 @@ def tangent_error(e, y_new, r, flat, ints, floats, out):
             out[i, a] /= r[i]
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def rk_step(fn, m, layer, flat, t, y, h, K, has_k1, b, ints, floats, per, work, x, X, r, y_new, r_new, err):
     """One projected RK step of the tableau in ``m``; stages into K (K[0] given when has_k1).
     Writes y_new, r_new (|x|_W of the lifted end point) and, for adaptive tableaux, err (the
@@ -129,7 +129,7 @@ def rk_step(fn, m, layer, flat, t, y, h, K, has_k1, b, ints, floats, per, work, 
     return nfev
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def fsal_next(K, s, r_new, k_next):
     """k_next = K[s - 1] / |x|_W: the field at the new point (the last stage sits there)."""
     l, d = k_next.shape
@@ -138,7 +138,7 @@ def fsal_next(K, s, r_new, k_next):
             k_next[i, a] = K[s - 1, i, a] / r_new[i]
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def dop853_extra(fn, m, flat, t, h, y_new, r_new, K, b, ints, floats, per, work, x, e3, k_next):
     """DOP853: the order-3 tangent error e3 and F(t + h, y_new) (one evaluation)."""
     s = m.ints[1]
@@ -148,7 +148,7 @@ def dop853_extra(fn, m, flat, t, h, y_new, r_new, K, b, ints, floats, per, work,
     return 1
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def rms_norm(err, scale):
     l, d = err.shape
     acc = 0.0
@@ -159,7 +159,7 @@ def rms_norm(err, scale):
     return math.sqrt(acc / (l * d))
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def dop853_norm(e5, e3, scale):
     l, d = e5.shape
     n5 = 0.0
@@ -178,7 +178,7 @@ def dop853_norm(e5, e3, scale):
     return n5 / denom  # NaN propagates
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def dopri5_dense(m, flat, y, h, K, theta, ints, floats, x, out):
     """Shampine's continuous extension of DOPRI5 at theta, retracted."""
     l, d = y.shape
@@ -197,7 +197,7 @@ def dopri5_dense(m, flat, y, h, K, theta, ints, floats, x, out):
     normalize(x, flat, ints, floats, out, r)
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def dop853_prepare(fn, m, flat, t, y, h, K, r_new, k_next, b, ints, floats, per, work, Kx, Fd, x, X, r):
     """DOP853's continuous extension: three more stages into Kx[13:16], the polynomial's
     coefficients F_1..F_7 into Fd. Returns the evaluations (3)."""
@@ -232,7 +232,7 @@ def dop853_prepare(fn, m, flat, t, y, h, K, r_new, k_next, b, ints, floats, per,
     return 3
 
 
-@numba.njit(**_JIT)
+@njit(**_JIT)
 def dop853_dense(flat, y, Fd, theta, ints, floats, x, out):
     l, d = y.shape
     s = theta
