@@ -39,7 +39,7 @@ from .._backend import namespace
 from .._validation import check_int, check_nonnegative, check_positive
 from ..errors import ValidationError
 
-__all__ = ["HARDMAX_RTOL", "centred", "configure", "other_weights", "SINKHORN_ITERS", "SINKHORN_TOL", "hardmax_weights", "sinkhorn_potentials",
+__all__ = ["HARDMAX_RTOL", "centred", "configure", "other_weights", "SINKHORN_ITERS", "SINKHORN_TOL", "ANNEAL_SPREAD", "hardmax_weights", "sinkhorn_potentials",
            "sinkhorn_weights"]
 
 #: Default relative tolerance of hardmax ties: 2^-40 ~ 9e-13, some 4000 eps, far above the
@@ -122,16 +122,13 @@ def _lse(X, axis: int, xp):
     return xp.logsumexp(X, dim=axis, keepdim=True)
 
 
-def sinkhorn_potentials(S, iters: int, tol: float, overflow=None):
-    """(f, g, (sweeps, err)): log-domain Sinkhorn potentials of the scores S[..., i, eta, j], shapes
-    (..., l, h, 1) and (..., 1, h, l), with alpha = exp(f + S + g) (module docstring): rows sum to 1
-    to rounding, columns to ``err`` = max_j |sum_i alpha_ij - 1| after the last full sweep.
-    ``overflow()`` is called (NumPy) when a score is not finite."""
-    xp = namespace(S)
-    numpy = type(S) is np.ndarray
-    if numpy and overflow is not None and not math.isfinite(np.add.reduce(S, axis=None)):
-        overflow()
-    g = S[..., :1, :, :] * 0.0  # (..., 1, h, l): column potentials
+#: Spread max(S) - min(S) of the scores above which the Sinkhorn iteration is annealed (see
+#: :func:`sinkhorn_potentials`): exp(-20) ~ 2e-9 still lets every entry take part.
+ANNEAL_SPREAD = 20.0
+
+
+def _sweeps(S, g, iters: int, tol: float, xp, numpy: bool):
+    """At most ``iters`` row/column sweeps from the column potentials g: (f, g, sweeps, err)."""
     err, done = math.inf, 0
     for done in range(1, iters + 1):
         f = -_lse(S + g, -1, xp)  # (..., l, h, 1): rows sum to 1
@@ -139,11 +136,46 @@ def sinkhorn_potentials(S, iters: int, tol: float, overflow=None):
         dev = np.abs(np.expm1(logcol)) if numpy else xp.abs(xp.expm1(logcol.detach()))
         err = float(dev.max()) if math.prod(dev.shape) else 0.0
         if err <= tol:
-            break
+            return f, g, done, err
         g = g - logcol
-    else:
-        f = -_lse(S + g, -1, xp)  # the last update was to the columns: end with the rows
-    return f, g, (done, err)
+    return -_lse(S + g, -1, xp), g, done, err  # the last update was to the columns: end with the rows
+
+
+def sinkhorn_potentials(S, iters: int, tol: float, overflow=None):
+    """(f, g, (sweeps, err)): log-domain Sinkhorn potentials of the scores S[..., i, eta, j], shapes
+    (..., l, h, 1) and (..., 1, h, l), with alpha = exp(f + S + g) (module docstring): rows sum to 1
+    to rounding, columns to ``err`` = max_j |sum_i alpha_ij - 1| after the last full sweep.
+    ``overflow()`` is called (NumPy) when a score is not finite.
+
+    Annealing (epsilon scaling): when the scores spread over more than :data:`ANNEAL_SPREAD`, the
+    plain iteration converges slowly (its rate degrades like exp(-spread)); the potentials are
+    then first computed for the scores s S with s = ANNEAL_SPREAD / spread, 2 s, 4 s, ... < 1,
+    each stage to the column tolerance max(tol, 1e-6) and warm-started from the previous stage's
+    potentials times the ratio of the scales, before the sweeps on S itself. ``iters`` bounds the
+    sweeps of every stage. The fixed point is the same (the scaling of exp(S) is unique).
+    """
+    xp = namespace(S)
+    numpy = type(S) is np.ndarray
+    if numpy and overflow is not None and not math.isfinite(np.add.reduce(S, axis=None)):
+        overflow()
+    g = S[..., :1, :, :] * 0.0  # (..., 1, h, l): column potentials
+    if not math.prod(S.shape):
+        return S[..., :, :, :1] * 0.0, g, (0, 0.0)
+    spread = float(S.max() - S.min()) if numpy else float((S.max() - S.min()).detach())
+    scales, total = [], 0
+    s = ANNEAL_SPREAD / spread if spread > ANNEAL_SPREAD else 1.0
+    while s < 1.0:
+        scales.append(s)
+        s *= 2.0
+    prev = None
+    for s in scales:
+        g = g if prev is None else g * (s / prev)
+        _, g, done, _ = _sweeps(s * S, g, iters, max(tol, 1e-6), xp, numpy)
+        total, prev = total + done, s
+    if prev is not None:
+        g = g / prev
+    f, g, done, err = _sweeps(S, g, iters, tol, xp, numpy)
+    return f, g, (total + done, err)
 
 
 def sinkhorn_weights(S, iters: int, tol: float, overflow):
