@@ -37,7 +37,9 @@ BATCHES = ((), (2,), (0,))
 SMALL_DIMS = st.integers(2, 3)
 SMALL_TOKENS = st.integers(1, 3)
 #: field kind -> the manifold kinds it is drawn on (the registry of the suite's fields)
-FIELD_KINDS = {"user": rs.MANIFOLD_KINDS, "attention": ("sphere", "ellipsoid"), "circle": ("euclidean",)}
+FIELD_KINDS = {"user": rs.MANIFOLD_KINDS, "attention": ("sphere", "ellipsoid"), "circle": ("euclidean",),
+               # attention beyond softmax (issue 44): on flat space too (W="flat"); positions drawn
+               "hardmax": ("sphere", "ellipsoid", "euclidean"), "sinkhorn": ("sphere", "ellipsoid", "euclidean")}
 
 
 @dataclass
@@ -80,15 +82,21 @@ def user_field(manifold, K, a, calls):
 
 
 @st.composite
-def attention(draw, manifold):
+def attention(draw, manifold, normalization="paper"):
     d = manifold.ambient_dim
     h = draw(st.integers(1, 2))
     P = draw(st.one_of(rs.head_matrices(h, d, time_varying=None), st.just(np.zeros((h, d, d)))))
     U = draw(st.sampled_from(["identity", "drawn", "zero"]))
     U = {"identity": None, "zero": np.zeros((h, d, d))}.get(U) if U != "drawn" else draw(rs.head_matrices(h, d))
     beta = draw(st.one_of(rs.betas(max_value=2.0), st.just(0.0)))
-    W = None if isinstance(manifold, ra.Sphere) else manifold.W
-    return ra.AttentionField(P, U, W=W, beta=beta, mask=draw(st.sampled_from(["full", "causal"])))
+    W = None if isinstance(manifold, ra.Sphere) else "flat" if isinstance(manifold, ra.Euclidean) else manifold.W
+    masks = ["full"] if normalization == "sinkhorn" else ["full", "causal"]
+    extra = {}
+    if normalization != "paper":  # positional scores: ALiBi slopes and RoPE frequencies, or none
+        extra["alibi"] = draw(st.one_of(st.none(), st.floats(0.0, 2.0)))
+        extra["rope"] = draw(st.one_of(st.none(), st.just([0.7])))
+    return ra.AttentionField(P, U, W=W, beta=beta, mask=draw(st.sampled_from(masks)), normalization=normalization,
+                             **extra)
 
 
 @st.composite
@@ -131,7 +139,7 @@ def problems(draw, *, field_kinds=tuple(FIELD_KINDS), batches=BATCHES, horizons=
         a = draw(rs.head_matrices(1, d, scale=3.0))[0][0]
         F = user_field(M, K, a, calls)
     else:
-        F = draw(attention(M))
+        F = draw(attention(M, "paper" if field_kind == "attention" else field_kind))
     y0 = draw(rs.token_configurations(M, tokens=SMALL_TOKENS, batch_shape=st.sampled_from(batches)))
     T = draw(st.sampled_from(horizons))
     dt = draw(rs.step_sizes((0.0, T), max_steps=12))
@@ -159,5 +167,6 @@ def tiny_problem(field_kind, manifold_kind):
     if field_kind == "user":
         F = user_field(M, np.eye(3)[::-1], np.ones(3), [0])
     else:
-        F = ra.AttentionField(np.eye(3), W=None if manifold_kind == "sphere" else M.W)
+        W = None if manifold_kind == "sphere" else "flat" if manifold_kind == "euclidean" else M.W
+        F = ra.AttentionField(np.eye(3), W=W, normalization="paper" if field_kind == "attention" else field_kind)
     return Problem(M, F, y0, (0.0, 0.1), 0.05, field_kind, manifold_kind)

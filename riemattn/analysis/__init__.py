@@ -8,7 +8,8 @@ Hessians of the energies (:mod:`riemattn.analysis.hessians`) and the search for 
 (:mod:`riemattn.analysis.critical_points`), the continuity equation on the circle
 (:mod:`riemattn.analysis.meanfield`), and ready-made events of the theory for
 ``integrate(..., events=...)`` (:mod:`riemattn.analysis.events`: consensus, cluster merges,
-hemispheres, energy and Lyapunov levels).
+hemispheres, energy and Lyapunov levels), and the low-temperature reduction of clusters to weighted
+particles (:mod:`riemattn.analysis.weighted_clusters`).
 
 May import: :mod:`riemattn.solvers`, :mod:`riemattn.dynamics`, :mod:`riemattn.geometry` and the
 shared infrastructure.

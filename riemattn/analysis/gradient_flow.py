@@ -46,6 +46,7 @@ from .gradients import (
     normalizers,
     potential,
     riemannian_gradient,
+    sinkhorn_energy,
     tangent_projection,
 )
 from ..geometry.manifolds import Ellipsoid, Sphere
@@ -63,6 +64,7 @@ __all__ = [
     "potential",
     "potential_field",
     "riemannian_gradient",
+    "sinkhorn_energy",
     "tangent_projection",
 ]
 

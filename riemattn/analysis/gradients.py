@@ -32,10 +32,11 @@ from collections.abc import Callable
 import autograd.numpy as anp
 import numpy as np
 from autograd import grad
-from autograd.tracer import isbox
+from autograd.tracer import getval, isbox
 
 from .._backend import convert, is_torch, namespace, to_numpy
 from ._energy import energy, energy_weights
+from ..dynamics._normalize import sinkhorn_potentials
 from ._torch_ops import _P_like, _torch_gradient
 from .._validation import (
     ON_MANIFOLD_ATOL, as_float_array, as_token_array, check_choice, check_finite, check_spd,
@@ -52,6 +53,7 @@ __all__ = [
     "normalizers",
     "potential",
     "riemannian_gradient",
+    "sinkhorn_energy",
     "tangent_projection",
 ]
 
@@ -201,6 +203,56 @@ def potential(x, P):
     x = _tokens(x, "x", np.shape(P)[-1])
     xp = _ops(x)
     return -0.5 * xp.sum(xp.exp(_scores(x, P)), axis=(-2, -1))
+
+
+def sinkhorn_energy(x, P, beta=1.0, *, iters: int = 10000, tol: float = 1e-13):
+    r"""The Sinkformers energy: half the entropic optimal-transport cost of the tokens to themselves.
+
+    For the empirical measure mu = (1/l) sum_i delta_{x_i}, the cost c(x, y) = -beta x^T P y and
+    entropy weight 1 (Sander et al. 2022, section 4)::
+
+        F(x) = 1/2 OT(mu, mu),   OT = max_{f,g} <f, mu> + <g, mu> - <exp(f + g - c) - 1, mu x mu>
+             = 1/2 [mean_i (a_i + b_i) + log l]
+
+    with alpha_ij = exp(a_i + beta x_i^T P x_j + b_j) the doubly stochastic (Sinkhorn) scaling.
+    For symmetric P the envelope theorem gives ``dF/dx_k = -(beta / l) sum_j alpha_kj P x_j``: the
+    Sinkhorn attention field with U = P, ``AttentionField(P, P, normalization="sinkhorn",
+    beta=beta)``, is ``-(l / beta)`` times the gradient of F (projected on the sphere or an
+    ellipsoid), so F decreases along it (the Wasserstein gradient flow of F for the particles).
+
+    Written with autograd.numpy (usable as ``f`` of :class:`~riemattn.analysis.gradient_flow.GradientField`
+    with weights ``beta / l``): the potentials (a, b) are computed from the values of x (log-domain
+    iterations, at most ``iters`` sweeps, columns to ``tol``) and held fixed while differentiating,
+    which is the exact derivative at convergence (envelope theorem).
+
+    Parameters
+    ----------
+    x : array_like, shape (..., l, d)
+    P : array_like, shape (d, d), symmetric
+    beta : float, default 1.0
+    iters, tol : int, float
+        Sinkhorn sweeps and column-sum tolerance of the potentials.
+
+    Returns
+    -------
+    ndarray, shape (...)
+
+    References
+    ----------
+    Sander, Ablin, Blondel, Peyre, "Sinkformers: Transformers with doubly stochastic attention",
+    AISTATS 2022, Proposition 2 (the gradient-flow structure for a symmetric key-query matrix).
+    """
+    if not isbox(P):
+        P = check_finite(as_float_array(P, "P"), "P")
+        if P.ndim != 2 or P.shape[0] != P.shape[1] or not np.allclose(P, P.T, rtol=0, atol=1e-12 * max(1.0, np.abs(P).max())):
+            raise ValidationError(f"P must be a symmetric (d, d) matrix (the Sinkformers energy needs it), got {np.shape(P)}.")
+    x = _tokens(x, "x", np.shape(P)[-1])
+    S = float(beta) * _scores(x, P)
+    a, b, _ = sinkhorn_potentials(np.asarray(getval(S), dtype=float)[..., :, None, :], int(iters), float(tol))
+    a, b = a[..., :, 0, 0], b[..., 0, 0, :]  # (..., l)
+    l = np.shape(x)[-2]
+    dual = anp.mean(a, -1) + anp.mean(b, -1) - anp.sum(anp.exp(a[..., :, None] + S + b[..., None, :]), axis=(-2, -1)) / l
+    return 0.5 * (dual + 1.0 + np.log(l))
 
 
 def tangent_projection(y, X, P):

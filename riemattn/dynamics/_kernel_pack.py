@@ -286,4 +286,11 @@ def pack_field(field, y_shape) -> KernelPack:
                      "its layer-norm placements (layernorm) and CircleField have compiled kernels)")
     if d != field.d:
         raise ValidationError(f"y_shape {y_shape} does not fit the field's tokens in R^{field.d}.")
+    if field.normalization not in ("paper", "softmax", "mean"):
+        _unsupported(f"normalization={field.normalization!r}", " (its kernels cover 'paper', 'softmax' and 'mean')")
+    for what in ("alibi", "rope"):
+        if getattr(field, what) is not None:
+            _unsupported(f"positional scores ({what}=...)")
+    if field.flat:
+        _unsupported("an attention field on flat space (W='flat')")
     return _pack_attention(field, batch, l, d, ln)

@@ -7,8 +7,10 @@ For tokens ``y_i`` on E_W = {x : x^T W x = 1} and heads eta = 1..h (ICML eq. 6, 
 
 with ``Z_i = sqrt(d) sum_j exp(...)`` ("paper", d = n + 1), ``Z_i = sum_j exp(...)``
 ("softmax") or ``Z_i = l`` ("mean", GLPR's USA; ``rescaled=True``: e^{-beta} times it, finite at
-every beta, see ``riemattn.dynamics._softmax``). Causal attention restricts j <= i. The
-un-normalised update ``f_i = sum_eta sum_j alpha_ij^eta U_eta y_j`` is :meth:`AttentionField.update`;
+every beta, see ``riemattn.dynamics._softmax``), or the hardmax / Sinkhorn normalisations
+(``riemattn.dynamics._normalize``); scores may carry positions (``riemattn.dynamics._positional``).
+Causal attention restricts j <= i. Flat space (``W="flat"``): field = update = sum alpha_ij U (y_j - y_i).
+The un-normalised update ``f_i = sum_eta sum_j alpha_ij^eta U_eta y_j`` is :meth:`AttentionField.update`;
 one transformer layer is ``pi_W(y + tau f)``, the ``"layer"`` stepper (see :mod:`riemattn.solvers.layer`).
 """
 
@@ -22,16 +24,21 @@ import numpy as np
 from .._backend import constant, device_of, namespace, requires_grad, size, to_numpy
 from . import _batch
 from ._heads import HeadMatrices, bmm, stack_columns
+from ._normalize import HARDMAX_RTOL, SINKHORN_ITERS, SINKHORN_TOL, centred, configure, other_weights
+from ._positional import alibi_bias, check_alibi, check_rope, rope_scores
 from ._softmax import overflow_message, rescaled_scores, weights, weights_device
 from .._validation import check_beta_batch, check_choice, check_points, check_rescaled
 from ..errors import ValidationError
 from .fields import _CheckedField
-from ..geometry.manifolds import manifold_for
+from ..geometry.manifolds import Euclidean, manifold_for
 
-__all__ = ["AttentionField", "MASKS", "NORMALIZATIONS"]  # sa, usa: riemattn.dynamics.glpr
+__all__ = ["AttentionField", "MASKS", "NORMALIZATIONS", "OTHER_NORMALIZATIONS"]  # sa, usa: riemattn.dynamics.glpr
 
 MASKS = ("full", "causal")
+#: The softmax family: smooth fields with closed-form Jacobians and compiled kernels.
 NORMALIZATIONS = ("paper", "softmax", "mean")
+#: The hardmax and Sinkhorn normalisations (NumPy / PyTorch engine; Jacobians by finite differences).
+OTHER_NORMALIZATIONS = ("hardmax", "sinkhorn")
 
 
 class AttentionField(_CheckedField):
@@ -50,14 +57,22 @@ class AttentionField(_CheckedField):
         Value matrices U_eta (d, d), (h, d, d) or (..., h, d, d) (batch axes as for P); a single
         (d, d) (or (..., 1, d, d)) is shared by all heads. None (default) means the identity for
         every head (and a faster path).
-    W : array_like, shape (d, d), optional
-        SPD matrix of the ellipsoid E_W the tokens live on; None means the sphere S^(d-1).
+    W : array_like, shape (d, d), or "flat", optional
+        SPD matrix of the ellipsoid E_W the tokens live on; None means the sphere S^(d-1);
+        "flat": R^d, field and update the centred ``sum_eta sum_j alpha_ij^eta U_eta (y_j - y_i)``.
     mask : {"full", "causal"}
         Causal attention restricts token i to tokens j <= i (lower triangular attention).
-    normalization : {"paper", "softmax", "mean"}
+    normalization : {"paper", "softmax", "mean", "hardmax", "sinkhorn"}
         "paper": Z_i = sqrt(d) sum_j e^{y_i^T P y_j} (rows sum to 1/sqrt(d), the papers' D_eta);
         "softmax": rows sum to 1; "mean": alpha_ij = e^{y_i^T P y_j} / l (GLPR's USA; l tokens,
-        also for causal attention).
+        also for causal attention). "hardmax": 1 / |M_i| on the maximisers M_i of row i's
+        scores (bias included; ties within ``tie_rtol`` times the row's largest |score|, split
+        uniformly), the limit tau -> 0 of softmax(S / tau). **Discontinuous** where a maximiser
+        switches: fixed-step steppers and ``"layer"`` step across it (first order there);
+        ``integrate`` refuses adaptive steppers with a ValidationError. "sinkhorn": each head's
+        exp(S) scaled to a doubly stochastic matrix (log domain, any beta; mask "full" only).
+        Details: ``riemattn.dynamics._normalize``. Both: no compiled kernels (``engine="auto"``
+        runs NumPy), finite-difference Jacobians.
     beta : float or array_like, default 1.0
         Inverse temperature multiplying every P_eta (GLPR's beta). An array gives one beta per
         trajectory: it broadcasts against the leading (batch) axes of the tokens ``y``, so a
@@ -74,6 +89,17 @@ class AttentionField(_CheckedField):
         :class:`riemattn.dynamics._heads.HeadMatrices` for what is detected and how it can fail.
         A callable returning per-trajectory stacks S + (h, d, d) returns (k,) + S + (h, d, d)
         for k times.
+    tie_rtol : float, default 2**-40
+        "hardmax": the relative tolerance of ties (0: exact ties only).
+    sinkhorn_iters, sinkhorn_tol : int, float, default 1000, 1e-10
+        "sinkhorn": at most that many sweeps, stopping once every column sum is within the tol of 1.
+    alibi : float or array_like (hP,), optional
+        ALiBi slopes m >= 0 (per head of P, or shared): ``S_ij = beta y_i^T P y_j - m |i - j|``.
+    rope, rope_key : array_like (k,), array_like (d, d) or (hP, d, d), optional
+        RoPE frequencies theta (k <= d // 2) and key matrix K (default I): ``S_ij = y_i^T beta P
+        R((j - i) theta) K y_j``, R the block rotation of the coordinate pairs (2m, 2m + 1).
+        Positions combine with masks, heads, time-varying weights and every normalisation
+        (``riemattn.dynamics._positional``).
 
     Notes
     -----
@@ -89,12 +115,15 @@ class AttentionField(_CheckedField):
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
     Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", (SA), (USA).
+    Alcalde, Fantuzzi, Zuazua, arXiv 2407.01602 (hardmax); Sander et al., "Sinkformers", AISTATS
+    2022; Press et al., ICLR 2022 (ALiBi); Su et al., "RoFormer" 2021 (RoPE).
     """
 
     def __init__(self, P, U=None, *, W=None, mask="full", normalization="paper", beta=1.0,
-                 time_vectorized=None, rescaled=False):
+                 time_vectorized=None, rescaled=False, tie_rtol=HARDMAX_RTOL, sinkhorn_iters=SINKHORN_ITERS,
+                 sinkhorn_tol=SINKHORN_TOL, alibi=None, rope=None, rope_key=None):
         self.mask = check_choice(mask, "mask", MASKS)
-        self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS)
+        self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS + OTHER_NORMALIZATIONS)
         self.beta = check_beta_batch(beta)
         self.rescaled = check_rescaled(rescaled, None if normalization == "mean" else f"{normalization=}", self.beta)
         self.time_vectorized = None if time_vectorized is None else bool(time_vectorized)
@@ -114,9 +143,15 @@ class AttentionField(_CheckedField):
                 f"P of shape {self._P.shape} and U of shape {self._U.shape} have per-trajectory batch "
                 f"shapes {self._P.batch} and {self._U.batch} that do not broadcast against each other."
             ) from None
-        self.manifold = manifold_for(W, d, f"P of shape {self._P.shape[-2:]}")
-        self.W = None if W is None else self.manifold.W
+        self.flat = isinstance(W, str) and W == "flat"
+        self.manifold = Euclidean(d) if self.flat else manifold_for(W, d, f"P of shape {self._P.shape[-2:]}")
+        self.W = None if W is None or self.flat else self.manifold.W
         self.h = max(self._P.h, hU)
+        configure(self, tie_rtol, sinkhorn_iters, sinkhorn_tol)
+        self.alibi = check_alibi(alibi, self._P.h)
+        self.rope, self.rope_key = check_rope(rope, rope_key, d, self._P.h)
+        # closed_form: whether the closed-form Jacobians of riemattn.dynamics.jacobians apply
+        self.closed_form = self.normalization in NORMALIZATIONS and self.alibi is None and self.rope is None and not self.flat
         # a scalar beta is folded into constant P; an array beta scales the scores per trajectory
         self._bscale = self.beta if isinstance(self.beta, float) and not self.rescaled else 1.0
         const = self._P.const
@@ -138,7 +173,6 @@ class AttentionField(_CheckedField):
         self._Ucols = None
         if self._U is not None and self._U.const is not None:
             self._Ucols = stack_columns(np.swapaxes(self._U.const, -1, -2))
-
 
     # ------------------------------------------------------------------------------------------
     def P(self, t=0.0) -> np.ndarray:
@@ -167,8 +201,7 @@ class AttentionField(_CheckedField):
             return y  # the common case, ~2 us (NaN/inf propagate into the sum; on an overflow, the full check)
         return check_points(y, "y", self.manifold, on_manifold=False)
 
-    # Array backends: the same code runs on NumPy arrays and PyTorch tensors (riemattn._backend).
-    # NumPy float64 tokens use the constants as stored; tensors get cached converted copies.
+    # Array backends (riemattn._backend): NumPy float64 tokens use the constants as stored, tensors cached copies.
     def _const(self, name: str, value, y):
         return constant(self._consts, name, value, y)
 
@@ -198,7 +231,9 @@ class AttentionField(_CheckedField):
         n = y.shape[-2]
         if batch != self._batch_ok:
             _batch.check_batch(self, batch)
-        if self._scalar_P is not None:
+        if self.rope is not None:
+            S = rope_scores(self._consts, y, self._bscale * self._P.at(t, batch, y), self.rope_key, self.rope)
+        elif self._scalar_P is not None:
             S = (self._scalar_P * self._mm(y, yT))[..., :, None, :]
         else:
             if self._Pcols is not None:
@@ -214,12 +249,14 @@ class AttentionField(_CheckedField):
             S = self._mm(yP, yT, "S").reshape(batch + (n, h, n))
         factor = _batch.beta_factor(self, batch, y)
         if self.rescaled:  # beta (y_i^T P y_j - 1): beta was not folded into P
-            return rescaled_scores(S, self.beta if factor is None else factor)
-        if factor is not None:
+            S = rescaled_scores(S, self.beta if factor is None else factor)
+        elif factor is not None:
             if requires_grad(factor) or requires_grad(S):
                 S = S * factor
             else:
                 S *= factor
+        if self.alibi is not None:  # -m |i - j|, after beta
+            S = S + alibi_bias(self._consts, self.alibi, n, y)
         return S
 
     def _buffer(self, name: str, shape: tuple) -> np.ndarray:
@@ -251,6 +288,8 @@ class AttentionField(_CheckedField):
         S = self._scores(t, y)
         n = y.shape[-2]
         causal = self.mask == "causal"
+        if self.normalization in OTHER_NORMALIZATIONS:
+            return other_weights(self, S, t, y)
         scale = np.sqrt(self.d) if self.normalization == "paper" else 1.0
         if type(S) is not np.ndarray:
             return weights_device(S, n, self.normalization, scale, self._causal(n, S) if causal else None)
@@ -303,7 +342,8 @@ class AttentionField(_CheckedField):
                 A = (E * r[..., None]).sum(-2) if E.shape[-2] > 1 else E[..., 0, :] * r
             else:  # normalise and sum over heads in one pass
                 A = np.einsum("...ihj,...ih->...ij", E, r, out=self._buffer("A", E.shape[:-3] + (n, n)))
-            return self._mm(A, y)
+            f = self._mm(A, y)
+            return f - A.sum(-1)[..., None] * y if self.flat else f  # flat: sum_j alpha_ij (y_j - y_i)
         A = self._attention(t, y)  # (..., l, hP, l)
         batch = tuple(y.shape[:-2])
         if self._Ucols is not None:
@@ -320,13 +360,13 @@ class AttentionField(_CheckedField):
             xp = namespace(A)
             A = xp.sum(A, axis=-2, keepdims=True) if hU == 1 else xp.broadcast_to(A, tuple(A.shape[:-2]) + (hU, n))
         A = A.swapaxes(-1, -2).reshape(tuple(A.shape[:-3]) + (n, n * hU))  # columns (j, eta)
-        return self._mm(A, Uy)
+        f = self._mm(A, Uy)
+        return centred(f, A, Uy, hU) if self.flat else f
 
     def drive(self, t, y) -> np.ndarray:
         """Deprecated alias of :meth:`update` (the name used before version 0.2)."""
         import warnings
-        warnings.warn("AttentionField.drive is deprecated; use AttentionField.update.",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn("AttentionField.drive is deprecated; use AttentionField.update.", DeprecationWarning, stacklevel=2)
         return self.update(t, y)
 
     def __call__(self, t, y) -> np.ndarray:
@@ -343,8 +383,12 @@ class AttentionField(_CheckedField):
         return (
             f"AttentionField(h={self.h}, d={self.d}, {kind} P, U={'I' if self._U is None else 'given'}{per}, "
             f"manifold={self.manifold!r}, mask={self.mask!r}, normalization={self.normalization!r}, "
-            f"beta={beta}{', rescaled=True' if self.rescaled else ''})"
+            f"beta={beta}{', rescaled=True' if self.rescaled else ''}{_positions(self)})"
         )
+
+
+def _positions(f) -> str:
+    return "".join(f", {k}={v.tolist()}" for k, v in (("alibi", f.alibi), ("rope", f.rope)) if v is not None)
 
 
 def __getattr__(name):

@@ -34,6 +34,11 @@ References
 Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6) (the field).
 Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", (SA),
 (USA).
+
+Fields without a closed form here (``field.closed_form`` False: the hardmax and Sinkhorn
+normalisations, positional scores, flat space) use the finite differences; for hardmax they are
+the a.e. derivative (the weights are piecewise constant) except within the difference step of a
+maximiser switch.
 """
 
 from __future__ import annotations
@@ -109,7 +114,7 @@ def jacobian(field, t, y) -> np.ndarray:
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
     """
     y = _check(field, y)
-    if not isinstance(field, AttentionField):
+    if not (isinstance(field, AttentionField) and field.closed_form):  # hardmax, Sinkhorn, positions: FD
         if callable(getattr(field, "jacobian", None)):
             J = np.asarray(field.jacobian(t, y), dtype=float)
             if J.shape != y.shape + y.shape[-2:]:
@@ -167,6 +172,12 @@ def lifted_attention_jacobian(field: AttentionField, t, y) -> np.ndarray:
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
     """
     batch, (l, d) = y.shape[:-2], y.shape[-2:]
+    if not field.closed_form:  # the generic route: finite differences, then the lifting
+        DF, Wy = _fd_jacobian(field, t, y), field.manifold.apply_W(y)
+        DF -= np.sum(DF * y[..., None, None, :, :], axis=-1)[..., None] * Wy[..., None, None, :, :]
+        idx = np.arange(l)
+        DF[..., idx, :, idx, :] += np.moveaxis(np.einsum("...ia,...ib->...iab", field(t, y), Wy), -3, 0)
+        return DF.reshape(batch + (l * d, l * d))
     A = np.moveaxis(field._attention(t, y), -2, -3)  # (..., hP, i, k); may be a work buffer: used at once
     A = np.broadcast_to(A, batch + (field.h, l, l))  # heads of P and U paired as in the field
     P = field.P(t)
@@ -229,7 +240,7 @@ def jvp(field, t, y, v) -> np.ndarray:
     v = np.asarray(v, dtype=float)
     if v.shape != y.shape:
         raise ValidationError(f"v must have the shape of y, {y.shape}; got {v.shape}.")
-    if not isinstance(field, AttentionField):
+    if not (isinstance(field, AttentionField) and field.closed_form):
         scale = max(1.0, float(np.max(np.abs(y), initial=0.0)))
         vn = float(np.max(np.abs(v), initial=0.0))
         if vn == 0.0:

@@ -116,7 +116,11 @@ class LayerNormField(_CheckedField):
     """
 
     def __init__(self, field: AttentionField, placement: str, alpha=None, switch=None):
+        if getattr(field, "flat", False):
+            raise ValidationError("a layer norm needs an attention field on the sphere or an ellipsoid, "
+                                  "not W='flat' (the placement decides the state space).")
         self.field = field
+        self.discontinuous = getattr(field, "discontinuous", False)
         self.placement = placement
         self.alpha = alpha
         self.switch = switch

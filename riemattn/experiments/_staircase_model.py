@@ -18,6 +18,8 @@ r' = c_0 / c in [0, 1] (c never decreases: the energy is non-decreasing and its 
 constant), s = s_0 + r / c_0, and the arclength tau of the n-particle path from
 tau' = |ds theta / ds|_w / c, |v|_w^2 = sum_c w_c v_c^2.
 
+The reduction itself is public: :mod:`riemattn.analysis.weighted_clusters`.
+
 The published iteration (Geshkovski, Koubbi, Polyanskiy, Rigollet, code of arXiv 2410.06833,
 ``staircase.py``, final loop): theta <- theta + lr log(beta) g / |g|, g the rescaled USA
 gradient, and when |g| < 1e-5 every pair within 1e-3 snapped together; it plots
@@ -29,91 +31,14 @@ from __future__ import annotations
 import numpy as np
 from scipy.integrate import quad
 
-from .._backend import use_device
-from ..analysis.events import merge_heights
+from ..analysis.weighted_clusters import WeightedClusterField as ClusterClock  # noqa: F401 (the old name)
+from ..analysis.weighted_clusters import cluster_staircase, normalised_energy  # noqa: F401
 from ..dynamics.circle import CircleField
-from ..dynamics.fields import Field
-from ..geometry.manifolds import Euclidean
-from ..solvers.events import Event
-from ..solvers.integrate import integrate
-
-
-def normalised_energy(theta, w, beta: float, n: int):
-    """(1/n^2) sum_{c,e} w_c w_e e^{beta (cos(theta_c - theta_e) - 1)} = 2 beta e^{-beta} E_beta, shape (...)."""
-    theta = np.asarray(theta, dtype=float)
-    d = theta[..., None, :] - theta[..., :, None]
-    return np.einsum("...ij,i,j->...", np.exp(beta * (np.cos(d) - 1.0)), w, w) / n**2
-
-
-def _cross(theta, w, beta):
-    d = theta[..., None, :] - theta[..., :, None]
-    K = np.exp(beta * (np.cos(d) - 1.0))
-    off = np.outer(w, w) * (1.0 - np.eye(len(w)))  # the diagonal left out: no cancellation
-    return K, d, np.einsum("...ij,ij->...", K, off)
-
-
-class ClusterClock(Field):
-    """Rows: k cluster angles, r, tau (state (..., k + 2, 1) on Euclidean(1)); see the module docstring."""
-
-    manifold = Euclidean(1)
-    autonomous = True
-
-    def __init__(self, beta: float, w, n: int, c0: float):
-        self.beta, self.w, self.n, self.c0 = float(beta), np.asarray(w, dtype=float), int(n), float(c0)
-
-    def take(self, index, batch_shape: tuple):
-        return self
-
-    def __call__(self, t, y):
-        th = y[..., :-2, 0]
-        K, d, cross = _cross(th, self.w, self.beta)
-        c = np.maximum(cross / self.n**2, np.finfo(float).tiny)
-        F = np.sum(K * self.w * np.sin(d), axis=-1) / self.n
-        speed = np.sqrt(np.sum(self.w * F * F, axis=-1))
-        out = np.concatenate([F / c[..., None], (self.c0 / c)[..., None], (speed / c)[..., None]], axis=-1)
-        return out[..., None]
 
 
 def staircase(theta0, beta: float, *, tol: float, stepper: str, rtol: float, atol: float):
-    """Run n particles to one cluster, merging at gap ``tol``; return merges and the saved path.
-
-    Returns ``(merges, path)``: ``merges`` a list of dicts (s, tau, w_a, w_b, energy at the
-    event, cluster weights after), ``path`` a dict of arrays over the accepted steps: s, tau,
-    the normalised energy.
-    """
-    theta = np.sort(np.asarray(theta0, dtype=float))
-    n = len(theta)
-    w = np.ones(n)
-    s0 = tau0 = 0.0
-    merges, S, T, E = [], [], [], []
-    steps = 0
-    while len(theta) > 1:
-        k = len(theta)
-        c0 = float(_cross(theta, w, beta)[2]) / n**2
-        field = ClusterClock(beta, w, n, c0)
-        event = Event(lambda t, y, k=k: merge_heights(y[..., :-2, :])[..., k - 2] - tol, direction=-1,
-                      terminal=True, name=f"merge_to_{k - 1}")
-        with use_device("cpu"):  # ClusterClock is NumPy code: on the host whatever `reproduce --device` says
-            sol = integrate(field, np.concatenate([theta, [0.0, tau0]])[:, None], (0.0, 1e4), stepper,
-                            rtol=rtol, atol=atol, events=[event], event_tol=1e-12, max_steps=100_000,
-                            raise_on_failure=True)
-        if not sol.events.t.shape[-1]:
-            raise RuntimeError(f"no merge by sigma = 1e4 at beta = {beta} ({k} clusters)")
-        steps += int(sol.n_steps)
-        Y = sol.y[..., 0]
-        S.append(s0 + Y[:, -2] / c0)
-        T.append(Y[:, -1])
-        E.append(normalised_energy(Y[:, :-2], w, beta, n))
-        th, r, tau = Y[-1, :-2], Y[-1, -2], Y[-1, -1]
-        a = int(np.argmin(np.diff(th)))
-        merges.append({"s": s0 + r / c0, "tau": tau, "w_a": w[a], "w_b": w[a + 1],
-                       "energy": float(E[-1][-1])})
-        centre = (w[a] * th[a] + w[a + 1] * th[a + 1]) / (w[a] + w[a + 1])  # the conserved centroid
-        theta = np.concatenate([th[:a], [centre], th[a + 2:]])
-        w = np.concatenate([w[:a], [w[a] + w[a + 1]], w[a + 2:]])
-        s0, tau0 = merges[-1]["s"], tau
-    path = {"s": np.concatenate(S), "tau": np.concatenate(T), "energy": np.concatenate(E), "steps": steps}
-    return merges, path
+    """:func:`riemattn.analysis.weighted_clusters.cluster_staircase` (this module's former home)."""
+    return cluster_staircase(theta0, beta, tol=tol, stepper=stepper, rtol=rtol, atol=atol)
 
 
 def greedy_merges(theta0, n: int | None = None):

@@ -183,6 +183,12 @@ def integrate(
             f"t_span = ({t0}, {t1}) runs backward (t1 < t0), but stepper {step.name!r} integrates forward "
             "only; pass t0 <= t1."
         )
+    if step.adaptive and getattr(field, "discontinuous", False):
+        raise ValidationError(
+            f"stepper {step.name!r} is adaptive, but the field is discontinuous (hardmax attention: the "
+            "maximisers switch); its error control assumes a smooth field. Use a fixed-step stepper "
+            "(dt=...) or 'layer'."
+        )
     if step.adaptive:
         rtol = check_positive(rtol, "rtol")
         atol = check_positive(atol, "atol")

@@ -1,0 +1,185 @@
+"""Hardmax and Sinkhorn normalisations of attention scores (private helper of the attention field).
+
+Scores have the internal layout ``S[..., i, eta, j]`` (token, head, neighbour; see
+:mod:`riemattn.dynamics.attention`), already multiplied by beta and with any positional bias added.
+Both functions return ``(E, r)`` as :func:`riemattn.dynamics._softmax.weights` does: alpha is
+``E * r[..., None]``, or ``E`` itself when ``r`` is None. They run on NumPy arrays and on PyTorch
+tensors (the array API of ``riemattn._backend``).
+
+Hardmax (the limit tau -> 0 of softmax(S / tau), i.e. beta -> infinity at a fixed bias)::
+
+    M_i = {j admissible : S_ij >= max_k S_ik - rtol * max_k |S_ik|},   alpha_ij = 1[j in M_i] / |M_i|
+
+(the max over the admissible k: all tokens, or k <= i under a causal mask). Ties are split
+uniformly among the maximisers; scores within ``rtol`` (relative to the row's largest |score|)
+of the row maximum count as ties, so that rounding of the scores (a few eps times their size)
+does not decide between exactly tied tokens. ``rtol = 0`` keeps exact ties only. alpha is
+piecewise constant in the tokens: the field is **discontinuous** where a maximiser changes.
+
+Sinkhorn (doubly stochastic attention, Sander et al. 2022): the matrix ``K_ij = exp(S_ij)`` of
+each head scaled to ``alpha_ij = exp(f_i + S_ij + g_j)`` with rows and columns summing to 1, by
+alternate row and column normalisations in the log domain::
+
+    f_i = -logsumexp_j (S_ij + g_j),   g_j = -logsumexp_i (S_ij + f_i)
+
+starting from g = 0, so scores of any size are safe (beta = 1e6 included). The iteration stops
+when every column sum after a row normalisation is within ``tol`` of 1 (``max_j |sum_i alpha_ij -
+1| <= tol``), or after ``iters`` row/column sweeps; the result always ends with a row
+normalisation (rows sum to 1 to rounding; columns to the tolerance reached). Every operation is
+differentiable on the PyTorch backend (autograd through the unrolled iterations).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._backend import namespace
+from .._validation import check_int, check_nonnegative, check_positive
+from ..errors import ValidationError
+
+__all__ = ["HARDMAX_RTOL", "centred", "configure", "other_weights", "SINKHORN_ITERS", "SINKHORN_TOL", "ANNEAL_SPREAD", "hardmax_weights", "sinkhorn_potentials",
+           "sinkhorn_weights"]
+
+#: Default relative tolerance of hardmax ties: 2^-40 ~ 9e-13, some 4000 eps, far above the
+#: rounding of scores y_i^T P y_j of moderate d (about d eps relative), far below the gaps of
+#: distinct scores met in practice.
+HARDMAX_RTOL = 2.0**-40
+#: Default largest number of Sinkhorn sweeps (one row and one column normalisation each).
+SINKHORN_ITERS = 1000
+#: Default tolerance on the column sums of the Sinkhorn matrix (rows are exact).
+SINKHORN_TOL = 1e-10
+
+
+def configure(field, tie_rtol, iters, tol) -> None:
+    """Check and set the hardmax / Sinkhorn options of an attention field (``field.normalization``
+    and ``field.mask`` already set); ``field.discontinuous`` is True for hardmax."""
+    if field.normalization == "sinkhorn" and field.mask == "causal":
+        raise ValidationError("normalization='sinkhorn' needs mask='full': the only lower-triangular "
+                              "doubly stochastic matrix is the identity (no attention between tokens).")
+    field.tie_rtol = check_nonnegative(tie_rtol, "tie_rtol")
+    field.sinkhorn_iters = check_int(iters, "sinkhorn_iters", 1)
+    field.sinkhorn_tol = check_positive(tol, "sinkhorn_tol")
+    #: whether the field is discontinuous in the tokens (hardmax: where a maximiser switches)
+    field.discontinuous = field.normalization == "hardmax"
+
+
+def other_weights(field, S, t, y):
+    """(E, r) of the field's hardmax or Sinkhorn normalisation of its scores S at (t, y)."""
+    overflow = lambda: field._overflow(t, y)  # noqa: E731
+    if field.normalization == "hardmax":
+        tril = field._causal(y.shape[-2], S) if field.mask == "causal" else None
+        return hardmax_weights(S, tril, field.tie_rtol, overflow)
+    A, _, field._work.sinkhorn = sinkhorn_weights(S, field.sinkhorn_iters, field.sinkhorn_tol, overflow)
+    return A, None
+
+
+def centred(f, A, Uy, hU: int):
+    """Flat space: sum_eta sum_j alpha_ij U_eta (y_j - y_i) from f_i = sum_eta sum_j alpha_ij U_eta y_j,
+    A[..., i, (j, eta)] and Uy[..., (j, eta), :] (the attention field's mixing layout)."""
+    n = A.shape[-2]
+    rows = A.reshape(tuple(A.shape[:-1]) + (n, hU)).sum(-2)  # (..., i, eta): sum_j alpha_ij^eta
+    Uyi = Uy.reshape(tuple(Uy.shape[:-2]) + (n, hU, Uy.shape[-1]))
+    return f - namespace(f).einsum("...ie,...ied->...id", rows, Uyi)
+
+
+def _masked(S, tril, xp):
+    """S with the inadmissible entries (j > i under a causal mask) at -inf."""
+    if tril is None:
+        return S
+    if type(S) is np.ndarray:
+        return np.where(tril, S, -np.inf)
+    return xp.where(tril > 0, S, -math.inf)
+
+
+def hardmax_weights(S, tril, rtol: float, overflow):
+    """(E, r): E the indicator of each row's maximisers (ties within ``rtol``), r = 1 / their
+    number. ``tril`` the causal mask [i, 1, j] or None; ``overflow()`` is called (NumPy) when a
+    row's largest score is not finite."""
+    xp = namespace(S)
+    S = _masked(S, tril, xp)
+    if type(S) is np.ndarray:
+        m = np.max(S, axis=-1, keepdims=True)
+        if not math.isfinite(np.add.reduce(m, axis=None)):
+            overflow()
+        size = np.max(np.abs(np.where(np.isneginf(S), 0.0, S)), axis=-1, keepdims=True)
+        E = (S >= m - rtol * size).astype(float)
+        return E, 1.0 / np.einsum("...j->...", E)
+    S = S.detach()  # piecewise constant: no gradient flows through the maximisers
+    m = xp.max(S, axis=-1, keepdims=True)
+    size = xp.max(xp.abs(xp.where(xp.isinf(S), xp.zeros_like(S), S)), axis=-1, keepdims=True)
+    E = (S >= m - rtol * size).to(S.dtype)
+    return E, 1.0 / xp.sum(E, axis=-1)
+
+
+def _lse(X, axis: int, xp):
+    if type(X) is np.ndarray:
+        m = np.max(X, axis=axis, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        with np.errstate(divide="ignore"):
+            return np.log(np.sum(np.exp(X - m), axis=axis, keepdims=True)) + m
+    return xp.logsumexp(X, dim=axis, keepdim=True)
+
+
+#: Spread max(S) - min(S) of the scores above which the Sinkhorn iteration is annealed (see
+#: :func:`sinkhorn_potentials`): exp(-20) ~ 2e-9 still lets every entry take part.
+ANNEAL_SPREAD = 20.0
+
+
+def _sweeps(S, g, iters: int, tol: float, xp, numpy: bool):
+    """At most ``iters`` row/column sweeps from the column potentials g: (f, g, sweeps, err)."""
+    err, done = math.inf, 0
+    for done in range(1, iters + 1):
+        f = -_lse(S + g, -1, xp)  # (..., l, h, 1): rows sum to 1
+        logcol = _lse(S + f, -3, xp) + g  # log column sums of exp(S + f + g)
+        dev = np.abs(np.expm1(logcol)) if numpy else xp.abs(xp.expm1(logcol.detach()))
+        err = float(dev.max()) if math.prod(dev.shape) else 0.0
+        if err <= tol:
+            return f, g, done, err
+        g = g - logcol
+    return -_lse(S + g, -1, xp), g, done, err  # the last update was to the columns: end with the rows
+
+
+def sinkhorn_potentials(S, iters: int, tol: float, overflow=None):
+    """(f, g, (sweeps, err)): log-domain Sinkhorn potentials of the scores S[..., i, eta, j], shapes
+    (..., l, h, 1) and (..., 1, h, l), with alpha = exp(f + S + g) (module docstring): rows sum to 1
+    to rounding, columns to ``err`` = max_j |sum_i alpha_ij - 1| after the last full sweep.
+    ``overflow()`` is called (NumPy) when a score is not finite.
+
+    Annealing (epsilon scaling): when the scores spread over more than :data:`ANNEAL_SPREAD`, the
+    plain iteration converges slowly (its rate degrades like exp(-spread)); the potentials are
+    then first computed for the scores s S with s = ANNEAL_SPREAD / spread, 2 s, 4 s, ... < 1,
+    each stage to the column tolerance max(tol, 1e-6) and warm-started from the previous stage's
+    potentials times the ratio of the scales, before the sweeps on S itself. ``iters`` bounds the
+    sweeps of every stage. The fixed point is the same (the scaling of exp(S) is unique).
+    """
+    xp = namespace(S)
+    numpy = type(S) is np.ndarray
+    if numpy and overflow is not None and not math.isfinite(np.add.reduce(S, axis=None)):
+        overflow()
+    g = S[..., :1, :, :] * 0.0  # (..., 1, h, l): column potentials
+    if not math.prod(S.shape):
+        return S[..., :, :, :1] * 0.0, g, (0, 0.0)
+    spread = float(S.max() - S.min()) if numpy else float((S.max() - S.min()).detach())
+    scales, total = [], 0
+    s = ANNEAL_SPREAD / spread if spread > ANNEAL_SPREAD else 1.0
+    while s < 1.0:
+        scales.append(s)
+        s *= 2.0
+    prev = None
+    for s in scales:
+        g = g if prev is None else g * (s / prev)
+        _, g, done, _ = _sweeps(s * S, g, iters, max(tol, 1e-6), xp, numpy)
+        total, prev = total + done, s
+    if prev is not None:
+        g = g / prev
+    f, g, done, err = _sweeps(S, g, iters, tol, xp, numpy)
+    return f, g, (total + done, err)
+
+
+def sinkhorn_weights(S, iters: int, tol: float, overflow):
+    """(alpha, None, (sweeps, err)): the doubly stochastic scaling of exp(S) per head
+    (:func:`sinkhorn_potentials`)."""
+    f, g, info = sinkhorn_potentials(S, iters, tol, overflow)
+    return namespace(S).exp(S + f + g), None, info
