@@ -324,7 +324,7 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
                 t_new = xp.where(hit, t_stop, t_new)
                 y_new = _where(hit, y_stop, y_new)
         if dense is not None:  # the accepted steps (truncated at terminal events), for Trajectory.interpolate
-            dense.add(w, t_w, t_new - t_w, y_w, accept, state=state_in, t_end=t_new, y_end=y_new)
+            dense.add(w, t_w, h_try, y_w, accept, state=state_in, t_end=t_new, y_end=y_new)
         if rec.saveat is not None and bool(rec.pending(w, t_new, accept).any()):  # host decision
             rec.record_dense(w, t_w, h_try, y_new, t_new, accept, interp, whole)
         if box:
