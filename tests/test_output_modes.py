@@ -48,12 +48,13 @@ from riemattn.solvers.compiled._dispatch import ENGINES
 from riemattn.solvers.events import Event
 from riemattn.solvers.sde import SDE_METHODS
 
-from _output_families import FAMILIES
+from _output_families import FAMILIES, STIFF_ONLY
 
 EPS = np.finfo(float).eps
 RTOL, ATOL, DT = 1e-7, 1e-9, 0.05
 STEPPERS = sorted(ra.STEPPERS)
-CELLS = [(s, f) for s in STEPPERS for f in FAMILIES]
+CELLS = [(s, f) for s in STEPPERS for f in FAMILIES
+         if f not in STIFF_ONLY or getattr(ra.STEPPERS[s], "stiff", False)]
 
 
 def _options(stepper):
@@ -61,14 +62,15 @@ def _options(stepper):
     return dict(rtol=RTOL, atol=ATOL) if st.adaptive else dict(dt=DT)
 
 
-def _events(thr):
-    """The consensus distance crossing thr[0] (either way, non-terminal) and thr[1] (terminal),
-    with the declarative spec that the compiled engine evaluates itself."""
+def _events(thr, terminal=True):
+    """The consensus distance crossing thr[0] (either way, non-terminal) and thr[1] (terminal;
+    left out with ``terminal=False``), with the declarative spec that the compiled engine
+    evaluates itself."""
     def g(value):
         return lambda t, y: _consensus_distance(y) - value
 
     return [Event(g(thr[0]), direction=0, name="pass", spec=("distance", thr[0])),
-            Event(g(thr[1]), direction=0, terminal=True, name="stop", spec=("distance", thr[1]))]
+            Event(g(thr[1]), direction=0, terminal=True, name="stop", spec=("distance", thr[1]))][:1 + terminal]
 
 
 def _save_fn(t, y):
@@ -85,7 +87,8 @@ def _refused(stepper, case):
 
 @functools.cache
 def _numpy_runs(stepper, name):
-    """(case, thresholds, run1: every step + dense + events, run2: saveat + dense + save_fn + events)."""
+    """(case, thresholds, run1: every step + dense + both events, run2: saveat + dense + save_fn +
+    the non-terminal event -- a terminal stop would leave the save times after it untested)."""
     case = FAMILIES[name]()
     kw = _options(stepper)
     run0 = ra.integrate(case.field, case.y0, case.t_span, stepper, engine="numpy", **kw)
@@ -97,7 +100,7 @@ def _numpy_runs(stepper, name):
     t0, t1 = case.t_span
     saveat = np.append(t0 + 4 * DT * np.arange(math.ceil((t1 - t0) / (4 * DT) - 1e-9)), t1)
     run2 = ra.integrate(case.field, case.y0, case.t_span, stepper, engine="numpy", dense_output=True,
-                        saveat=saveat, save_fn=_save_fn, events=_events(thr), **kw)
+                        saveat=saveat, save_fn=_save_fn, events=_events(thr, False), **kw)
     return case, thr, run1, run2
 
 
@@ -151,19 +154,21 @@ def test_output_modes_agree(stepper, name):
     np.testing.assert_allclose(got, saved, rtol=0, atol=tol)
     np.testing.assert_allclose(run2.observables["distance"], _consensus_distance(saved), rtol=0,
                                atol=64 * EPS * max(1.0, np.nanmax(np.abs(saved))))
-    # events: the same crossings with and without saveat/save_fn; each a root on the interpolant
+    # events: the same crossings with and without saveat/save_fn (up to run1's terminal stop);
+    # each a root on the interpolant
     ev1, ev2 = run1.events, run2.events
-    np.testing.assert_array_equal(ev1.count, ev2.count)
+    stop = ev1.t_stop.reshape(-1)
     # (located to event_tol each: fixed steps land on the save times, a grid equal to rounding)
     event_tol = 1e-10 * max(1.0, *map(abs, case.t_span))
-    np.testing.assert_allclose(ev1.t, ev2.t, rtol=0, atol=tol + event_tol)
+    for b in range(len(stop)):
+        np.testing.assert_allclose(_passes(ev1, b, stop[b]), _passes(ev2, b, stop[b]), rtol=0, atol=tol + event_tol)
     flat_t, flat_w = ev1.t.reshape((-1, ev1.t.shape[-1])), ev1.which.reshape((-1, ev1.t.shape[-1]))
     for b in range(flat_t.shape[0]):
         for k in range(int(ev1.count.reshape(-1)[b])):
             te, value = flat_t[b, k], thr[flat_w[b, k]]
             u = run1.interpolate(te).reshape((-1,) + case.y0.shape[-2:])[b]
             g = _consensus_distance(u) - value
-            # the event is located to event_tol (1e-10 max(1, |t|)) in time on the step's own
+            # the event is located to event_tol (1e-10 max(1, |t0|, |t1|)) in time on the step's own
             # dense output, which interpolate re-evaluates: |g| <= |dg/dt| event_tol, with dg/dt
             # from a central difference of g on the interpolant (+ the rounding of g)
             dlt = 1e-6 * (case.t_span[1] - case.t_span[0])
@@ -171,14 +176,15 @@ def test_output_modes_agree(stepper, name):
             lo_, hi_ = max(te - dlt, t0), min(te + dlt, case.t_span[1] if np.isnan(end) else end)
             gl, gh = (_consensus_distance(run1.interpolate(s).reshape((-1,) + case.y0.shape[-2:])[b]) for s in (lo_, hi_))
             slope = abs(gh - gl) / (hi_ - lo_)
-            assert abs(g) <= 2 * slope * 1e-10 * max(1.0, abs(te)) + 64 * EPS, (b, k, te, g, slope)
+            assert abs(g) <= 2 * slope * event_tol + 64 * EPS, (b, k, te, g, slope)
             np.testing.assert_allclose(ev1.y.reshape((-1,) + ev1.y.shape[len(batch):])[b, k], u, rtol=0, atol=tol)
-    # after a terminal stop: NaN everywhere; before it: finite
-    stop = ev1.t_stop.reshape(-1)
+    # everything finite, except after a terminal stop: NaN there
+    assert np.isfinite(saved).all() and np.isfinite(run2.observables["distance"]).all()
+    grid = np.linspace(*case.t_span, 9)
+    dense = run1.interpolate(grid).reshape((len(grid), -1) + case.y0.shape[-2:])
     for b in range(len(stop)):
-        ok = run2.t <= (stop[b] if np.isfinite(stop[b]) else math.inf)
-        vals = saved.reshape((len(run2.t), -1) + case.y0.shape[-2:])[:, b]
-        assert np.isfinite(vals[ok]).all() and np.isnan(vals[~ok]).all()
+        ok = grid <= (stop[b] if np.isfinite(stop[b]) else math.inf)
+        assert np.isfinite(dense[ok, b]).all() and np.isnan(dense[~ok, b]).all()
     # per-trajectory counters: the batch's shape, the scalar counters their maxima
     for sol in (run1, run2):
         pt = sol.per_trajectory
@@ -186,6 +192,13 @@ def test_output_modes_agree(stepper, name):
             assert arr.shape == batch
         assert sol.n_steps == pt.n_steps.max() and sol.n_rejected == pt.n_rejected.max()
         assert sol.success == bool(pt.success.all()) and pt.success.all()
+
+
+def _passes(ev, b, until):
+    """Times of trajectory b's crossings of the non-terminal event, up to ``until`` (NaN: all)."""
+    t, w = ev.t.reshape((-1, ev.t.shape[-1]))[b], ev.which.reshape((-1, ev.t.shape[-1]))[b]
+    keep = (w == 0) & (t <= (until if np.isfinite(until) else math.inf))
+    return t[keep]
 
 
 def _compiled(stepper, name, **kw):
@@ -209,24 +222,41 @@ def test_engines_agree(stepper, name):
     for extra in (dict(dense_output=True), dict(save_fn=_save_fn, saveat=run2.t)):
         with pytest.raises(UnsupportedByEngine):
             _compiled(stepper, name, **extra)
-    c2 = _compiled(stepper, name, saveat=run2.t, events=_events(thr))
+    c2 = _compiled(stepper, name, saveat=run2.t, events=_events(thr, False))
     assert c1.engine == c2.engine == "compiled"
-    # the same steps (their count, per trajectory) and the same values: both engines run one
-    # algorithm, the field's rounding differs (kernel loops vs BLAS), so values agree to the
-    # rounding accumulated over the steps: n_steps x _rounding
+    # the same steps (their count and status, per trajectory) and the same solution. Step times
+    # are not compared to rounding: the controller divides the error estimate's rounding by the
+    # tolerance (and by err itself, far below 1 on DOP853's large steps), so the engines' step
+    # sizes differ by up to 1e-4 relative (measured: dop853 on the causal family). Compared
+    # instead: the compiled engine's values at its own step ends and save times against the
+    # NumPy solve's interpolant there -- the same solution to rounding, accumulated over the steps
     np.testing.assert_array_equal(c1.per_trajectory.n_steps, run1.per_trajectory.n_steps)
     np.testing.assert_array_equal(c1.per_trajectory.status, run1.per_trajectory.status)
-    tol = max(1, run1.n_steps) * _rounding(run1.y)
-    np.testing.assert_allclose(c1.t, run1.t, rtol=0, atol=tol)
-    np.testing.assert_allclose(c1.y, run1.y, rtol=0, atol=tol)
+    tol = max(1, run1.n_steps) * _rounding(run1.y) + _retake(stepper, case, run1)
+    # (a single trajectory's last saved time is its terminal stop, located by each engine to
+    # event_tol: there the NumPy stop state, which differs by at most |F| 2 event_tol)
+    event_tol = 1e-10 * max(1.0, *map(abs, case.t_span))
+    if case.y0.ndim == 2 and stepper != "layer":
+        stop = np.nanmin(np.append(run1.events.t_stop.reshape(-1), np.inf))
+        late = c1.t > stop
+        np.testing.assert_allclose(c1.y[~late], run1.interpolate(c1.t[~late]), rtol=0, atol=tol)
+        if late.any():
+            F = float(np.max(np.abs(case.field(run1.t[-1], run1.y[-1]))))
+            np.testing.assert_allclose(c1.y[late], run1.y[-1:], rtol=0, atol=tol + 2 * event_tol * F)
+    else:  # a batch saves (t0, t1) only; "layer" has no interpolant but one grid on both engines
+        np.testing.assert_allclose(c1.t, run1.t, rtol=0, atol=2 * event_tol)
+        last = np.isfinite(run1.y[-1]).all() and case.y0.ndim == 2
+        F = float(np.max(np.abs(case.field(run1.t[-1], run1.y[-1])))) if last else 0.0
+        np.testing.assert_allclose(c1.y, run1.y, rtol=0, atol=tol + 2 * event_tol * F)
     np.testing.assert_allclose(c2.y, run2.observables["y"], rtol=0, atol=tol)
     np.testing.assert_array_equal(c1.events.count, run1.events.count)
-    # event times: each engine locates the root to event_tol on its dense output
-    np.testing.assert_allclose(c1.events.t, run1.events.t, rtol=0, atol=tol + 4e-10 * max(1.0, case.t_span[1]))
-    np.testing.assert_allclose(c2.events.t, c1.events.t, rtol=0, atol=tol)
+    # event times: each engine locates the root to event_tol on its own dense output
+    np.testing.assert_allclose(c1.events.t, run1.events.t, rtol=0, atol=2 * event_tol + tol)
+    np.testing.assert_array_equal(c2.events.count, run2.events.count)
+    np.testing.assert_allclose(c2.events.t, run2.events.t, rtol=0, atol=2 * event_tol + tol)
 
 
-SDE_CELLS = [(m, f) for m in sorted(SDE_METHODS) for f in FAMILIES]
+SDE_CELLS = [(m, f) for m in sorted(SDE_METHODS) for f in FAMILIES if f not in STIFF_ONLY]
 
 
 @pytest.mark.parametrize("method,name", SDE_CELLS, ids=[f"{m}-{f}" for m, f in SDE_CELLS])
