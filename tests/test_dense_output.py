@@ -99,3 +99,22 @@ def test_the_compiled_engine_refuses_dense_output():
         ra.integrate(field, y0, (0.0, 1.0), "auto", dense_output=True, engine="compiled")
     sol = ra.integrate(field, y0, (0.0, 1.0), "auto", dense_output=True, engine="auto")
     assert sol.engine == "numpy" and math.isfinite(float(sol.interpolate(0.5).sum()))
+
+
+@pytest.mark.parametrize("stepper", ["auto", "rk4"])
+def test_a_field_without_take_is_interpolated_on_its_whole_batch(stepper):
+    """A field that cannot be restricted to some trajectories (``take`` None: a time-vectorized
+    VectorField) is stepped on its whole batch per query time: the same values as the restricted
+    evaluation of the same solve (``take`` self), to rounding."""
+    field, y0 = _usa9()
+    y0 = np.stack([y0, y0[::-1]])  # a batch of 2
+    kw = dict(rtol=1e-8, atol=1e-10) if stepper == "auto" else dict(dt=0.05)
+    times = np.linspace(0.0, 1.0, 23)
+    out = []
+    for tv in (False, True):
+        vf = ra.VectorField(lambda t, y: field(t, y), ra.Sphere(2), time_vectorized=tv)
+        assert (vf.take(np.arange(2), (2,)) is None) == tv
+        sol = ra.integrate(vf, y0, (0.0, 1.0), stepper, dense_output=True, engine="numpy", **kw)
+        out.append(sol.interpolate(times))
+    assert np.isfinite(out[0]).all()
+    np.testing.assert_allclose(out[1], out[0], rtol=0, atol=64 * EPS)

@@ -225,25 +225,25 @@ class DenseOutput:
                 out[kind.index(q[pick]), kind.index(b[pick])] = vals[kind.index(local)]
 
     def _whole(self, out, q, b, js, s, stated):
-        """A field that needs its whole batch: one fresh step of the batch per query time."""
+        """A field that needs its whole batch: per query time, the batch's steps taken again (the
+        rows not asked for: any logged step, discarded) and their dense output evaluated."""
         kind, ix, B = self.kind, self.kind.index, self.B
         tail = tuple(self.ys.shape[1:])
+        native = self.stepper.dense_order is not None
         for qq in np.unique(q):
             m = q == qq
-            bb, src = b[m], self.order[js[m]]
-            y = self.ys[ix(np.full(B, src[0]))]  # rows not asked for: any valid point, discarded
-            y[ix(bb)] = self.ys[ix(src)]
-            tt, hh = np.zeros(B), np.zeros(B)
-            tt[bb] = self.t0[js[m]]
-            hh[bb] = s[m] - tt[bb]
-            extra = {}
-            if stated:
-                st = self.states[ix(np.full(B, src[0]))]
-                st[ix(bb)] = self.states[ix(src)]
-                extra["state"] = st.reshape(self.batch + (-1,))
-            if self.batch:
-                res = self.stepper.step(self.field, kind.asarray(tt.reshape(self.batch)), y.reshape(self.batch + tail),
-                                        kind.asarray(hh.reshape(self.batch)), **extra)
-            else:
-                res = self.stepper.step(self.field, float(tt[0]), y.reshape(tail), float(hh[0]), **extra)
-            out[ix(np.full(len(bb), qq)), ix(bb)] = res.y.reshape((B,) + tail)[ix(bb)]
+            bb, jj = b[m], np.full(B, js[m][0])
+            jj[bb] = js[m]
+            src = ix(self.order[jj])
+            tt = self.t0[jj]
+            hh = self.h[jj] if native else np.where(np.isin(np.arange(B), bb), s[m][0] - tt, 0.0)
+            extra = {"state": self.states[src].reshape(self.batch + (-1,))} if stated else {}
+            shape = (lambda v: kind.asarray(v.reshape(self.batch))) if self.batch else (lambda v: float(v[0]))
+            y = self.ys[src].reshape(self.batch + tail)
+            res = self.stepper.step(self.field, shape(tt), y, shape(hh), **extra)
+            val = res.y
+            if native:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    theta = np.clip(np.where(hh != 0, (s[m][0] - tt) / hh, 0.0), 0.0, 1.0)
+                val = self.stepper.interpolant(self.field, shape(tt), y, shape(hh), res)(shape(theta))
+            out[ix(np.full(len(bb), qq)), ix(bb)] = val.reshape((B,) + tail)[ix(bb)]
