@@ -134,7 +134,7 @@ class ProjectedRosenbrock(Stepper):
             return host_step(self, field, t, y, h, k1)
         tab = self.tableau
         normalize = field.manifold.normalize
-        frozen, h_asked = None, h
+        frozen = None
         if not np.all(h):  # h = 0 (rows the adaptive loop keeps still, a dense output at a step's
             frozen = np.asarray(h) == 0  # start): a dummy step, then y itself (1 / (h gamma) is inf)
             h = np.where(frozen, 1e-6, h)
@@ -194,7 +194,7 @@ class ProjectedRosenbrock(Stepper):
         if frozen is not None:
             keep = frozen[..., None, None]
             y_new, error = np.where(keep, y, y_new), np.where(keep, 0.0, error)
-        k_next = on_manifold(field, shifted_time(t, 1.0, h_asked), y_new)
+        k_next = on_manifold(field, shifted_time(t, 1.0, h), y_new)
         nfev += 1
         return StepResult(y_new, error, nfev, k_next, (Us, x1, J))
 
