@@ -25,11 +25,13 @@ always do; so do steppers and fields it does not compile). SDE methods
 (:func:`test_sde_output_modes_agree`): saved tokens and ``save_fn`` observables of the same
 seed agree, and there is no dense output.
 
-Size: the full product is run, not sampled -- 14 steppers x 8 families (112 cells, each 3 NumPy
-solves and 2 compiled ones) and 2 SDE methods x 8 families -- on problems of a few tokens and a
-few dozen steps, so that the whole file stays well under the minute of one core it is allowed
-(the compiled engine's loops are compiled once per machine, in numba's cache, and shared with
-tests/test_compiled.py).
+Size: the full product is run, not sampled: 14 steppers x 8 families plus the stiff family for
+the 3 steppers that declare ``stiff`` (115 cells; each 3 NumPy solves, and 2 compiled solves
+where the compiled engine runs the cell) and 2 SDE methods x 8 families: 246 tests, on problems
+of a few tokens and a few dozen steps (the stiff one: 175), so that the file stays within the
+minute of one core it is allowed (14 s of CPU time, warm numba cache, on a loaded 2-core
+machine). The compiled engine's loops are compiled once per machine, in numba's cache, and shared
+with tests/test_compiled.py; a first run compiles them.
 """
 
 from __future__ import annotations
