@@ -121,7 +121,8 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
                     y_new = _where(hit, y_stop, y_new)
                     h_eff = xp.where(hit, t_stop - t, h_eff)
                     if dense is not None:
-                        dense.add(rows, t, h_eff.reshape(-1), y.reshape((B,) + tail), hit.reshape(-1))
+                        dense.add(rows, t, h_eff.reshape(-1), y.reshape((B,) + tail), hit.reshape(-1),
+                                  t_end=t_stop.reshape(-1), y_end=y_new.reshape((B,) + tail))
                     y = _where(hit, y_new, y)
                     stats.status[...] = xp.where(hit, TERMINAL, stats.status)
                     alive = alive & ~hit
@@ -129,7 +130,8 @@ def run_fixed(field, stepper, y, t0, t1, dt, saveat, rec: Recorder, stats: Stats
                     masked = True
             if dense is not None:
                 dense.add(rows, t, h_eff if np.ndim(h_eff) == 0 else h_eff.reshape(-1),
-                          y.reshape((B,) + tail), alive.reshape(-1))
+                          y.reshape((B,) + tail), alive.reshape(-1), t_end=t_new,
+                          y_end=y_new.reshape((B,) + tail))
             y = _where(alive, y_new, y)
             if bar is not None:
                 bar.update(t_new - t)
@@ -295,6 +297,7 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
         h_try = xp.where(active, xp.minimum(h_w, remaining), 0.0)
         last = active & (h_try >= remaining - LAST_STEP_RTOL * max(1.0, abs(t1)))
         h_try = xp.where(last, remaining, h_try)
+        state_in = state  # the state this step starts from (the dense output re-steps with it)
         extra = {} if state is None else {"state": shaped(state)}
         res = stepper.step(field_w, shaped(t_w), shaped(y_w), shaped(h_try), None if k1 is None else shaped(k1), **extra)
         if res.state is not None:  # shape batch + (m,): one row of m numbers per trajectory
@@ -321,7 +324,7 @@ def run_adaptive(field, stepper, y, t0, t1, rtol, atol, h, rec: Recorder, stats:
                 t_new = xp.where(hit, t_stop, t_new)
                 y_new = _where(hit, y_stop, y_new)
         if dense is not None:  # the accepted steps (truncated at terminal events), for Trajectory.interpolate
-            dense.add(w, t_w, t_new - t_w, y_w, accept)
+            dense.add(w, t_w, h_try, y_w, accept, state=state_in, t_end=t_new, y_end=y_new)
         if rec.saveat is not None and bool(rec.pending(w, t_new, accept).any()):  # host decision
             rec.record_dense(w, t_w, h_try, y_new, t_new, accept, interp, whole)
         if box:

@@ -37,6 +37,10 @@ class _Kind:
     def arange(self, n):
         return self.xp.arange(n, device=self.device)
 
+    def index(self, idx):
+        """Host integer indices as an index array of the tokens' kind (NumPy: unchanged)."""
+        return idx if self.numpy else self.xp.asarray(idx, dtype=self.xp.int64, device=self.device)
+
     def asarray(self, value, dtype=None):
         """Host values (NumPy, floats) as an array on the device (float64 unless ``dtype``)."""
         xp = self.xp

@@ -89,9 +89,21 @@ class Trajectory:
     def interpolate(self, t):
         """The solution at any time(s) ``t`` of the solved interval (``integrate(..., dense_output=True)``).
 
-        ``t`` a float gives shape ``(..., l, d)``, a 1-D array of k times ``(k, ..., l, d)``; NaN
-        for a trajectory that stopped (terminal event, failure) before ``t``. The value is a step
-        of the solve's stepper from the start of the accepted step containing ``t`` (full order).
+        Parameters
+        ----------
+        t : float or array_like, shape (k,)
+            Times in ``[t0, t1]``.
+
+        Returns
+        -------
+        ndarray or tensor, shape (..., l, d) for a float, (k, ..., l, d) for k times
+            NaN for a trajectory that stopped (terminal event, failure) before ``t``. At ``t0``
+            and at every accepted step's end: the stored tokens, exactly. Inside a step: the
+            step's own dense output (the one ``saveat`` and events used), the step taken again
+            with the same size and carried state (for ``"auto"`` the same method); a fresh step
+            of size ``t - t_start`` for steppers without a native dense output. All queries are
+            evaluated as one batch (``riemattn.solvers._dense``; docs/events.md, "Dense output
+            of the whole solve").
         """
         if self.dense is None or isinstance(self.dense, str):
             why = self.dense or "the solve kept no dense output: pass dense_output=True to integrate"

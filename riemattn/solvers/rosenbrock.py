@@ -135,8 +135,8 @@ class ProjectedRosenbrock(Stepper):
         tab = self.tableau
         normalize = field.manifold.normalize
         frozen = None
-        if np.ndim(h) and not np.all(h):  # rows the adaptive loop keeps still (h = 0): a dummy step
-            frozen = np.asarray(h) == 0
+        if not np.all(h):  # h = 0 (rows the adaptive loop keeps still, a dense output at a step's
+            frozen = np.asarray(h) == 0  # start): a dummy step, then y itself (1 / (h gamma) is inf)
             h = np.where(frozen, 1e-6, h)
         hc = per_trajectory(h, y)
         shape, n = y.shape, y.shape[-2] * y.shape[-1]

@@ -1,0 +1,116 @@
+"""Field families of the output-mode suite (tests/test_output_modes.py): a registry, so that a
+family added here is covered by every test that enumerates :data:`FAMILIES`.
+
+Each family builds a small problem (a few tokens, a span of a few dozen adaptive steps at the
+suite's tolerance) whose tokens cluster, so that the suite's consensus event ("distance": the
+largest distance to the first token) falls through its thresholds. Deterministic seeds.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+import riemattn as ra
+from riemattn.dynamics.circle import CircleField
+from riemattn.dynamics.schedules import TimeVaryingHeads
+
+
+class Case(NamedTuple):
+    field: object
+    y0: np.ndarray
+    t_span: tuple
+
+
+#: name -> builder of a :class:`Case`
+FAMILIES: dict[str, Callable[[], Case]] = {}
+#: families for the steppers that declare ``stiff`` only (explicit fixed steps blow up on them,
+#: explicit adaptive ones take thousands of steps)
+STIFF_ONLY: set[str] = set()
+
+
+def family(name, stiff_only=False):
+    def deco(fn):
+        FAMILIES[name] = fn
+        if stiff_only:
+            STIFF_ONLY.add(name)
+        return fn
+    return deco
+
+
+def _spd(rng, d):
+    G = rng.standard_normal((d, d))
+    return G @ G.T / d + np.eye(d)
+
+
+def _sphere_points(rng, shape, d):
+    return ra.Sphere(d - 1).projection(rng.standard_normal(shape + (d,)))
+
+
+@family("sphere")
+def _sphere():
+    rng = np.random.default_rng(11)
+    return Case(ra.usa(2.0, 3), _sphere_points(rng, (5,), 3), (0.0, 1.5))
+
+
+@family("ellipsoid")
+def _ellipsoid():
+    rng = np.random.default_rng(12)
+    W = _spd(rng, 3)
+    P = np.stack([np.eye(3), _spd(rng, 3)]) / 2
+    field = ra.AttentionField(P, W=W, normalization="softmax", beta=2.0)
+    return Case(field, ra.Ellipsoid(W).projection(rng.standard_normal((5, 3))), (0.0, 1.5))
+
+
+@family("flat")
+def _flat():
+    """Euclidean tokens: GLPR's angles on the line (CircleField's Field form, tokens (n, 1))."""
+    rng = np.random.default_rng(13)
+    return Case(CircleField(1.5, "sa"), rng.uniform(-1.2, 1.2, (6, 1)), (0.0, 2.0))
+
+
+@family("causal")
+def _causal():
+    rng = np.random.default_rng(14)
+    return Case(ra.sa(3.0, 3, mask="causal"), _sphere_points(rng, (5,), 3), (0.0, 1.5))
+
+
+@family("time_varying_heads")
+def _time_varying():
+    rng = np.random.default_rng(15)
+    B = np.eye(3)[None]
+    A = 0.5 * rng.standard_normal((1, 1, 3, 3))
+    heads = TimeVaryingHeads(B, A, np.array([3.0]), np.array([0.4]))
+    return Case(ra.AttentionField(heads, beta=2.0), _sphere_points(rng, (5,), 3), (0.0, 1.5))
+
+
+@family("per_trajectory_beta_and_weights")
+def _per_trajectory():
+    """A batch of 3 with one beta and one P per trajectory (P of shape (3, 1, d, d))."""
+    rng = np.random.default_rng(16)
+    P = np.stack([np.eye(3), _spd(rng, 3) / 2, np.diag([1.0, 0.5, 0.25])])[:, None]
+    field = ra.AttentionField(P, beta=np.array([1.0, 2.0, 3.0]), normalization="softmax")
+    return Case(field, _sphere_points(rng, (3, 4), 3), (0.0, 1.5))
+
+
+@family("layer_norm")
+def _layer_norm():
+    """Pre-LN tokens (on R^d, radii growing) around a softmax attention field."""
+    rng = np.random.default_rng(17)
+    inner = ra.AttentionField(np.eye(3)[None], 0.5 * np.eye(3)[None], normalization="softmax", beta=2.0)
+    return Case(ra.layernorm(inner, "pre"), _sphere_points(rng, (4,), 3), (0.0, 1.5))
+
+
+@family("circle")
+def _circle():
+    rng = np.random.default_rng(18)
+    return Case(ra.usa(2.0, 2), _sphere_points(rng, (6,), 2), (0.0, 1.5))
+
+
+@family("stiff", stiff_only=True)
+def _stiff():
+    """USA at beta = 9 (weights up to e^9 / 4): "auto" switches to RODAS4P on about half of its
+    175 steps and back (measured), so its dense output runs through both methods."""
+    rng = np.random.default_rng(0)
+    return Case(ra.usa(9.0, 3), _sphere_points(rng, (4,), 3), (0.0, 20.0))
