@@ -332,6 +332,15 @@ def check_beta_batch(beta):
     return float(arr) if arr.ndim == 0 else arr
 
 
+def check_flag(value, name: str) -> bool:
+    """A flag: True or False (Python or NumPy bool), else InputTypeError naming ``name``.
+
+    0, 1, None and strings are refused: ``project="no"`` would otherwise read as True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputTypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}.")
+    return bool(value)
+
+
 def check_rescaled(rescaled, other: str | None = None, beta=None) -> bool:
     """The ``rescaled`` flag (e^{-beta} times USA, see riemattn.dynamics._softmax): a bool; with
     ``other`` (e.g. "normalization='softmax'") True is refused (that form is finite at every beta

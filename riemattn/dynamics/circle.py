@@ -86,7 +86,8 @@ def from_points(x) -> np.ndarray:
 
 def wrap(theta) -> np.ndarray:
     """Angles reduced to (-pi, pi]; use wrap(a - b) to compare angles."""
-    return np.angle(np.exp(1j * np.asarray(theta, dtype=float)))
+    theta = check_finite(as_float_array(theta, "theta"), "theta")
+    return np.angle(np.exp(1j * theta))
 
 
 class CircleField(_CheckedField):
