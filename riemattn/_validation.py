@@ -141,6 +141,11 @@ def check_real(value, name: str) -> float:
     return value
 
 
+def check_times(t, name: str = "t") -> np.ndarray:
+    """A time or an array of times: real (InputTypeError otherwise) and finite (ValidationError)."""
+    return check_finite(as_float_array(t, name), name)
+
+
 def check_finite(arr: np.ndarray, name: str) -> np.ndarray:
     xp = namespace(arr)
     if not bool(xp.all(xp.isfinite(arr))):

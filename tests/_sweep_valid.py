@@ -186,7 +186,7 @@ VALID_AT = {
     ("CircleField.jacobian", "theta"): lambda: np.array([0.1, 0.7, 2.0, 4.0]),
     ("riemattn.dynamics.circle.from_points", "x"): lambda: Y[:, :2] / np.linalg.norm(Y[:, :2], axis=-1, keepdims=True),
     ("riemattn.dynamics.circle.CircleField", "beta"): lambda: 1.0,
-    ("TimeVaryingHeads", "A"): lambda: np.zeros((1, D, D)),
+    ("TimeVaryingHeads", "A"): lambda: np.zeros((1, 1, D, D)),
     ("ButcherTableau", "c"): lambda: (0.0,),
     ("ButcherTableau", "A"): lambda: ((0.0,),),
     ("ButcherTableau", "b"): lambda: (1.0,),

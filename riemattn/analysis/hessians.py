@@ -47,13 +47,14 @@ import numpy as np
 from .._validation import (
     check_beta,
     check_choice,
+    check_nonnegative,
     check_points,
     check_rescaled,
     check_spd,
     check_square_matrix,
     check_token_array,
 )
-from ..errors import ValidationError
+from ..errors import InputTypeError, ValidationError
 from ._energy import kernel_exponent
 from ..dynamics._softmax import RESCALED_ROUNDING
 from ..geometry.manifolds import Ellipsoid, Sphere
@@ -302,6 +303,7 @@ def symmetry_algebra(W, P, tol: float = 1e-10) -> np.ndarray:
     """
     W = check_square_matrix(W, "W")
     P = check_square_matrix(P, "P", W.shape[0])
+    tol = check_nonnegative(tol, "tol")
     d = W.shape[0]
     E = np.eye(d * d).reshape(d * d, d, d)
     L = np.concatenate([(np.swapaxes(E, 1, 2) @ M + M @ E).reshape(d * d, -1) for M in (W, P)], 1)
@@ -343,6 +345,10 @@ def spectrum(hessian: InteractionHessian, *, rtol: float = 1e-9, atol: float = 0
     -------
     Spectrum
     """
+    if not isinstance(hessian, InteractionHessian):
+        raise InputTypeError(f"hessian must be an InteractionHessian (energy_hessian, potential_hessian), "
+                             f"got {type(hessian).__name__}.")
+    rtol, atol = check_nonnegative(rtol, "rtol"), check_nonnegative(atol, "atol")
     if hessian.x.ndim != 2:
         raise ValidationError(f"spectrum takes one configuration (n, d), got shape {hessian.x.shape}.")
     M, B = hessian.matrix()
