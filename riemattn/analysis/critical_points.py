@@ -309,7 +309,9 @@ def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool
     rescaled = check_rescaled(rescaled)
     plain_scale(beta, rescaled, "search")
     n_random = check_int(n_random, "n_random", 0)
-    rng = np.random.default_rng(check_int(seed, "seed", 0))
+    if not isinstance(seed, (np.random.Generator, np.random.SeedSequence)):  # those are streams already
+        seed = check_int(seed, "seed", 0)
+    rng = np.random.default_rng(seed)
     max_ascent = check_int(max_ascent, "max_ascent", 1)
     R = rng.standard_normal((n_random, n, d))
     R /= np.linalg.norm(R, axis=-1, keepdims=True)
