@@ -34,6 +34,7 @@ import fnmatch
 import inspect
 import json
 import os
+import sys
 import zlib
 
 import numpy as np
@@ -252,3 +253,30 @@ def test_known_entries_match_public_callables():
     """Every KNOWN pattern matches some public callable (else it is stale or misspelt)."""
     unused = [e[0] for e in KNOWN if not any(fnmatch.fnmatchcase(n, e[0]) for n in CALLABLES)]
     assert not unused, f"KNOWN patterns matching no public callable: {unused}"
+
+
+def test_a_parameter_without_example_is_reported(monkeypatch):
+    """A public callable with a parameter name the table does not know fails, saying what to add."""
+
+    def new_public_function(y, zzz_unknown):
+        return y
+
+    monkeypatch.setitem(CALLABLES, "riemattn.fake.new_public_function", (None, new_public_function))
+    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))  # not in the summary
+    with pytest.raises(AssertionError, match=r"no valid example for parameter\(s\) \['zzz_unknown'\]: add them to VALID"):
+        test_bad_input("riemattn.fake.new_public_function")
+
+
+def test_a_raw_error_is_reported(monkeypatch):
+    """A callable that lets a NumPy error through for a bad value fails, naming parameter, kind, exception."""
+
+    def leaky(y):
+        return np.linalg.cholesky(np.asarray(y, dtype=float))  # raw LinAlgError / ValueError
+
+    monkeypatch.setitem(CALLABLES, "riemattn.fake.leaky", (None, leaky))
+    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))
+    monkeypatch.setitem(cat.VALID, "y", lambda: np.eye(3))
+    with pytest.raises(AssertionError) as info:
+        test_bad_input("riemattn.fake.leaky")
+    assert "y = <negative>: raw (numpy.linalg.LinAlgError: Matrix is not positive definite)" in str(info.value)
+    assert "y = <nan>: nan (NaN in the result)" in str(info.value)
