@@ -262,7 +262,8 @@ def test_a_parameter_without_example_is_reported(monkeypatch):
         return y
 
     monkeypatch.setitem(CALLABLES, "riemattn.fake.new_public_function", (None, new_public_function))
-    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))  # not in the summary
+    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))
+    monkeypatch.setattr(sys.modules[__name__], "RECORD", None)  # neither counted nor recorded
     with pytest.raises(AssertionError, match=r"no valid example for parameter\(s\) \['zzz_unknown'\]: add them to VALID"):
         test_bad_input("riemattn.fake.new_public_function")
 
@@ -275,6 +276,7 @@ def test_a_raw_error_is_reported(monkeypatch):
 
     monkeypatch.setitem(CALLABLES, "riemattn.fake.leaky", (None, leaky))
     monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))
+    monkeypatch.setattr(sys.modules[__name__], "RECORD", None)
     monkeypatch.setitem(cat.VALID, "y", lambda: np.eye(3))
     with pytest.raises(AssertionError) as info:
         test_bad_input("riemattn.fake.leaky")

@@ -23,7 +23,7 @@ from .._backend import constant, device_of, namespace, requires_grad, size, to_n
 from . import _batch
 from ._heads import HeadMatrices, bmm, stack_columns
 from ._softmax import overflow_message, rescaled_scores, weights, weights_device
-from .._validation import check_beta_batch, check_choice, check_points, check_rescaled
+from .._validation import check_beta_batch, check_choice, check_points, check_real, check_rescaled, check_times
 from ..errors import ValidationError
 from .fields import _CheckedField
 from ..geometry.manifolds import manifold_for
@@ -144,13 +144,15 @@ class AttentionField(_CheckedField):
     def P(self, t=0.0) -> np.ndarray:
         """beta * P_eta(t): shape (h, d, d), with the shapes of an array t, of beta and the batch
         shape of per-trajectory P in front (broadcast)."""
-        Pt = self._P.at(t, _batch.batch_of(t, self._P)) if np.ndim(t) else self._P(float(t))
+        t = check_times(t, "t") if np.ndim(t) else check_real(t, "t")
+        Pt = self._P.at(t, _batch.batch_of(t, self._P)) if np.ndim(t) else self._P(t)
         Pt = np.broadcast_to(Pt, Pt.shape[:-3] + (self.h,) + Pt.shape[-2:])
         return to_numpy(self.beta)[(...,) + (None,) * 3] * Pt
 
     def U(self, t=0.0) -> np.ndarray:
         """U_eta(t), shape (h, d, d) (identity matrices when U is None), with the shapes of an
         array t and the batch shape of per-trajectory U in front."""
+        t = check_times(t, "t") if np.ndim(t) else check_real(t, "t")
         if self._U is None:
             return np.broadcast_to(np.eye(self.d), (self.h, self.d, self.d))
         Ut = self._U.at(t, _batch.batch_of(t, self._U)) if np.ndim(t) else self._U(float(t))
