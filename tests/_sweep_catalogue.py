@@ -35,13 +35,21 @@ TIME_LIMIT = 5.0
 # ------------------------------------------------------------------------------------------------
 # what is public
 # ------------------------------------------------------------------------------------------------
+#: Public modules that could not be imported (an optional dependency missing, e.g. torch in the
+#: core install): not swept, named in the summary.
+UNIMPORTABLE = {}
+
+
 def public_modules():
     """riemattn and every submodule whose dotted path has no part starting with ``_``."""
     mods = {"riemattn": ra}
-    for info in pkgutil.walk_packages(ra.__path__, "riemattn."):
+    for info in pkgutil.walk_packages(ra.__path__, "riemattn.", onerror=lambda name: None):
         if any(part.startswith("_") for part in info.name.split(".")[1:]):
             continue
-        mods[info.name] = importlib.import_module(info.name)
+        try:
+            mods[info.name] = importlib.import_module(info.name)
+        except (ImportError, RiemattnError) as exc:  # riemattn.llm without torch raises a RiemattnError
+            UNIMPORTABLE[info.name] = f"{type(exc).__name__}: {exc}"
     return mods
 
 
@@ -58,7 +66,11 @@ def public_callables():
     found = {}
     for mod in public_modules().values():
         for attr in getattr(mod, "__all__", ()):
-            obj = getattr(mod, attr)
+            try:
+                obj = getattr(mod, attr)
+            except (ImportError, RiemattnError) as exc:  # riemattn.llm's names without torch
+                UNIMPORTABLE[f"{mod.__name__}.{attr}"] = f"{type(exc).__name__}: {exc}"
+                continue
             if inspect.ismodule(obj) or not callable(obj):
                 continue
             found.setdefault(_canonical(obj), (None, obj))
@@ -114,8 +126,10 @@ def valid_example(name: str, param):
 # bad values
 # ------------------------------------------------------------------------------------------------
 def _torch(value):
-    import torch
-
+    try:
+        import torch
+    except ImportError:  # the core install: no tensor values
+        return None
     return torch.as_tensor(np.asarray(value, dtype=np.float64))
 
 
@@ -132,6 +146,10 @@ def bad_values(value, pname: str):
     flattened, float32, float16, tensor, non_integer, unknown_option; ``batch`` (a leading axis of
     2 here and of 3 on the other array parameters) is added by the sweep itself.
     """
+    return [(kind, bad) for kind, bad in _bad_values(value, pname) if not (kind == "tensor" and bad is None)]
+
+
+def _bad_values(value, pname):
     if isinstance(value, bool):
         return [("wrong_type", "yes"), ("non_bool", 2)]
     if isinstance(value, (int, np.integer)):
