@@ -186,6 +186,11 @@ def check_real(value, name: str) -> float:
     return value
 
 
+def check_times(t, name: str = "t") -> np.ndarray:
+    """A time or an array of times: real (InputTypeError otherwise) and finite (ValidationError)."""
+    return check_finite(as_float_array(t, name), name)
+
+
 def check_finite(arr: np.ndarray, name: str) -> np.ndarray:
     xp = namespace(arr)
     if not bool(xp.all(xp.isfinite(arr))):
@@ -379,6 +384,15 @@ def check_beta_batch(beta):
         return check_real(beta, "beta")
     arr = check_finite(as_float_array(beta, "beta"), "beta")
     return float(arr) if arr.ndim == 0 else arr
+
+
+def check_flag(value, name: str) -> bool:
+    """A flag: True or False (Python or NumPy bool), else InputTypeError naming ``name``.
+
+    0, 1, None and strings are refused: ``project="no"`` would otherwise read as True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise InputTypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}.")
+    return bool(value)
 
 
 def check_rescaled(rescaled, other: str | None = None, beta=None) -> bool:

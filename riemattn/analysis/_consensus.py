@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_square_matrix, check_tokens
+from .._validation import check_positive, check_square_matrix, check_tokens
 from ..errors import ValidationError
 
 __all__ = ["consensus_points", "predicted_consensus"]
@@ -49,6 +49,7 @@ def consensus_points(U, *, rtol: float = 1e-10) -> np.ndarray:
            [-0., -1., -0.]])
     """
     U = check_square_matrix(U, "U")
+    rtol = check_positive(rtol, "rtol")
     scale = max(float(np.max(np.abs(U))), 1e-300)
     asym = float(np.max(np.abs(U - U.T)))
     if asym > rtol * scale:

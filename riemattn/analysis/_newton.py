@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_beta, check_int, check_points, check_positive, check_rescaled
+from .._validation import check_beta, check_int, check_points, check_positive, check_rescaled, check_token_array
 from ..errors import ValidationError
 from ..geometry.manifolds import Sphere
 from .hessians import energy_hessian
@@ -87,10 +87,12 @@ def newton_search(x0, beta, *, max_iter: int = 100, gtol: float = 1e-14, max_ste
     """
     beta = check_beta(beta)
     rescaled = check_rescaled(rescaled)
-    x = np.asarray(check_points(x0, "x0", Sphere(np.shape(x0)[-1] - 1)), dtype=float)
+    x = check_token_array(x0, "x0")  # real, finite, (..., n, d): then on the sphere of that d
+    x = np.asarray(check_points(x, "x0", Sphere(max(x.shape[-1] - 1, 1))), dtype=float)
     check_positive(gtol, "gtol")
     check_positive(max_step, "max_step")
     max_iter = check_int(max_iter, "max_iter", 0)
+    polish = check_int(polish, "polish", 0)
     plain = plain_scale(beta, rescaled, "newton_search")
     lead, n = x.shape[:-2], x.shape[-2]
     x = x.reshape((-1,) + x.shape[-2:])

@@ -109,6 +109,7 @@ def structured_starts(n: int, d: int) -> np.ndarray:
     k clusters on a regular k-gon (k = 1..n), and for d >= 3 the tokens spread over the vertices
     of regular simplices (k = 3..min(n, d+1)) and of the octahedron (d = 3, n >= 6), round robin.
     """
+    n, d = check_int(n, "n", 1), check_int(d, "d", 2)
     starts = [k_clusters(n, d, k) for k in range(1, n + 1)]
     if d >= 3:
         for k in range(3, min(n, d + 1) + 1):
@@ -308,7 +309,10 @@ def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool
     rescaled = check_rescaled(rescaled)
     plain_scale(beta, rescaled, "search")
     n_random = check_int(n_random, "n_random", 0)
+    if not isinstance(seed, (np.random.Generator, np.random.SeedSequence)):  # those are streams already
+        seed = check_int(seed, "seed", 0)
     rng = np.random.default_rng(seed)
+    max_ascent = check_int(max_ascent, "max_ascent", 1)
     R = rng.standard_normal((n_random, n, d))
     R /= np.linalg.norm(R, axis=-1, keepdims=True)
     third = np.arange(n_random) % 3

@@ -45,15 +45,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import (
+    as_float_array,
     check_beta,
     check_choice,
+    check_finite,
+    check_nonnegative,
     check_points,
     check_rescaled,
     check_spd,
     check_square_matrix,
     check_token_array,
 )
-from ..errors import ValidationError
+from ..errors import InputTypeError, ValidationError
 from ._energy import kernel_exponent
 from ..dynamics._softmax import RESCALED_ROUNDING
 from ..geometry.manifolds import Ellipsoid, Sphere
@@ -137,6 +140,7 @@ class InteractionHessian:
 
     def euclidean_hvp(self, V):
         """D(df/dx)[V], the Euclidean Hessian of f applied to V, shape (..., n, d)."""
+        V = self._vectors(V, "V")
         return self.s * (self.beta * (self._sym(V) @ self._xP) + self._K @ (V @ self.P))
 
     def _dweights(self, V):
@@ -152,11 +156,12 @@ class InteractionHessian:
     # --- public ----------------------------------------------------------------------------------
     def hvp_induced(self, V):
         """The Hessian for the induced metric h (c_i = 1): projected derivative plus Weingarten term."""
+        V = self._vectors(V, "V")
         return self._project(self.euclidean_hvp(V) @ self._Winv) - self._xg[..., None] * V
 
     def __call__(self, V):
         """Hess f[V] for the weighted metric, V tangent of shape (..., n, d) (extra leading axes allowed)."""
-        V = np.asarray(V, dtype=float)
+        V = self._vectors(V, "V")
         H = self.hvp_induced(V)
         if self.weight_mode == "kernel":
             u = self.grad
@@ -171,7 +176,20 @@ class InteractionHessian:
 
     def inner(self, X, Y):
         """The metric sum_i c_i X_i^T W Y_i, shape (...)."""
+        X, Y = self._vectors(X, "X"), self._vectors(Y, "Y")
+        try:
+            np.broadcast_shapes(X.shape, Y.shape, self.x.shape)
+        except ValueError:
+            raise ValidationError(f"X and Y must broadcast with x {self.x.shape}, got {X.shape} and {Y.shape}.") from None
         return np.sum(self.weights * np.sum((X @ self.W) * Y, axis=-1), axis=-1)
+
+    def _vectors(self, V, name):
+        """``V`` as finite float vectors at the tokens, shape (..., n, d) (else a riemattn error naming ``name``)."""
+        V = check_finite(as_float_array(V, name), name)
+        if V.shape[-2:] != self.x.shape[-2:]:
+            raise ValidationError(f"{name} must have shape (..., {self.x.shape[-2]}, {self.x.shape[-1]}) as the "
+                                  f"tokens x, got {V.shape}.")
+        return V
 
     def basis(self):
         """An orthonormal basis of the tangent space for the metric, shape (..., n (d-1), n, d).
@@ -302,6 +320,7 @@ def symmetry_algebra(W, P, tol: float = 1e-10) -> np.ndarray:
     """
     W = check_square_matrix(W, "W")
     P = check_square_matrix(P, "P", W.shape[0])
+    tol = check_nonnegative(tol, "tol")
     d = W.shape[0]
     E = np.eye(d * d).reshape(d * d, d, d)
     L = np.concatenate([(np.swapaxes(E, 1, 2) @ M + M @ E).reshape(d * d, -1) for M in (W, P)], 1)
@@ -343,6 +362,10 @@ def spectrum(hessian: InteractionHessian, *, rtol: float = 1e-9, atol: float = 0
     -------
     Spectrum
     """
+    if not isinstance(hessian, InteractionHessian):
+        raise InputTypeError(f"hessian must be an InteractionHessian (energy_hessian, potential_hessian), "
+                             f"got {type(hessian).__name__}.")
+    rtol, atol = check_nonnegative(rtol, "rtol"), check_nonnegative(atol, "atol")
     if hessian.x.ndim != 2:
         raise ValidationError(f"spectrum takes one configuration (n, d), got shape {hessian.x.shape}.")
     M, B = hessian.matrix()

@@ -38,7 +38,8 @@ import math
 import numpy as np
 import scipy.integrate as _spi
 
-from .._validation import as_float_array, check_beta, check_choice, check_finite, check_int, check_real
+from .._validation import (as_float_array, check_beta, check_choice, check_finite, check_int, check_positive,
+                           check_real)
 from ..errors import ValidationError
 
 __all__ = ["PLACEMENTS", "equiangular_attention", "equiangular_rates", "equiangular_placement"]
@@ -179,7 +180,11 @@ def equiangular_placement(t, beta: float, n: int, placement: str, *, normalizati
     n = check_int(n, "n", 2)
     placement = check_choice(placement, "placement", PLACEMENTS)
     normalization = check_choice(normalization, "normalization", _NORMALIZATIONS)
-    equiangular_attention(rho0, beta, n, normalization, d)  # checks rho0, d
+    rho0 = check_real(rho0, "rho0")
+    if not -1.0 / (n - 1) <= rho0 <= 1.0:
+        raise ValidationError(f"rho0 must be in [-1/(n-1), 1] = [{-1.0 / (n - 1):.6g}, 1], got {rho0!r}.")
+    equiangular_attention(rho0, beta, n, normalization, d)  # checks rho0's range, d
+    rtol, atol = check_positive(rtol, "rtol"), check_positive(atol, "atol")
     alpha = 1.0 if alpha is None else check_real(alpha, "alpha")
     r0 = check_real(r0, "r0")
     if r0 <= 0:

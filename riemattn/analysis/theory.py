@@ -45,7 +45,8 @@ import numpy as np
 from scipy import integrate as _spi
 from scipy import optimize as _spo
 
-from .._validation import as_float_array, check_beta, check_choice, check_finite, check_int, check_real, check_rescaled
+from .._validation import (as_float_array, check_beta, check_choice, check_finite, check_int, check_positive,
+                           check_real, check_rescaled)
 from ..errors import ValidationError
 from ._consensus import consensus_points, predicted_consensus
 from .meanfield import critical_noise, uniform_growth_rate
@@ -217,6 +218,7 @@ def equiangular_rho(t, beta: float, n: int, model: str = "sa", *, rtol: float = 
     n = _check_n(n)
     model, rescaled = _check_model(model, rescaled)
     t_arr = _check_times(t)
+    rtol, atol = check_positive(rtol, "rtol"), check_positive(atol, "atol")
     flat = t_arr.ravel()
     if flat.size == 0:
         return t_arr.copy()

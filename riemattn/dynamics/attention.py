@@ -27,7 +27,7 @@ from ._heads import HeadMatrices, bmm, stack_columns
 from ._normalize import HARDMAX_RTOL, SINKHORN_ITERS, SINKHORN_TOL, centred, configure, other_weights
 from ._positional import alibi_bias, check_alibi, check_rope, rope_scores
 from ._softmax import overflow_message, rescaled_scores, weights, weights_device
-from .._validation import check_beta_batch, check_choice, check_points, check_rescaled
+from .._validation import check_beta_batch, check_choice, check_points, check_real, check_rescaled, check_times
 from ..errors import ValidationError
 from .fields import _CheckedField
 from ..geometry.manifolds import Euclidean, manifold_for
@@ -178,13 +178,15 @@ class AttentionField(_CheckedField):
     def P(self, t=0.0) -> np.ndarray:
         """beta * P_eta(t): shape (h, d, d), with the shapes of an array t, of beta and the batch
         shape of per-trajectory P in front (broadcast)."""
-        Pt = self._P.at(t, _batch.batch_of(t, self._P)) if np.ndim(t) else self._P(float(t))
+        t = check_times(t, "t") if np.ndim(t) else check_real(t, "t")
+        Pt = self._P.at(t, _batch.batch_of(t, self._P)) if np.ndim(t) else self._P(t)
         Pt = np.broadcast_to(Pt, Pt.shape[:-3] + (self.h,) + Pt.shape[-2:])
         return to_numpy(self.beta)[(...,) + (None,) * 3] * Pt
 
     def U(self, t=0.0) -> np.ndarray:
         """U_eta(t), shape (h, d, d) (identity matrices when U is None), with the shapes of an
         array t and the batch shape of per-trajectory U in front."""
+        t = check_times(t, "t") if np.ndim(t) else check_real(t, "t")
         if self._U is None:
             return np.broadcast_to(np.eye(self.d), (self.h, self.d, self.d))
         Ut = self._U.at(t, _batch.batch_of(t, self._U)) if np.ndim(t) else self._U(float(t))

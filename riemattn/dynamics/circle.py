@@ -51,8 +51,9 @@ import contextlib
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from .._validation import as_float_array, check_beta, check_choice, check_finite, check_rescaled
-from ..errors import IntegrationError, ValidationError
+from .._validation import (as_float_array, check_beta, check_choice, check_finite, check_positive, check_real,
+                           check_rescaled, check_times)
+from ..errors import InputTypeError, IntegrationError, ValidationError
 from ..geometry.manifolds import Euclidean
 from .fields import _CheckedField
 
@@ -86,7 +87,8 @@ def from_points(x) -> np.ndarray:
 
 def wrap(theta) -> np.ndarray:
     """Angles reduced to (-pi, pi]; use wrap(a - b) to compare angles."""
-    return np.angle(np.exp(1j * np.asarray(theta, dtype=float)))
+    theta = check_finite(as_float_array(theta, "theta"), "theta")
+    return np.angle(np.exp(1j * theta))
 
 
 class CircleField(_CheckedField):
@@ -266,16 +268,24 @@ class CircleField(_CheckedField):
             Unwrapped angles (continuous in time); :func:`wrap` reduces them.
         """
         theta0 = _angles(theta0, "theta0")
-        t0, t1 = (float(v) for v in t_span)
-        if t_eval is None:
-            t_eval = np.array([t0, t1])
+        if isinstance(t_span, (str, bytes)) or np.ndim(t_span) != 1 or len(t_span) != 2:
+            raise InputTypeError(f"t_span must be a pair (t0, t1) of real numbers, got {t_span!r}.")
+        t0, t1 = (check_real(v, "t_span") for v in t_span)
+        t_eval = np.array([t0, t1]) if t_eval is None else check_times(t_eval, "t_eval")
+        lo, hi = min(t0, t1), max(t0, t1)
+        if t_eval.ndim != 1 or np.any(t_eval < lo) or np.any(t_eval > hi):
+            raise ValidationError(f"t_eval must be a 1-D array of times in t_span = {(t0, t1)}, got "
+                                  f"shape {t_eval.shape} with values in [{np.min(t_eval, initial=lo)}, "
+                                  f"{np.max(t_eval, initial=hi)}].")
+        rtol, atol = check_positive(rtol, "rtol"), check_positive(atol, "atol")
+        method = check_choice(method, "method", ("RK23", "RK45", "DOP853", "Radau", "BDF", "LSODA"))
         shape = theta0.shape
         sol = solve_ivp(
             lambda t, z: self(t, z.reshape(shape)).ravel(),
             (t0, t1),
             theta0.ravel(),
             method=method,
-            t_eval=np.asarray(t_eval, dtype=float),
+            t_eval=t_eval,
             rtol=rtol,
             atol=atol,
         )

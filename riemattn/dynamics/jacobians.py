@@ -48,13 +48,15 @@ import math
 import numpy as np
 
 from .._backend import is_torch
+from .._validation import as_float_array, check_finite, check_times
 from ..errors import InputTypeError, ValidationError
 from .attention import AttentionField
 
 __all__ = ["jacobian", "jvp", "is_autonomous", "lifted_attention_jacobian"]
 
 
-def _check(field, y):
+def _check(field, y, t=0.0):
+    check_times(t, "t")
     if getattr(field, "manifold", None) is None or not callable(field):
         raise InputTypeError(
             f"field must be a riemattn Field (callable with a .manifold), got {type(field).__name__}."
@@ -62,7 +64,7 @@ def _check(field, y):
     if is_torch(y):
         raise InputTypeError("Jacobians are computed for NumPy tokens only; got a torch tensor "
                              "(convert with riemattn._backend.to_numpy or use an explicit stepper).")
-    y = np.asarray(y, dtype=float)
+    y = check_finite(as_float_array(y, "y"), "y")
     if y.ndim < 2 or y.shape[-1] != field.d:
         raise ValidationError(f"y must have shape (..., l, {field.d}), got shape {y.shape}.")
     return y
@@ -113,8 +115,13 @@ def jacobian(field, t, y) -> np.ndarray:
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
     """
+<<<<<<< HEAD
     y = _check(field, y)
     if not (isinstance(field, AttentionField) and field.closed_form):  # hardmax, Sinkhorn, positions: FD
+=======
+    y = _check(field, y, t)
+    if not isinstance(field, AttentionField):
+>>>>>>> i41-sweep
         if callable(getattr(field, "jacobian", None)):
             J = np.asarray(field.jacobian(t, y), dtype=float)
             if J.shape != y.shape + y.shape[-2:]:
@@ -236,8 +243,8 @@ def jvp(field, t, y, v) -> np.ndarray:
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
     """
-    y = _check(field, y)
-    v = np.asarray(v, dtype=float)
+    y = _check(field, y, t)
+    v = check_finite(as_float_array(v, "v"), "v")
     if v.shape != y.shape:
         raise ValidationError(f"v must have the shape of y, {y.shape}; got {v.shape}.")
     if not (isinstance(field, AttentionField) and field.closed_form):

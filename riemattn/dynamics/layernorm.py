@@ -116,9 +116,13 @@ class LayerNormField(_CheckedField):
     """
 
     def __init__(self, field: AttentionField, placement: str, alpha=None, switch=None):
+<<<<<<< HEAD
         if getattr(field, "flat", False):
             raise ValidationError("a layer norm needs an attention field on the sphere or an ellipsoid, "
                                   "not W='flat' (the placement decides the state space).")
+=======
+        alpha, switch = _check_arguments(field, placement, alpha, switch)
+>>>>>>> i41-sweep
         self.field = field
         self.discontinuous = getattr(field, "discontinuous", False)
         self.placement = placement
@@ -286,6 +290,11 @@ def layernorm(field, placement: str, *, alpha=None, switch=None) -> LayerNormFie
     Karagodin, Ge, Polyanskiy, Rigollet, "Normalization in attention dynamics", NeurIPS 2025,
     section 2; Loshchilov et al., "nGPT", ICLR 2025.
     """
+    return LayerNormField(field, placement, alpha, switch)
+
+
+def _check_arguments(field, placement, alpha, switch):
+    """The checks of :func:`layernorm` (and of ``LayerNormField(...)`` called directly): ``(alpha, switch)``."""
     if not isinstance(field, AttentionField):
         raise InputTypeError(
             f"field must be an AttentionField (its update is the attention A of the model), got "
@@ -308,4 +317,4 @@ def layernorm(field, placement: str, *, alpha=None, switch=None) -> LayerNormFie
     elif switch is not None:
         raise ValidationError(f"switch is Mix-LN's switching time: give it with placement='mix' only "
                               f"(placement is {placement!r}).")
-    return LayerNormField(field, placement, alpha, switch)
+    return alpha, switch

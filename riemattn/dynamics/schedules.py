@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, check_finite
-from ..errors import ValidationError
+from .._validation import as_float_array, check_finite, check_times
+from ..errors import InputTypeError, ValidationError
 
 __all__ = ["TimeVaryingHeads", "PiecewiseConstantHeads"]
 
@@ -76,11 +76,23 @@ class TimeVaryingHeads:
     symmetric: bool = False
 
     def __post_init__(self):
+        B = check_finite(as_float_array(self.B, "B"), "B")
+        if B.ndim < 3 or B.shape[-1] != B.shape[-2]:
+            raise ValidationError(f"B must have shape (..., h, d, d), got shape {B.shape}.")
+        omega, phi = (check_finite(as_float_array(v, n), n) for v, n in ((self.omega, "omega"), (self.phi, "phi")))
+        if omega.ndim != 1 or phi.shape != omega.shape:
+            raise ValidationError(f"omega and phi must have shape (K,), got {omega.shape} and {phi.shape}.")
+        A = check_finite(as_float_array(self.A, "A"), "A")
+        if A.shape != omega.shape + B.shape:
+            raise ValidationError(f"A must have shape (K,) + B.shape = {omega.shape + B.shape}, got {A.shape}.")
+        if not isinstance(self.symmetric, (bool, np.bool_)):
+            raise InputTypeError(f"symmetric must be True or False, got {self.symmetric!r}.")
+        self.B, self.A, self.omega, self.phi = B, A, omega, phi
         if self.symmetric and not (_is_symmetric(self.B) and _is_symmetric(self.A)):
             raise ValidationError("TimeVaryingHeads(symmetric=True) needs exactly symmetric B and A_k.")
         self._A2 = self.A.reshape(self.A.shape[0], self.B.size)
 
-    def __call__(self, t):
+    def __call__(self, t):  # unchecked: called at every field evaluation with the solver's t
         if self._A2.shape[0] == 0:
             return self.B if np.ndim(t) == 0 else np.broadcast_to(self.B, np.shape(t) + self.B.shape)
         # |sin| <= 1 is what the entry bound uses; the clip guards it against any libm's rounding
@@ -90,6 +102,7 @@ class TimeVaryingHeads:
 
     def derivative(self, t):
         """dM/dt = sum_k A_{eta,k} omega_k cos(omega_k t + phi_k), shape (h, d, d) (or (k, h, d, d))."""
+        t = check_times(t, "t")
         c = np.cos(np.multiply.outer(t, self.omega) + self.phi) * self.omega
         out = (c @ self._A2).reshape(np.shape(t) + self.B.shape)
         return _sym(out) if self.symmetric else out

@@ -34,7 +34,7 @@ import importlib
 import pkgutil
 from types import ModuleType
 
-from ..errors import ValidationError
+from ..errors import InputTypeError, ValidationError
 
 __all__ = ["available", "get", "reproduce"]
 
@@ -56,6 +56,8 @@ def available() -> dict[str, ModuleType]:
 def get(name: str) -> ModuleType:
     """The reproduction module called ``name`` (see ``riemattn list``)."""
     modules = available()
+    if not isinstance(name, str):
+        raise InputTypeError(f"name must be a reproduction's name (a string), got {type(name).__name__} {name!r}.")
     if name not in modules:
         raise ValidationError(f"unknown reproduction {name!r}; choose one of {sorted(modules)}.")
     return modules[name]

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._validation import check_int
 from ..errors import InputTypeError, RiemattnError, ValidationError
 from .configs import GPT2_COMMON, GPT2_SIZES, GPT_NEO_COMMON, GPT_NEO_SIZES, HUB_NAMES, resolve_size
 
@@ -110,7 +111,9 @@ def check_device(device) -> torch.device:
 
 def seed_for(seed: int, *stream: int) -> int:
     """A 63-bit seed for the independent random stream ``stream`` of the run seeded by ``seed``."""
-    return int(np.random.SeedSequence([int(seed), *map(int, stream)]).generate_state(2, np.uint64)[0] >> 1)
+    seed = check_int(seed, "seed", 0)
+    stream = [check_int(s, "stream", 0) for s in stream]
+    return int(np.random.SeedSequence([seed, *stream]).generate_state(2, np.uint64)[0] >> 1)
 
 
 def _family_config(family: str, size: str, overrides: dict | None):

@@ -19,6 +19,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from .._validation import check_int
 from ..errors import InputTypeError, ValidationError
 
 STATUS_MISSING, STATUS_DONE, STATUS_FAILED = 0, 1, 2
@@ -42,6 +43,9 @@ def point_seed(coords: dict, seed: int = 0) -> np.random.SeedSequence:
         Entropy ``[seed, w_0, ..., w_7]`` with ``w`` the eight 32-bit words of
         SHA-256(JSON of the sorted items); floats are written with ``repr`` (exact round trip).
     """
+    if not isinstance(coords, dict):
+        raise InputTypeError(f"coords must be a dict of parameter name -> value, got {type(coords).__name__}.")
+    seed = check_int(seed, "seed", 0)
     items = sorted((str(k), _plain(v)) for k, v in coords.items())
     digest = hashlib.sha256(json.dumps(items).encode()).digest()
     words = [int.from_bytes(digest[4 * i: 4 * i + 4], "little") for i in range(8)]

@@ -89,7 +89,9 @@ def integrate_checkpointed(field, y0, t_span, stepper="rk4", dt=None, *, segment
     step = get_stepper(stepper)
     try:
         t0, t1 = (check_real(v, "t_span") for v in t_span)
-    except TypeError:
+    except (TypeError, ValueError) as exc:  # not iterable, or not two values (unpacking)
+        if isinstance(exc, ValidationError):
+            raise
         raise InputTypeError(f"t_span must be a pair (t0, t1) of real numbers, got {t_span!r}.") from None
     if not t1 > t0:
         raise ValidationError(f"t_span must have t1 > t0 for integrate_checkpointed, got {(t0, t1)}.")

@@ -38,6 +38,7 @@ import numpy as np
 from geomstats.geometry.riemannian_metric import RiemannianMetric
 
 from ..dynamics.fields import VectorField
+from .._validation import check_int, check_times
 from ..errors import IntegrationError, ValidationError
 from ..geometry._fast import check_broadcast
 from ..geometry._hypersurface import GaussCurvature, ellipse_perimeter
@@ -110,6 +111,11 @@ class InducedEllipsoidMetric(GaussCurvature, RiemannianMetric):
         """a . b, shape (...)."""
         a = self._space.check_vector(tangent_vec_a, "tangent_vec_a")
         b = self._space.check_vector(tangent_vec_b, "tangent_vec_b")
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise ValidationError(f"tangent_vec_a and tangent_vec_b must broadcast, got shapes {a.shape} and "
+                                  f"{b.shape}.") from None
         return np.einsum("...i,...i->...", a, b)
 
     def metric_matrix(self, base_point=None):
@@ -195,7 +201,7 @@ class InducedEllipsoidMetric(GaussCurvature, RiemannianMetric):
             |v| measure the integration error).
         """
         x, v = self._start(tangent_vec, base_point)
-        times = np.asarray(times, dtype=float)
+        times = check_times(times, "times")
         if times.ndim != 1 or times.size == 0 or np.any(np.diff(times) <= 0) or times[0] < 0:
             raise ValidationError(f"times must be a 1-d increasing array of times >= 0, got {times!r}.")
         states = self._solve(x, v, times=times)
@@ -227,6 +233,7 @@ class InducedEllipsoidMetric(GaussCurvature, RiemannianMetric):
         """
         y = np.asarray(self._space.check_point(point, "point"), dtype=float)
         x = np.asarray(self._space.check_point(base_point), dtype=float)
+        max_iter = check_int(max_iter, "max_iter", 1)
         check_broadcast((y, x), ("point", "base_point"))
         x, y = np.broadcast_arrays(x, y)
         shape, d = x.shape[:-1], x.shape[-1]
@@ -254,7 +261,13 @@ class InducedEllipsoidMetric(GaussCurvature, RiemannianMetric):
 
     def dist(self, point_a, point_b):
         """Geodesic distance |log_a(b)| (shooting; see :meth:`log`), shape (...)."""
-        v = self.log(point_b, point_a)
+        a = self._space.check_point(point_a, "point_a")
+        b = self._space.check_point(point_b, "point_b")
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise ValidationError(f"point_a and point_b must broadcast, got shapes {a.shape} and {b.shape}.") from None
+        v = self.log(b, a)
         return np.sqrt(np.einsum("...i,...i->...", v, v))
 
     def squared_dist(self, point_a, point_b):

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import _loops
 from .._backend import convert, default_device, device_of, is_torch, namespace, size, to_numpy
-from .._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
+from .._validation import (ON_MANIFOLD_ATOL, as_float_array, check_flag, check_int, check_points, check_positive, check_real,
                           token_atol)
 from ..errors import InputTypeError, IntegrationError, ValidationError
 from ._dense import StepLog
@@ -160,7 +160,7 @@ def integrate(
     if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks
         field = unchecked()  # (the stepper's own call of _unchecked then returns it at once)
     calls0 = getattr(field, "n_calls", None)  # a VectorField counts the calls of the user's func
-    if project:
+    if check_flag(project, "project"):
         y0 = manifold.projection(y0)
     else:
         dev, limit = manifold.deviation(y0), token_atol(y0_given, ON_MANIFOLD_ATOL, manifold)
@@ -189,12 +189,15 @@ def integrate(
             "maximisers switch); its error control assumes a smooth field. Use a fixed-step stepper "
             "(dt=...) or 'layer'."
         )
+    # checked for every stepper (a fixed-step one ignores them, but a NaN there is a mistake)
+    rtol = check_positive(rtol, "rtol")
+    atol = check_positive(atol, "atol")
+    if first_step is not None:
+        first_step = check_positive(first_step, "first_step")
+    progress, raise_on_failure = check_flag(progress, "progress"), check_flag(raise_on_failure, "raise_on_failure")
+    dense_output = check_flag(dense_output, "dense_output")
     if step.adaptive:
-        rtol = check_positive(rtol, "rtol")
-        atol = check_positive(atol, "atol")
-        if first_step is not None:
-            first_step = check_positive(first_step, "first_step")
-        elif dt is not None:
+        if first_step is None and dt is not None:
             first_step = check_positive(dt, "dt")
     else:
         if dt is None:

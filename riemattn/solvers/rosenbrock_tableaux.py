@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ValidationError
+from .._validation import as_float_array, check_finite, check_int
+from ..errors import InputTypeError, ValidationError
 
 __all__ = ["RosenbrockTableau", "RODAS4", "RODAS4P", "rosenbrock_residuals", "stability_function"]
 
@@ -47,8 +48,23 @@ def _classical(a, C, gamma):
     return a @ Gamma, Gamma
 
 
+def _coefficients(alpha, Gamma, b):
+    """alpha, Gamma (s, s) and b (s,) as finite float arrays, else a riemattn error naming the argument."""
+    b = check_finite(as_float_array(b, "b"), "b")
+    if b.ndim != 1 or b.size == 0:
+        raise ValidationError(f"b must have shape (s,) with s >= 1 stages, got {b.shape}.")
+    alpha = check_finite(as_float_array(alpha, "alpha"), "alpha")
+    Gamma = check_finite(as_float_array(Gamma, "Gamma"), "Gamma")
+    for name, m in (("alpha", alpha), ("Gamma", Gamma)):
+        if m.shape != (b.size, b.size):
+            raise ValidationError(f"{name} must have shape (s, s) = {(b.size, b.size)} (s from b), got {m.shape}.")
+    return alpha, Gamma, b
+
+
 def rosenbrock_residuals(alpha, Gamma, b, order: int) -> list[tuple[str, float]]:
     """(condition, residual) of the Rosenbrock order conditions up to ``order`` (at most 4)."""
+    alpha, Gamma, b = _coefficients(alpha, Gamma, b)
+    order = check_int(order, "order", 1)
     g = Gamma[0, 0]
     beta = np.tril(alpha + Gamma, -1)
     a_s = alpha.sum(axis=1)
@@ -70,9 +86,15 @@ def rosenbrock_residuals(alpha, Gamma, b, order: int) -> list[tuple[str, float]]
 
 def stability_function(alpha, Gamma, b, z):
     """R(z) = 1 + z b^T (I - z beta)^{-1} 1 for the linear test equation x' = lambda x, z = h lambda."""
+    alpha, Gamma, b = _coefficients(alpha, Gamma, b)
     beta = alpha + Gamma
     s = len(b)
-    z = np.asarray(z, dtype=complex)
+    try:
+        z = np.asarray(z, dtype=complex)
+    except (TypeError, ValueError):
+        raise InputTypeError(f"z must be a (complex) number or array, got {type(z).__name__} {z!r}.") from None
+    if not np.all(np.isfinite(z)):
+        raise ValidationError("z contains NaN or infinite values; expected finite numbers.")
     M = np.eye(s) - z[..., None, None] * beta
     return 1.0 + z * np.einsum("j,...j->...", b, np.linalg.solve(M, np.ones(z.shape + (s, 1)))[..., 0])
 

@@ -62,7 +62,7 @@ from numbers import Integral
 import numpy as np
 
 from .._backend import constant, device_of, is_torch, namespace
-from .._validation import as_float_array, check_finite, check_positive
+from .._validation import as_float_array, check_finite, check_int, check_nonnegative, check_positive, check_times
 from ..errors import InputTypeError, ValidationError
 from .integrate import integrate
 from .steppers import ProjectedHeun, StepResult, Stepper, per_trajectory
@@ -79,7 +79,10 @@ def brownian_mean_cosine(t, d: int, sigma: float):
     E. P. Hsu, *Stochastic Analysis on Manifolds*, section 3.3 (degree-1 spherical harmonics are
     eigenfunctions of the Laplacian with eigenvalue -(d - 1)).
     """
-    return np.exp(-(d - 1) * sigma**2 * np.asarray(t, dtype=float) / 2.0)
+    t = check_times(t, "t")
+    d, sigma = check_int(d, "d", 2), np.float64(check_nonnegative(sigma, "sigma"))
+    with np.errstate(over="ignore"):  # sigma^2 t overflowing is a mean cosine of 0
+        return np.exp(-(d - 1) * np.square(sigma) * t / 2.0)
 
 
 class _Zero:
@@ -288,6 +291,8 @@ def integrate_sde(field, y0, t_span, *, sigma, dt, method="em", seed=None, savea
             raise InputTypeError(
                 f"seed must be an int, None, a numpy.random.Generator or a torch.Generator, got {type(seed).__name__}."
             )
+    if isinstance(seed, Integral) and seed < 0:
+        raise ValidationError(f"seed must be >= 0 (NumPy and torch streams need it), got {seed}.")
     dt = check_positive(dt, "dt")
     batch = tuple(getattr(y0, "shape", np.shape(y0)))[:-2]
     sigma = _check_sigma(sigma, batch)
