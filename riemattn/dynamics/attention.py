@@ -176,16 +176,14 @@ class AttentionField(_CheckedField):
 
     # ------------------------------------------------------------------------------------------
     def P(self, t=0.0) -> np.ndarray:
-        """beta * P_eta(t): shape (h, d, d), with the shapes of an array t, of beta and the batch
-        shape of per-trajectory P in front (broadcast)."""
+        """beta * P_eta(t), shape (..., h, d, d): leading axes of an array t, beta, batched P."""
         t = check_times(t, "t") if np.ndim(t) else check_real(t, "t")
         Pt = self._P.at(t, _batch.batch_of(t, self._P)) if np.ndim(t) else self._P(t)
         Pt = np.broadcast_to(Pt, Pt.shape[:-3] + (self.h,) + Pt.shape[-2:])
         return to_numpy(self.beta)[(...,) + (None,) * 3] * Pt
 
     def U(self, t=0.0) -> np.ndarray:
-        """U_eta(t), shape (h, d, d) (identity matrices when U is None), with the shapes of an
-        array t and the batch shape of per-trajectory U in front."""
+        """U_eta(t), shape (..., h, d, d) (identities if U is None): leading axes of t, batched U."""
         t = check_times(t, "t") if np.ndim(t) else check_real(t, "t")
         if self._U is None:
             return np.broadcast_to(np.eye(self.d), (self.h, self.d, self.d))
