@@ -115,13 +115,8 @@ def jacobian(field, t, y) -> np.ndarray:
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
     """
-<<<<<<< HEAD
-    y = _check(field, y)
-    if not (isinstance(field, AttentionField) and field.closed_form):  # hardmax, Sinkhorn, positions: FD
-=======
     y = _check(field, y, t)
-    if not isinstance(field, AttentionField):
->>>>>>> i41-sweep
+    if not (isinstance(field, AttentionField) and field.closed_form):  # hardmax, Sinkhorn, positions: FD
         if callable(getattr(field, "jacobian", None)):
             J = np.asarray(field.jacobian(t, y), dtype=float)
             if J.shape != y.shape + y.shape[-2:]:

@@ -116,13 +116,10 @@ class LayerNormField(_CheckedField):
     """
 
     def __init__(self, field: AttentionField, placement: str, alpha=None, switch=None):
-<<<<<<< HEAD
         if getattr(field, "flat", False):
             raise ValidationError("a layer norm needs an attention field on the sphere or an ellipsoid, "
                                   "not W='flat' (the placement decides the state space).")
-=======
         alpha, switch = _check_arguments(field, placement, alpha, switch)
->>>>>>> i41-sweep
         self.field = field
         self.discontinuous = getattr(field, "discontinuous", False)
         self.placement = placement
