@@ -8,7 +8,8 @@ strategies, at the edges:
 
 * degenerate draws: ``token_configurations`` (coincident and antipodal tokens), one token, d = 2;
 * large magnitudes: attention at beta up to 1e3 (softmax), unnormalised weights and a user's
-  field of size e^beta with beta up to 700 (e^709 is the largest finite double), costs up to 1e6;
+  field of size e^beta with beta up to 600 (``BIG``: e^709 is the largest finite double, and the
+  projection multiplies by W), costs up to 1e6;
 * condition numbers of W up to 1e10 (``manifolds(max_condition=1e10)``; ``check_order`` up to
   1e2, see ``order_correct``).
 
@@ -44,6 +45,9 @@ DIMS = st.integers(2, 4)
 TOKENS = st.integers(1, 4)
 BETAS = st.one_of(rs.betas(max_value=2.0), rs.betas(min_value=100.0, max_value=1e3), st.just(0.0))
 CURVED = ("sphere", "ellipsoid")
+#: the largest beta of a field of size e^beta: its projection computes y^T W v, up to
+#: cond(W) (d + 1) e^beta = 5e10 e^600 ~ 2e271, finite (e^700 overflowed there: 1e10 e^700 > 1.8e308)
+BIG = 600.0
 
 
 def _manifold(data, max_condition=COND, kinds=CURVED, dims=DIMS):
@@ -93,10 +97,12 @@ def tangent_correct(data):
         field = _attention(data, M)
     elif kind == "unnormalised":  # weights up to e^beta (scores <= |y|_2^2 <= 1 with P = I)
         field = ra.AttentionField(np.eye(M.ambient_dim)[None], W=_W(M), normalization="mean",
-                                  beta=data.draw(rs.betas(max_value=700.0)))
-    else:  # a user's field of size e^beta before its projection
-        K = data.draw(rs.head_matrices(1, M.ambient_dim))[0] + np.eye(M.ambient_dim)
-        big = np.exp(data.draw(rs.betas(max_value=700.0)))
+                                  beta=data.draw(rs.betas(max_value=BIG)))
+    else:  # a user's field of size e^beta before its projection (K = I: it removes all of it)
+        K = np.eye(M.ambient_dim)
+        if data.draw(st.booleans()):
+            K = K + data.draw(rs.head_matrices(1, M.ambient_dim))[0]
+        big = np.exp(data.draw(rs.betas(max_value=BIG)))
         field = ra.VectorField(lambda t, z: big * (z @ K), M, project=True)
     rt.assert_tangent(field, y)
 
@@ -138,7 +144,9 @@ def tangent_non_tangent(data):
 
 # --- assert_forward_invariant ------------------------------------------------------------------
 def _invariant_problem(data, sign, beta=BETAS, tokens=TOKENS, coincident=True):
-    M = _manifold(data)
+    # cond(W) <= 1e6: integrate refuses tokens off E_W by more than 1e-8 (absolute), which the
+    # rounding of a correct retraction exceeds from cond ~1e7 on (found by this test at 1e10)
+    M = _manifold(data, max_condition=1e6)
     y0, v = data.draw(rs.hemisphere_points(M, tokens=tokens))
     if coincident and data.draw(st.booleans()):
         y0 = np.broadcast_to(y0[..., :1, :], y0.shape).copy()  # coincident: an equilibrium
@@ -179,7 +187,11 @@ def order_correct(data):
     field = _attention(data, M, beta=rs.betas(max_value=2.0))
     y0 = data.draw(rs.token_configurations(M, tokens=st.integers(1, 3)))
     stepper = data.draw(st.sampled_from(FIXED))
-    rt.check_order(stepper, field, y0, steps=(4, 8, 16, 32)).assert_slope(tol=0.3)
+    ref = rt.reference_solution(field, y0, (0.0, 1.0))
+    # tokens that barely move have no measurable order (errors at the reference's floor:
+    # check_order says so with a ValidationError, its documented answer)
+    assume(np.max(np.abs(ref - y0)) > 1e-2)
+    rt.check_order(stepper, field, y0, steps=(8, 16, 32, 64), reference=ref).assert_slope(tol=0.3)
 
 
 def order_lower_than_claimed(data):
@@ -283,16 +295,14 @@ def gradient_correct(data):
     rt.check_riemannian_gradient(M, cost, gradient, y, seed=data.draw(st.integers(0, 2**16))).assert_slope(tol=0.2)
 
 
-def _gradient_bug_shows(data, M, cost, good, bad, y):
-    """Check ``bad`` along u = (bad - good)(y) + (good part if that is 0): a wrong gradient differs
-    from the right one in <g, u>; assume the difference is above the model's rounding."""
-    diff = bad(y) - good(y)
-    u = M.tangent(y, diff)
+def _gradient_bug_shows(data, M, cost, good, bad, y, curvature):
+    """Check ``bad`` along u = the tangent part of (bad - good)(y), unit: the model's error is
+    t |bad - good|_W + O(curvature t^2). At the fitted steps (t <= ~3e-4) the bug shows as slope
+    ~1 when |bad - good|_W > 0.01 curvature (then the t^2 term is below 3 % of the t term); draws
+    below that are assumed away (no bug to see there: e.g. a gradient that vanishes)."""
+    u = M.tangent(y, bad(y) - good(y))
     size = np.sqrt(np.sum(M.inner(u, u)))
-    g = good(y)
-    if not size > 1e-6 * (1 + np.sqrt(np.sum(M.inner(g, g)))):  # a scaled bug: along g itself
-        u, size = g, np.sqrt(np.sum(M.inner(g, g)))
-    assume(size > 1e-6 * (1 + abs(cost(y))))
+    assume(size > 0.01 * curvature)
     rt.check_riemannian_gradient(M, cost, bad, y, direction=u / size).assert_slope(tol=0.2)
 
 
@@ -303,27 +313,29 @@ def _gradient_case(data, **bug):
     if energy:
         beta = data.draw(rs.betas(min_value=0.1, max_value=10.0))
         (cost, good), (_, bad) = _energy(M, beta, c), _energy(M, beta, c, **bug)
+        curvature = c * (1 + beta) * 4  # its second derivative along a unit u: l <= 4 tokens, weights <= 1
     else:
         d = M.ambient_dim
         A = data.draw(rs.head_matrices(1, d, symmetric=True))[0] + 2 * np.eye(d)
         (cost, good), (_, bad) = _quadratic(M, A, c), _quadratic(M, A, c, **bug)
+        curvature = c * np.linalg.norm(A, 2)
     y = data.draw(rs.points(M, tokens=st.integers(2, 4)))
-    return M, cost, good, bad, y
+    return M, cost, good, bad, y, curvature
 
 
 def gradient_half(data):
-    M, cost, good, bad, y = _gradient_case(data, factor=0.5)
-    _gradient_bug_shows(data, M, cost, good, bad, y)
+    M, cost, good, bad, y, curvature = _gradient_case(data, factor=0.5)
+    _gradient_bug_shows(data, M, cost, good, bad, y, curvature)
 
 
 def gradient_missing_Winv(data):
-    M, cost, good, bad, y = _gradient_case(data, missing_Winv=True)
+    M, cost, good, bad, y, curvature = _gradient_case(data, missing_Winv=True)
     assume(not isinstance(M, ra.Sphere) and np.linalg.cond(M.W) > 1.5)  # W = I: no W^-1 to miss
-    _gradient_bug_shows(data, M, cost, good, bad, y)
+    _gradient_bug_shows(data, M, cost, good, bad, y, curvature)
 
 
 def gradient_missing_projection(data):
-    M, cost, good, bad, y = _gradient_case(data, project=False)
+    M, cost, good, bad, y, _ = _gradient_case(data, project=False)
     v = bad(y)
     assume(np.max(np.abs(M.inner(y, v)) - 1e3 * 1e-10 * np.linalg.norm(y, axis=-1) * np.linalg.norm(M.W, 2)
                   * np.linalg.norm(v, axis=-1) / np.linalg.eigvalsh(M.W)[0]) > 0)

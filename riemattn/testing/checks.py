@@ -4,8 +4,11 @@ Each raises ``AssertionError`` with a message that names the violated quantity a
 violated: the time, the trajectory (index into the leading batch axes) and the token. Bad
 arguments raise :class:`~riemattn.errors.ValidationError` / :class:`~riemattn.errors.InputTypeError`.
 
-* :func:`assert_on_manifold` -- ``|y_i^T W y_i - 1| <= atol`` for every token (and saved time);
-* :func:`assert_tangent` -- ``|y_i^T W F_i(t, y)| <= atol_i + rtol |F_i|_W``: the field is tangent;
+* :func:`assert_on_manifold` -- ``|y_i^T W y_i - 1| <= atol`` + its rounding level, for every
+  token (and saved time);
+* :func:`assert_tangent` -- ``|y_i^T W F_i(t, y)|`` within its rounding level, relative to the
+  field before its projection: the field is tangent;
+* :func:`inner_rounding` -- the rounding level of ``a^T W b`` those tolerances are built on;
 * :func:`assert_forward_invariant` -- along a numerical solution, every token stays in a region
   (an open hemisphere H+(v), or any region given as a margin function), optionally with a
   non-decreasing margin (the Lyapunov form of ICML Theorem 3.2).
@@ -27,7 +30,7 @@ from ..solvers.steppers import get_stepper
 
 EPS = np.finfo(float).eps
 
-__all__ = ["assert_forward_invariant", "assert_on_manifold", "assert_tangent"]
+__all__ = ["assert_forward_invariant", "assert_on_manifold", "assert_tangent", "inner_rounding"]
 
 
 def _where(index, batch_ndim: int, times=None) -> str:
@@ -272,11 +275,13 @@ def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper=
         The decrease of the smallest margin between two steps that is not a violation: the
         numerical solution's own error. Default, with L the margin's Lipschitz constant (|v|_2
         for a hemisphere; 1 for a callable region -- pass ``slack`` for one with another) and
-        Y = max |y| over the solution: for an adaptive stepper, ``10 L sqrt(l d) (atol + rtol Y)``
-        (its error control keeps the RMS over the l d components of each step's error estimate,
-        scaled by atol + rtol |y|, below 1, so one token's error is at most sqrt(l d) times that
-        scale; 10 for an estimate that is asymptotic); for a fixed-step one, the rounding of a
-        step and of the margin, ``64 (l + d) eps L Y``.
+        Y = max |y| over the solution: the rounding of a step and of the margin,
+        ``64 (l + d) eps L Y K`` with K = max |y_i|_2^2 ||W||_2 (>= 1; up to cond(W): the
+        retraction's relative rounding, :func:`inner_rounding`), and for an adaptive stepper also
+        ``10 L sqrt(l d) (atol + rtol Y)`` (its error control keeps the RMS over the l d
+        components of each step's error estimate, scaled by atol + rtol |y|, below 1, so one
+        token's error is at most sqrt(l d) times that scale; 10 for an estimate that is
+        asymptotic).
 
     Returns
     -------
@@ -327,10 +332,13 @@ def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper=
         low = margins.min(axis=-1) if per_token else margins
         drop = low[:-1] - low[1:]
         if slack is None:
-            Y = float(np.max(np.abs(sol.y), initial=0.0))
+            ys = np.asarray(sol.y, dtype=float)
+            Y = float(np.max(np.abs(ys), initial=0.0))
             l, d = y0.shape[-2:]
-            slack = (10.0 * np.sqrt(l * d) * (atol + rtol * Y) if adaptive
-                     else 64.0 * (l + d) * np.finfo(float).eps * Y) * lipschitz
+            # the retraction's rounding: relative 32 d eps |y|_2^2 ||W||_2 (inner_rounding), <= cond(W)
+            kappa = max(1.0, float(np.max(np.sum(ys * ys, axis=-1), initial=0.0)) * _W_norm2(_manifold_of(field)))
+            slack = (64.0 * (l + d) * EPS * Y * kappa
+                     + (10.0 * np.sqrt(l * d) * (atol + rtol * Y) if adaptive else 0.0)) * lipschitz
         if np.any(drop > slack):
             k = np.argwhere(drop > slack)[0]
             k1 = (k[0] + 1,) + tuple(k[1:])
