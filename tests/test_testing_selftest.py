@@ -35,7 +35,6 @@ from hypothesis import strategies as st
 import riemattn as ra
 from riemattn import testing as rt
 from riemattn.testing import strategies as rs
-from riemattn.testing.checks import inner_rounding
 
 from _edges import budget
 
@@ -89,6 +88,16 @@ def on_manifold_unretracted(data):
 
 
 # --- assert_tangent ----------------------------------------------------------------------------
+def _big_field(data, M, generic=None):
+    """A user's field of size e^beta (beta <= BIG) before its projection: e^beta y K, K = I (the
+    projection removes all of it) or I + a drawn head matrix."""
+    K = np.eye(M.ambient_dim)
+    if data.draw(st.booleans()) if generic is None else generic:
+        K = K + data.draw(rs.head_matrices(1, M.ambient_dim))[0]
+    big = np.exp(data.draw(rs.betas(max_value=BIG)))
+    return ra.VectorField(lambda t, z: big * (z @ K), M, project=True)
+
+
 def tangent_correct(data):
     M = _manifold(data)
     y = data.draw(rs.token_configurations(M, tokens=TOKENS, batch_shape=st.sampled_from([(), (2,)])))
@@ -98,18 +107,28 @@ def tangent_correct(data):
     elif kind == "unnormalised":  # weights up to e^beta (scores <= |y|_2^2 <= 1 with P = I)
         field = ra.AttentionField(np.eye(M.ambient_dim)[None], W=_W(M), normalization="mean",
                                   beta=data.draw(rs.betas(max_value=BIG)))
-    else:  # a user's field of size e^beta before its projection (K = I: it removes all of it)
-        K = np.eye(M.ambient_dim)
-        if data.draw(st.booleans()):
-            K = K + data.draw(rs.head_matrices(1, M.ambient_dim))[0]
-        big = np.exp(data.draw(rs.betas(max_value=BIG)))
-        field = ra.VectorField(lambda t, z: big * (z @ K), M, project=True)
+    else:
+        field = _big_field(data, M)
     rt.assert_tangent(field, y)
+
+
+def _W_norm(M, x, W=True):
+    """|x|_W (or |x|_2) without overflow for |x| up to e^600 (|x|^2 is inf there), shape (...)."""
+    m = np.max(np.abs(x), axis=-1)
+    unit = x / np.where(m > 0, m, 1.0)[..., None]
+    return m * (M.norm(unit) if W else np.linalg.norm(unit, axis=-1))
+
+
+def inner_rounding(M, a, b):
+    """32 d eps |a|_2 ||W||_2 |b|_2: the rounding level of a^T W b (as docs/testing.md states it;
+    written here, not imported, so a wrong one in riemattn.testing cannot hide a planted bug)."""
+    W = 1.0 if isinstance(M, ra.Euclidean) else np.linalg.norm(M.W, 2)
+    return 32 * a.shape[-1] * np.finfo(float).eps * _W_norm(M, a, W=False) * W * _W_norm(M, b, W=False)
 
 
 def _normal_part(M, y, v):
     """|y^T W v| against 1e3 times the tolerance of assert_tangent: the bug shows at this draw."""
-    tol = 1e-12 * M.norm(y) * M.norm(v) + inner_rounding(M, y, v)
+    tol = 1e-12 * _W_norm(M, y) * _W_norm(M, v) + inner_rounding(M, y, v)
     return np.max(np.abs(M.inner(y, v)) - 1e3 * tol) > 0
 
 
@@ -133,17 +152,18 @@ def tangent_wrong_side(data):
 
 
 def tangent_non_tangent(data):
-    """A normal component 0.1 (1 + |F|_W) y added to a correct field."""
+    """A normal component 0.1 (1 + max_k |F_k|) y added to a correct field (attention, or of size
+    up to e^600: its tolerance must not overflow to inf)."""
     M = _manifold(data)
-    field = _attention(data, M)
+    field = _attention(data, M) if data.draw(st.booleans()) else _big_field(data, M, generic=True)
     y = data.draw(rs.token_configurations(M, tokens=TOKENS))
-    bad = lambda t, z: (lambda F: F + 0.1 * (1.0 + M.norm(F))[..., None] * z)(field(t, z))  # noqa: E731
+    bad = lambda t, z: (lambda F: F + 0.1 * (1.0 + np.max(np.abs(F), axis=-1))[..., None] * z)(field(t, z))  # noqa: E731
     assume(_normal_part(M, y, bad(0.0, y)))
     rt.assert_tangent(ra.VectorField(bad, M), y)
 
 
 # --- assert_forward_invariant ------------------------------------------------------------------
-def _invariant_problem(data, sign, beta=BETAS, tokens=TOKENS, coincident=True):
+def _invariant_problem(data, sign, beta=BETAS, tokens=TOKENS, coincident=True, normalization="softmax"):
     # cond(W) <= 1e6: integrate refuses tokens off E_W by more than 1e-8 (absolute), which the
     # rounding of a correct retraction exceeds from cond ~1e7 on (found by this test at 1e10)
     M = _manifold(data, max_condition=1e6)
@@ -153,16 +173,22 @@ def _invariant_problem(data, sign, beta=BETAS, tokens=TOKENS, coincident=True):
     d = M.ambient_dim
     # U = sign I: positive weights pull every token toward the others (ICML Theorem 3.2), -I pushes
     field = ra.AttentionField(data.draw(rs.head_matrices(1, d)), sign * np.eye(d)[None], W=_W(M),
-                              beta=data.draw(beta))
+                              beta=data.draw(beta), normalization=normalization)
     return field, y0, v
 
 
 def forward_invariant_correct(data):
-    field, y0, v = _invariant_problem(data, 1.0)
-    if field.beta <= 2.0 and data.draw(st.booleans()):
+    kind = data.draw(st.sampled_from(["rk4", "dopri5", "dopri5 unnormalised"]))
+    if kind == "rk4":  # fixed steps: beta <= 2, so that dt = 0.05 is stable
+        field, y0, v = _invariant_problem(data, 1.0, beta=rs.betas(max_value=2.0))
         rt.assert_forward_invariant(field, y0, v=v, stepper="rk4", t_span=(0.0, 0.3), dt=0.05, nondecreasing=True)
-    else:  # adaptive: any beta
+    elif kind == "dopri5":  # adaptive: beta up to 1e3
+        field, y0, v = _invariant_problem(data, 1.0)
         rt.assert_forward_invariant(field, y0, v=v, stepper="dopri5", t_span=(0.0, 0.3), nondecreasing=True)
+    else:  # issue 41's case: unnormalised weights (USA-like), long enough for m(t) to plateau, where
+        # the solve's own error (~rtol) shows as decreases of 1e-11 .. 1e-9
+        field, y0, v = _invariant_problem(data, 1.0, beta=rs.betas(min_value=1.0, max_value=6.0), normalization="mean")
+        rt.assert_forward_invariant(field, y0, v=v, stepper="dopri5", t_span=(0.0, 2.0), nondecreasing=True)
 
 
 def forward_invariant_head_sign(data):

@@ -80,6 +80,14 @@ def _W_norm2(manifold) -> float:
     return 1.0 if W is None else float(np.linalg.norm(np.asarray(W, dtype=float), 2))
 
 
+def _norm(x, manifold=None):
+    """|x|_2 (or |x|_W with ``manifold``) over the last axis without overflow: max|x_k| times the norm
+    of x / max|x_k| (a field of size e^600 has |x|^2 = e^1200 = inf in doubles), shape (...)."""
+    m = np.max(np.abs(x), axis=-1, initial=0.0)
+    unit = x / np.where(m > 0, m, 1.0)[..., None]
+    return m * (np.linalg.norm(unit, axis=-1) if manifold is None else manifold.norm(unit))
+
+
 def inner_rounding(manifold, a, b):
     """The rounding level of ``a^T W b`` over the last axis, shape (...):
     ``32 d eps |a|_2 ||W||_2 |b|_2`` (the terms of the d-term inner product and of a projection
@@ -87,7 +95,7 @@ def inner_rounding(manifold, a, b):
     roundings, Higham, *Accuracy and Stability of Numerical Algorithms*, eq. 3.5). Up to
     cond(W) times |a|_W |b|_W: at condition number 1e10 it is ~1e-5 |a|_W |b|_W."""
     d = np.shape(a)[-1]
-    return 32 * d * EPS * np.linalg.norm(a, axis=-1) * _W_norm2(manifold) * np.linalg.norm(b, axis=-1)
+    return 32 * d * EPS * _norm(a) * _W_norm2(manifold) * _norm(b)
 
 
 def _manifold_of(field):
@@ -216,9 +224,9 @@ def assert_tangent(field, y, *, t=0.0, atol=0.0, rtol=1e-12):
     if v is None or v.shape != y.shape:
         v = F
     v = np.where(np.isfinite(v), v, 0.0)
-    bigger = (np.linalg.norm(v, axis=-1) > np.linalg.norm(F, axis=-1))[..., None]
+    bigger = (_norm(v) > _norm(F))[..., None]
     v = np.where(bigger, v, F)
-    scale = rtol * manifold.norm(y) * manifold.norm(v) + inner_rounding(manifold, y, v)
+    scale = rtol * _norm(y, manifold) * _norm(v, manifold) + inner_rounding(manifold, y, v)
     tol = np.broadcast_to(np.asarray(atol, dtype=float), residual.shape) + scale
     excess = residual - tol
     if excess.size == 0:  # an empty batch: no token to be off the tangent space
@@ -228,7 +236,7 @@ def assert_tangent(field, y, *, t=0.0, atol=0.0, rtol=1e-12):
         raise AssertionError(
             f"field not tangent at t = {t!r}, {_where(worst, batch_ndim)}: |y^T W F| = "
             f"{residual[worst]:.3e} > tolerance {tol[worst]:.3e} (|F|_W = {manifold.norm(F)[worst]:.3e}, "
-            f"|v|_W before the projection {manifold.norm(v)[worst]:.3e}; "
+            f"|v|_W before the projection {_norm(v, manifold)[worst]:.3e}; "
             f"{int(np.sum(excess > 0))} of {excess.size} tokens)."
         )
 
