@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 import riemattn as ra
 from riemattn import testing as rt
+from riemattn.errors import ValidationError
 from riemattn.testing import strategies as rs
 
 from _edges import budget
@@ -146,7 +147,11 @@ def tangent_wrong_side(data):
     M = data.draw(rs.ellipsoids(dims=DIMS, max_condition=COND))
     field = _attention(data, M)
     y = data.draw(rs.token_configurations(M, tokens=TOKENS))
-    wrong = lambda t, z: (lambda v: v - (z @ M.W) * np.sum(z * v, axis=-1, keepdims=True))(field.update(t, z))  # noqa: E731
+
+    def wrong(t, z):
+        v = field.update(t, z)
+        return v - (z @ M.W) * np.sum(z * v, axis=-1, keepdims=True)
+
     assume(_normal_part(M, y, wrong(0.0, y)))
     rt.assert_tangent(ra.VectorField(wrong, M), y)
 
@@ -157,7 +162,11 @@ def tangent_non_tangent(data):
     M = _manifold(data)
     field = _attention(data, M) if data.draw(st.booleans()) else _big_field(data, M, generic=True)
     y = data.draw(rs.token_configurations(M, tokens=TOKENS))
-    bad = lambda t, z: (lambda F: F + 0.1 * (1.0 + np.max(np.abs(F), axis=-1))[..., None] * z)(field(t, z))  # noqa: E731
+
+    def bad(t, z):
+        F = field(t, z)
+        return F + 0.1 * (1.0 + np.max(np.abs(F), axis=-1))[..., None] * z
+
     assume(_normal_part(M, y, bad(0.0, y)))
     rt.assert_tangent(ra.VectorField(bad, M), y)
 
@@ -217,7 +226,12 @@ def order_correct(data):
     # tokens that barely move have no measurable order (errors at the reference's floor:
     # check_order says so with a ValidationError, its documented answer)
     assume(np.max(np.abs(ref - y0)) > 1e-2)
-    rt.check_order(stepper, field, y0, steps=(8, 16, 32, 64), reference=ref).assert_slope(tol=0.3)
+    try:
+        fit = rt.check_order(stepper, field, y0, steps=(8, 16, 32, 64), reference=ref)
+    except ValidationError as error:  # its documented answer when the steps are too fine: follow it
+        assert "choose larger steps" in str(error)
+        fit = rt.check_order(stepper, field, y0, steps=(2, 4, 8, 16), reference=ref)
+    fit.assert_slope(tol=0.2)
 
 
 def order_lower_than_claimed(data):
@@ -227,7 +241,7 @@ def order_lower_than_claimed(data):
     y0 = data.draw(rs.points(M, tokens=st.integers(2, 3)))
     ref = rt.reference_solution(field, y0, (0.0, 1.0))
     assume(np.max(np.abs(ref - y0)) > 1e-2)  # the tokens move: the error is not at the floor
-    rt.check_order("euler", field, y0, steps=(4, 8, 16, 32), expected=2, reference=ref).assert_slope(tol=0.3)
+    rt.check_order("euler", field, y0, steps=(4, 8, 16, 32), expected=2, reference=ref).assert_slope(tol=0.2)
 
 
 # --- check_retraction --------------------------------------------------------------------------
