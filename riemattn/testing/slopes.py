@@ -148,10 +148,7 @@ def check_order(stepper, field, y0, *, t_span=(0.0, 1.0), steps=(8, 16, 32, 64),
     Fit
         ``fit.order`` is the slope of log(max |y_h(t1) - y(t1)|) against log h, fitted to the
         errors above the reference's accuracy (the floor ``1e-11 max(1, |y(t1)|)``: about 100
-        times the tight reference's error; smaller errors are left out, ``fit.note`` names them),
-        and of those to all but the largest h (at least 3): the asymptotic range, where the
-        leading error term dominates (a cg3 on an ellipsoid: error ratios 10.0, 9.1, 8.6 for
-        halved steps, slope 3.21 over all four, 3.11 over the three smallest).
+        times the tight reference's error; smaller errors are left out, ``fit.note`` names them).
         When every error is at the floor -- the stepper reproduces the solution at every step
         count, e.g. at an equilibrium or on a problem it solves exactly -- no order can be
         measured: ``fit.order`` is inf ("order >= anything"), ``fit.exact`` is True and
@@ -183,7 +180,7 @@ def check_order(stepper, field, y0, *, t_span=(0.0, 1.0), steps=(8, 16, 32, 64),
     floor = REFERENCE_FLOOR * max(1.0, float(np.max(np.abs(ref), initial=0.0)))
     fit = fit_slope(abs(t1 - t0) / ns, errors, st.order if expected is None else expected,
                     f"global error of {getattr(st, 'name', type(st).__name__)}", floor=floor,
-                    floor_means="floor of the reference's accuracy", window=max(3, len(ns) - 1))
+                    floor_means="floor of the reference's accuracy")
     if fit.exact:
         fit = replace(fit, note=fit.note + " (An equilibrium, or a problem the stepper solves exactly; to "
                                            "measure the order, use fewer steps.)")
