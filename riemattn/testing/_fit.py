@@ -40,6 +40,8 @@ class Fit:
         ``slope >= expected - tol``; otherwise ``|slope - expected| <= tol``.
     note : str
         What was left out of the fit and why, or why the check passes without a slope.
+    fitted : ndarray of bool, shape (k,), or None
+        The points the line was fitted to, when not all those above the floor (``window``).
     """
 
     h: np.ndarray
@@ -51,6 +53,7 @@ class Fit:
     floor: np.ndarray | None = None
     at_least: bool = False
     note: str = ""
+    fitted: np.ndarray | None = None
 
     @property
     def order(self) -> float:
@@ -60,6 +63,8 @@ class Fit:
     @property
     def used(self) -> np.ndarray:
         """Which points the line was fitted to (errors above the floor), bool of shape (k,)."""
+        if self.fitted is not None:
+            return self.fitted
         floor = np.zeros_like(self.errors) if self.floor is None else self.floor
         return self.errors > floor
 
@@ -117,8 +122,12 @@ class Fit:
         return ax.figure
 
 
-def fit_slope(h, errors, expected, quantity, *, floor=None, at_least=False, floor_means="rounding floor"):
+def fit_slope(h, errors, expected, quantity, *, floor=None, at_least=False, floor_means="rounding floor",
+              window=None):
     """A :class:`Fit` of the errors above ``floor``.
+
+    ``window``: fit only the ``window`` smallest h above the floor (the asymptotic range, where
+    the leading term dominates; larger h are left out and named in the note).
 
     Every error at the floor: an exact fit (slope inf). One error above it: for an ``at_least``
     fit the same (the single error above the floor is within a few times the floor, see the
@@ -143,6 +152,15 @@ def fit_slope(h, errors, expected, quantity, *, floor=None, at_least=False, floo
         raise ValidationError(f"{quantity}: only one error is above the {floor_means} "
                               f"({errors[above][0]:.2e} at h = {h[above][0]:.3g}; errors {errors}): no slope to "
                               "measure: choose larger steps (fewer of them).")
-    slope, intercept = np.polyfit(np.log(h[above]), np.log(errors[above]), 1)
     note = f"left out of the fit (at or below the {floor_means}): h = {left_out}." if k < h.size else ""
-    return Fit(h, errors, float(slope), float(intercept), expected, quantity, floor, at_least, note)
+    fitted = None
+    if window is not None and k > window:
+        keep = np.flatnonzero(above)[np.argsort(h[above], kind="stable")[:window]]
+        fitted = np.zeros_like(above)
+        fitted[keep] = True
+        beyond = ", ".join(f"{x:.3g}" for x in h[above & ~fitted])
+        note = (note + " " if note else "") + (f"Left out as beyond the asymptotic range (the fit uses the {window} "
+                                               f"smallest h above the floor): h = {beyond}.")
+    use = above if fitted is None else fitted
+    slope, intercept = np.polyfit(np.log(h[use]), np.log(errors[use]), 1)
+    return Fit(h, errors, float(slope), float(intercept), expected, quantity, floor, at_least, note, fitted)

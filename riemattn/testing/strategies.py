@@ -36,6 +36,7 @@ from ..geometry.manifolds import Ellipsoid, Euclidean, Sphere
 from ._draw import _floats, _matrix, _nonzero_rows, _positive, _shape, _size
 from ._attention import DIMS, HEADS, attention_fields, betas, head_matrices, symmetric_with_top_eigenvector
 from ._heads import TimeVaryingHeads
+from .checks import inner_rounding
 
 __all__ = [
     "CONFIGURATIONS",
@@ -244,7 +245,7 @@ def unit_vectors(draw, d):
 
 
 @st.composite
-def hemisphere_points(draw, manifold, *, v=None, tokens=TOKENS, batch_shape=(), min_margin=1e-3):
+def hemisphere_points(draw, manifold, *, v=None, tokens=TOKENS, batch_shape=(), min_margin=None):
     """``(y, v)``: tokens on E_W in the open hemisphere H+(v) = {y : v^T y > 0}, and v.
 
     Parameters
@@ -254,9 +255,12 @@ def hemisphere_points(draw, manifold, *, v=None, tokens=TOKENS, batch_shape=(), 
         The hemisphere's direction; drawn (unit Euclidean length) when None.
     tokens, batch_shape :
         As in :func:`points`; one v certifies every configuration of the batch.
-    min_margin : float, default 1e-3
+    min_margin : float, optional
         Guarantee: ``v^T y_i >= min_margin`` for every token (up to 1e-15 relative rounding).
-        Must be below ``max_{y in E_W} v^T y = sqrt(v^T W^{-1} v)``.
+        Must be below ``max_{y in E_W} v^T y = kappa = sqrt(v^T W^{-1} v)``. Default
+        ``min(1e-3, kappa / 2)``: 1e-3 unless W is so elongated along v that the whole
+        ellipsoid lies within 2e-3 of v-perp (lambda_max(W) > 2.5e5 for a unit v), so every
+        manifold drawn by :func:`manifolds` composes with it.
 
     Returns
     -------
@@ -273,19 +277,22 @@ def hemisphere_points(draw, manifold, *, v=None, tokens=TOKENS, batch_shape=(), 
     if isinstance(manifold, Euclidean):
         raise ValidationError("hemisphere_points needs a Sphere or an Ellipsoid, got Euclidean.")
     d = manifold.ambient_dim
-    m = _positive(min_margin, "min_margin")
+    m = None if min_margin is None else _positive(min_margin, "min_margin")
     Winv = np.linalg.inv(manifold.W)
-    if v is None:
+    if v is None and m is not None:
         # a unit v has kappa >= 1 / sqrt(lambda_max(W)); check the margin against that first
         kmin = 1.0 / np.sqrt(np.linalg.eigvalsh(manifold.W)[-1])
         if m >= kmin:
             raise ValidationError(f"min_margin must be < 1 / sqrt(lambda_max(W)) = {kmin:.6g}, got {m}.")
+    if v is None:
         v = draw(unit_vectors(d))
     else:
         v = np.asarray(v, dtype=float)
         if v.shape != (d,) or not np.all(np.isfinite(v)) or not np.any(v):
             raise ValidationError(f"v must be a finite nonzero vector of shape ({d},), got {v!r}.")
     kappa = float(np.sqrt(v @ Winv @ v))
+    if m is None:
+        m = min(1e-3, 0.5 * kappa)
     if m >= kappa:
         raise ValidationError(f"min_margin must be < max v^T y = sqrt(v^T W^-1 v) = {kappa:.6g}, got {m}.")
     u = Winv @ v / kappa
@@ -305,6 +312,10 @@ def tangent_vectors(draw, manifold, base_point, *, scale=1.0):
 
     u has entries in [-scale, scale]; guarantee |y^T W u| at rounding level
     (<= 1e-15 d |W|_2 scale); on the Euclidean space u itself. Shrinks toward 0.
+
+    Raises ``ValidationError`` if ``base_point`` is not finite or not on the manifold
+    (|y^T W y - 1| > 1e-10 + its rounding level, :func:`riemattn.testing.checks.inner_rounding`):
+    the projection (I - y y^T W) is tangent only at points of the manifold.
     """
     manifold = _manifold(draw, manifold)
     y = np.asarray(base_point, dtype=float)
@@ -312,5 +323,14 @@ def tangent_vectors(draw, manifold, base_point, *, scale=1.0):
         raise ValidationError(
             f"base_point must have shape (..., {manifold.ambient_dim}) for {manifold!r}, got {y.shape}."
         )
+    if not np.all(np.isfinite(y)):
+        raise ValidationError(f"base_point must be finite, got a NaN or inf in shape {y.shape}.")
+    if not isinstance(manifold, Euclidean) and y.size:
+        dev = np.abs(manifold.inner(y, y) - 1.0)
+        tol = 1e-10 + inner_rounding(manifold, y, y)
+        if np.any(dev > tol):
+            k = tuple(int(i) for i in np.unravel_index(np.argmax(dev - tol), dev.shape))
+            raise ValidationError(f"base_point must lie on {manifold!r}: |y^T W y - 1| = {dev[k]:.2e} > {tol[k]:.1e} "
+                                  f"at point {k}.")
     scale = _positive(scale, "scale")
     return manifold.tangent(y, draw(_matrix(y.shape, -scale, scale)))
