@@ -268,3 +268,29 @@ def test_hardmax_leaders_claims_can_fail(tmp_path):
     assert m._exit_times(ts, np.array([0, 0, 1, 1, 0, 1], bool)) == (2.0, 4.0)
     enter, leave = m._exit_times(ts, np.array([0, 1, 1, 1, 1, 1], bool))
     assert enter == 1.0 and np.isnan(leave)
+
+
+def test_position_bias_cumulative_and_claims_can_fail():
+    """position-bias (smoke): the cumulative attention equals the product of the layers written out
+    with np.linalg.multi_dot (rounding of T products of row-stochastic l x l matrices), and the claims
+    turn to 'not reproduced' when min_i P_i1 drops once, when the decay does not localise, or when
+    the half-influence depth does not grow with the slope."""
+    m = get("position-bias")
+    rng = np.random.default_rng(3)
+    A = rng.uniform(size=(6, 5, 5))
+    A /= A.sum(-1, keepdims=True)
+    P = m.cumulative(A)
+    for t in range(6):
+        expect = A[0] if t == 0 else np.linalg.multi_dot(list(A[t::-1]))
+        assert np.abs(P[t] - expect).max() <= 6 * 5 * np.finfo(float).eps
+    ds = m.run(m.config(quick=True, smoke=True))
+    assert all(c["status"] == REPRODUCED for c in m.claims(ds).values() if c["kind"] == "paper")
+    bad = ds.copy(deep=True)
+    bad["min_first"][0, 5] = bad["min_first"][0, 4] - 1e-6
+    assert m.claims(bad)["causal_bias_grows"]["status"] == NOT_REPRODUCED
+    bad = ds.copy(deep=True)
+    bad["mean_distance"][2] = bad["mean_distance"][1]  # the largest slope no more local than the next
+    assert m.claims(bad)["decay_within_layer"]["status"] == NOT_REPRODUCED
+    bad = ds.copy(deep=True)
+    bad["t_half"][:] = 5.0
+    assert m.claims(bad)["tradeoff_with_depth"]["status"] == NOT_REPRODUCED
