@@ -17,7 +17,8 @@ Run (riemattn's dynamics gives the layers' attention maps): l tokens uniform on 
 ``AttentionField(I, mask="causal", normalization="softmax", beta=1)``, stepper ``"layer"`` (tau =
 0.25), depth T; variants: no positional encoding, ALiBi slopes m (``alibi=m``) and RoPE
 (``rope=theta``, theta_k = 10^(-8k/d), k < d/2), all from the same initial tokens. A^(t) is the
-attention of the tokens entering layer t; P^(t) is accumulated in NumPy.
+attention of the tokens entering layer t; P^(t) is accumulated in NumPy as the attention-only
+product (the residual of the layer step enters only through the tokens).
 
 Claims checked (the paper's findings, derived from its abstract and the mathematics of P^(t); the
 paper's trained-model experiments are not reproduced):
