@@ -244,3 +244,53 @@ def test_hemisphere_heads_equal_hemisphere_P():
     bound = 4 * 2 * np.abs(_HEMI_P).max() * (10 * np.pi * T + 2) * np.finfo(float).eps
     assert np.abs(H(t) - hemisphere_P(t)).max() <= bound
     assert np.abs(H(0.37) - hemisphere_P(0.37)).max() <= bound
+
+
+def test_hardmax_leaders_claims_can_fail(tmp_path):
+    """hardmax-leaders (smoke): the hardmax claims are checked against the geometry, not the run:
+    a leader moved by 1e-9, an interior token pushed 1e-9 off its line, or a metastable time that
+    does not grow with beta each turn the corresponding claim to 'not reproduced'; and the
+    entry / exit times of a hand-written state sequence."""
+    m = get("hardmax-leaders")
+    ds = m.run(m.config(quick=True, smoke=True))
+    ok = m.claims(ds)
+    assert all(c["status"] == REPRODUCED for c in ok.values() if c["kind"] == "paper")
+    bad = ds.copy(deep=True)
+    bad["y_hardmax"][3, 0, 0] += 1e-9  # token 0 is a vertex of the hexagon
+    assert m.claims(bad)["leaders_are_vertices"]["status"] == NOT_REPRODUCED
+    bad = ds.copy(deep=True)
+    bad["y_hardmax"][3, m.K, 0] += 1e-9
+    assert m.claims(bad)["straight_lines"]["status"] == NOT_REPRODUCED
+    bad = ds.copy(deep=True)
+    bad["t_exit"][:] = bad["t_enter"].values + 10.0  # the same time in the K-cluster state at every beta
+    assert m.claims(bad)["metastable_exp_beta"]["status"] == NOT_REPRODUCED
+    ts = np.arange(6.0)
+    assert m._exit_times(ts, np.array([0, 0, 1, 1, 0, 1], bool)) == (2.0, 4.0)
+    enter, leave = m._exit_times(ts, np.array([0, 1, 1, 1, 1, 1], bool))
+    assert enter == 1.0 and np.isnan(leave)
+
+
+def test_position_bias_cumulative_and_claims_can_fail():
+    """position-bias (smoke): the cumulative attention equals the product of the layers written out
+    with np.linalg.multi_dot (rounding of T products of row-stochastic l x l matrices), and the claims
+    turn to 'not reproduced' when min_i P_i1 drops once, when the decay does not localise, or when
+    the half-influence depth does not grow with the slope."""
+    m = get("position-bias")
+    rng = np.random.default_rng(3)
+    A = rng.uniform(size=(6, 5, 5))
+    A /= A.sum(-1, keepdims=True)
+    P = m.cumulative(A)
+    for t in range(6):
+        expect = A[0] if t == 0 else np.linalg.multi_dot(list(A[t::-1]))
+        assert np.abs(P[t] - expect).max() <= 6 * 5 * np.finfo(float).eps
+    ds = m.run(m.config(quick=True, smoke=True))
+    assert all(c["status"] == REPRODUCED for c in m.claims(ds).values() if c["kind"] == "paper")
+    bad = ds.copy(deep=True)
+    bad["min_first"][0, 5] = bad["min_first"][0, 4] - 1e-6
+    assert m.claims(bad)["causal_bias_grows"]["status"] == NOT_REPRODUCED
+    bad = ds.copy(deep=True)
+    bad["mean_distance"][2] = bad["mean_distance"][1]  # the largest slope no more local than the next
+    assert m.claims(bad)["decay_within_layer"]["status"] == NOT_REPRODUCED
+    bad = ds.copy(deep=True)
+    bad["t_half"][:] = 5.0
+    assert m.claims(bad)["tradeoff_with_depth"]["status"] == NOT_REPRODUCED
