@@ -16,7 +16,7 @@ import os
 
 from ...errors import IntegrationError, UnsupportedByEngine, ValidationError
 
-ENGINES = ("auto", "numpy", "compiled")
+ENGINES = ("auto", "numpy", "compiled", "cuda")
 ENV = "RIEMATTN_ENGINE"
 
 
@@ -86,12 +86,21 @@ def pays(pack, step, batch_size) -> bool:
 
 
 def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol,
-             save_fn, progress, dense_output, raise_on_failure):
-    """The compiled engine's Trajectory for this call (arguments validated by integrate), or None:
-    run the NumPy engine."""
+             save_fn, progress, dense_output, raise_on_failure, precision=None):
+    """The compiled (or CUDA) engine's Trajectory for this call (arguments validated by integrate),
+    or None: run the NumPy engine. ``precision``: ``"float32"`` runs the CUDA engine in float32
+    (a float32 NumPy y0; tensors keep their dtype)."""
     engine = check_engine(engine)
     if engine == "numpy":
         return None
+    if engine == "cuda":  # never chosen by "auto" (docs/performance.md, "GPU ensembles")
+        from ..cuda._engine import dispatch as cuda_dispatch
+
+        sol = cuda_dispatch(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events,
+                            save_fn, progress, dense_output, precision)
+        if raise_on_failure and not sol.success:
+            raise IntegrationError(sol.message)
+        return sol
     preference = _preference()
     if engine == "auto" and preference == "numpy":
         return None
