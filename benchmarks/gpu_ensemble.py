@@ -113,7 +113,7 @@ def child(args):
         dtype = "float32" if name.endswith("f32") else "float64"
         for method in ("dop853", "dopri5"):
             _sweep(name, method, dtype, _cuda_runner(method, dtype, T), ref, sizes, deadline, args.repeat)
-        return
+        return _tensor_check(name, dtype, T)
     if name == "riemattn-torch-cuda":
         return _sweep(name, "dop853", "float64", _torch_runner(T), ref, sizes, deadline, args.repeat)
     if name == "diffrax-dopri5":
@@ -167,6 +167,30 @@ def _sweep(name, method, dtype, run, ref, sizes, deadline, repeat):
         _emit(contender=name, method=method, dtype=dtype, B=B, tol=tol, seconds=best, error=err, success=bool(ok),
               meets_target=bool(ok and err <= TARGET[dtype]), compile_s=compile_s)
         last = (B, best)
+
+
+def _tensor_check(name, dtype, T):
+    """A CUDA tensor in gives a tensor on its device, equal to the NumPy-input run (same kernel)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return
+        import riemattn as ra
+        from riemattn.experiments._papers import hemisphere_heads
+
+        field = ra.AttentionField(hemisphere_heads())
+        y0 = initial(64)
+        tdt = torch.float32 if dtype == "float32" else torch.float64
+        a = ra.integrate(field, torch.as_tensor(y0, device="cuda", dtype=tdt), (0.0, T), "dopri5", rtol=1e-6,
+                         atol=1e-6, saveat=[T], engine="cuda", project=dtype == "float32")
+        b = ra.integrate(field, y0.astype(np.float32 if dtype == "float32" else float), (0.0, T), "dopri5",
+                         rtol=1e-6, atol=1e-6, saveat=[T], engine="cuda", project=dtype == "float32")
+        diff = float(np.abs(a.y.cpu().numpy() - b.y).max())
+        _emit(contender=name, method="dopri5", dtype=dtype, B=64, note=f"tensor input: result on {a.y.device}, "
+              f"max |tensor - NumPy input| = {diff:.1e}")
+    except Exception as exc:  # noqa: BLE001
+        _emit(contender=name, note=f"tensor input failed: {type(exc).__name__}: {str(exc)[:300]}")
 
 
 def _cuda_runner(method, dtype, T):
