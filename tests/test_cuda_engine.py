@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = textwrap.dedent(r"""
     import json, numpy as np, riemattn as ra
     from riemattn.experiments._papers import hemisphere_heads
+    from riemattn.dynamics.schedules import PiecewiseConstantHeads
     rng = np.random.default_rng(7)
 
     def tokens(shape):
@@ -75,6 +76,14 @@ SCRIPT = textwrap.dedent(r"""
     case("rk4 batch saveat", ra.AttentionField(hemi, beta=np.array([1.0, 3.0, 0.2, 1.5])), tokens((4, 3, 3)),
          (0.0, 0.5), "rk4", dt=0.1, saveat=[0.0, 0.25, 0.5])
     case("rk4 single trajectory, every step", ra.AttentionField(hemi), tokens((3, 3)), (0.0, 0.3), "rk4", dt=0.1)
+    W = np.diag([2.0, 1.0, 0.5])
+    ell = ra.AttentionField(hemi, rng.normal(size=(1, 3, 3)) / 2, W=W, mask="causal", normalization="mean", beta=0.8)
+    case("dopri5 ellipsoid, causal mean, time-varying P and constant U", ell,
+         ell.manifold.projection(rng.normal(size=(2, 4, 3))), (0.0, 0.6), "dopri5", rtol=1e-6, atol=1e-6,
+         saveat=[0.0, 0.31, 0.6])
+    steps = PiecewiseConstantHeads([0.0, 0.25], rng.normal(size=(2, 1, 3, 3)))
+    case("dop853 piecewise-constant P, per-trajectory beta", ra.AttentionField(steps, beta=np.array([1.0, 2.0])),
+         tokens((2, 3, 3)), (0.0, 0.5), "dop853", rtol=1e-7, atol=1e-7, saveat=[0.2, 0.5])
     case("dopri5 float32", ra.AttentionField(hemi), tokens((2, 4, 3)), (0.0, 0.3), "dopri5", dtype=np.float32,
          rtol=1e-4, atol=1e-4, saveat=[0.3])
 """)
@@ -92,12 +101,12 @@ def simulated():
 
 
 def test_simulator_runs_every_case(simulated):
-    assert len(simulated) == 7
+    assert len(simulated) == 9
     steppers = {r["name"].split()[0] for r in simulated}
     assert steppers == {"rk4", "dopri5", "dop853"}
 
 
-@pytest.mark.parametrize("k", range(7))
+@pytest.mark.parametrize("k", range(9))
 def test_simulated_cuda_engine_agrees_with_compiled_engine(simulated, k):
     r = simulated[k]
     assert r["engine"] == "cuda" and r["success"], r
