@@ -7,6 +7,8 @@ loops are ready (compiled in this process, or in numba's on-disk cache), else th
 so a first call never waits for a compilation. The environment variable ``RIEMATTN_ENGINE``
 changes what ``"auto"`` means: ``compiled`` -- the compiled engine wherever it supports the call
 (compiling on first use, whatever the size); ``numpy`` -- never the compiled engine.
+``"cuda"``: the CUDA engine (:mod:`riemattn.solvers.cuda`), or UnsupportedByEngine naming why
+not; ``"auto"`` never chooses it.
 """
 
 from __future__ import annotations

@@ -232,6 +232,12 @@ def dispatch(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_st
     if why:
         raise UnsupportedByEngine("engine='cuda' cannot run this call: " + "; ".join(why)
                                   + ". Use engine='compiled' or 'numpy' (or 'auto').")
-    return run(field, step, y0, t0, t1, dt=dt, rtol=rtol, atol=atol, first_step=first_step, saveat=saveat,
-               max_steps=max_steps, pack=pack, precision=precision)
+    kw = dict(dt=dt, rtol=rtol, atol=atol, first_step=first_step, saveat=saveat, max_steps=max_steps, pack=pack,
+              precision=precision)
+    if is_torch(y0) and y0.device.index is not None:  # the tensor's GPU runs it (numba's current device)
+        from numba import cuda
+
+        with cuda.gpus[y0.device.index]:
+            return run(field, step, y0, t0, t1, **kw)
+    return run(field, step, y0, t0, t1, **kw)
 
