@@ -20,8 +20,14 @@ error on the 16 reference trajectories is <= the target (1e-9 in float64, 1e-5 i
 first (runs at B = 16), then every B is timed at that tolerance (best of ``--repeat``) and its
 error measured again. Missing packages are printed and their contenders skipped.
 
-``--budget-seconds`` (default 270): a B is skipped when the time left is shorter than the time the
-last B took scaled by the size ratio; a contender is started only with 20 s left. ``--smoke``: T =
+``--budget-seconds`` (default 270): each contender gets a share of the time left (weights
+``SHARE``; what one leaves unused goes to the next) as its own deadline, enforced by the parent
+(the child is killed at that deadline plus ``GRACE`` s, keeping the rows it printed, and the B it
+was running is reported as timed out), so one slow B cannot eat the budget of the others; a
+contender running two methods gives the first half of its share (after compiling). A B is
+skipped when its predicted time exceeds the time left: ``t_last * max(1, B / max(B_last,
+SATURATION))`` (GPU time is flat in B until the card fills, then linear); a contender is started
+only with 20 s left. ``--smoke``: T =
 0.2, B in (2, 4), 4 references, one repeat; without a GPU the CUDA engine runs under numba-cuda's simulator
 (the script's logic, on a CPU). ``--out PATH``: the results as JSON. Exit status 1 when the
 riemattn CUDA engine produced no result or missed its error target.
@@ -47,6 +53,13 @@ N_REF = 16
 TARGET = {"float64": 1e-9, "float32": 1e-5}
 LADDER = {"float64": (1e-8, 1e-9, 1e-10, 1e-11, 1e-12), "float32": (1e-4, 1e-5, 1e-6, 1e-7)}
 CONTENDERS = ("riemattn-cuda-f64", "diffrax-dopri5", "riemattn-cuda-f32", "riemattn-torch-cuda", "torchdiffeq-dopri5")
+#: relative shares of the time budget (the CUDA engine's f64 process times two methods)
+SHARE = {"riemattn-cuda-f64": 2.0, "riemattn-cuda-f32": 1.5, "riemattn-torch-cuda": 1.0, "diffrax-dopri5": 1.0,
+         "torchdiffeq-dopri5": 1.0}
+#: trajectories below which a GPU's time hardly grows with B (for the skip prediction)
+SATURATION = 10_000
+#: seconds a child may run past its deadline before the parent kills it
+GRACE = 10.0
 
 
 def initial(B, seed=0):
@@ -111,8 +124,10 @@ def child(args):
     sizes = [int(s) for s in args.sizes.split(",")]
     if name.startswith("riemattn-cuda"):
         dtype = "float32" if name.endswith("f32") else "float64"
-        for method in ("dop853", "dopri5"):
-            _sweep(name, method, dtype, _cuda_runner(method, dtype, T), ref, sizes, deadline, args.repeat)
+        for share, method in ((0.5, "dop853"), (1.0, "dopri5")):
+            _sweep(name, method, dtype, _cuda_runner(method, dtype, T), ref, sizes, deadline, args.repeat, share)
+        if deadline - time.time() < 30:
+            return _emit(contender=name, note="tensor input check skipped: budget")
         return _tensor_check(name, dtype, T)
     if name == "riemattn-torch-cuda":
         return _sweep(name, "dop853", "float64", _torch_runner(T), ref, sizes, deadline, args.repeat)
@@ -123,8 +138,14 @@ def child(args):
     raise SystemExit(f"unknown contender {name!r}")
 
 
-def _sweep(name, method, dtype, run, ref, sizes, deadline, repeat):
-    """Compile, choose the tolerance on the 16 references, time every B that fits the budget."""
+def predict(last, B):
+    """Predicted seconds at B from the last timed (B_last, seconds): flat below SATURATION, then linear."""
+    return last[1] * max(1.0, B / max(last[0], SATURATION))
+
+
+def _sweep(name, method, dtype, run, ref, sizes, deadline, repeat, share=1.0):
+    """Compile, choose the tolerance on the 16 references, time every B that fits the budget
+    (``share`` of the time left after compiling, up to ``deadline``)."""
     y16 = initial(len(ref))
     t_a = time.perf_counter()
     run(y16, LADDER[dtype][0])
@@ -132,6 +153,7 @@ def _sweep(name, method, dtype, run, ref, sizes, deadline, repeat):
     t_b = time.perf_counter()
     run(y16, LADDER[dtype][0])
     compile_s = max(first - (time.perf_counter() - t_b), 0.0)
+    deadline = time.time() + share * max(deadline - time.time(), 0.0)
     tol = None
     for tol_try in LADDER[dtype]:
         _, y, ok = run(y16, tol_try)
@@ -146,10 +168,11 @@ def _sweep(name, method, dtype, run, ref, sizes, deadline, repeat):
     last = None
     for B in sizes:
         left = deadline - time.time()
-        if last is not None and last[1] * B / last[0] > left - 5:
+        if last is not None and predict(last, B) > left - 5:
             _emit(contender=name, method=method, dtype=dtype, B=B, note=f"skipped: predicted "
-                  f"{last[1] * B / last[0]:.1f} s > {left:.0f} s left of the budget", compile_s=compile_s)
+                  f"{predict(last, B):.1f} s > {left:.0f} s left of its budget", compile_s=compile_s)
             break
+        print("START " + json.dumps(dict(contender=name, method=method, dtype=dtype, B=B, tol=tol)), flush=True)
         y0 = initial(B)
         try:
             best = np.inf
@@ -189,6 +212,9 @@ def _tensor_check(name, dtype, T):
         diff = float(np.abs(a.y.cpu().numpy() - b.y).max())
         _emit(contender=name, method="dopri5", dtype=dtype, B=64, note=f"tensor input: result on {a.y.device}, "
               f"max |tensor - NumPy input| = {diff:.1e}")
+    except ModuleNotFoundError as exc:  # e.g. array_api_compat, which riemattn's torch path imports
+        _emit(contender=name, note=f"tensor input check not run: the package {exc.name!r} is missing here "
+              f"(riemattn's torch path needs it; pip install {str(exc.name).replace('_', '-')})")
     except Exception as exc:  # noqa: BLE001
         _emit(contender=name, note=f"tensor input failed: {type(exc).__name__}: {str(exc)[:300]}")
 
@@ -350,14 +376,15 @@ def main(argv=None):
     np.save(ref_path, ref)
     results = []
     only = None if args.only is None else set(args.only.split(","))
-    for name, ok, why in plan(pk, gpu, args.smoke):
-        if only is not None and name not in only:
-            continue
+    todo = [row for row in plan(pk, gpu, args.smoke) if only is None or row[0] in only]
+    for name, ok, why in todo:
         if not ok:
             print(f"{name}: skipped ({why})", flush=True)
             results.append(dict(contender=name, note=f"skipped: {why}"))
             continue
         left = deadline - time.time()
+        weights = [SHARE.get(n, 1.0) for n, o, _ in todo[todo.index((name, ok, why)):] if o]
+        mine = min(deadline, time.time() + max(left * SHARE.get(name, 1.0) / sum(weights), 20.0))
         if left < 20:
             print(f"{name}: skipped (budget: {left:.0f} s left)", flush=True)
             results.append(dict(contender=name, note="skipped: budget"))
@@ -366,15 +393,20 @@ def main(argv=None):
         if args.smoke and gpu is None and name.startswith("riemattn-cuda"):
             env["NUMBA_ENABLE_CUDASIM"] = "1"
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--contender", name, "--ref", ref_path,
-               "--T", str(T), "--sizes", sizes, "--deadline", str(deadline), "--repeat", str(repeat)]
+               "--T", str(T), "--sizes", sizes, "--deadline", str(mine), "--repeat", str(repeat)]
         t0 = time.time()
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=max(left + 15, 30))
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=mine - time.time() + GRACE)
             stdout, rc, err = out.stdout, out.returncode, out.stderr
         except subprocess.TimeoutExpired as exc:
             stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            rc, err = "timeout", ""
+            rc, err = "timeout", f"killed at its budget ({mine - t0:.0f} s + {GRACE:.0f} s grace)"
         rows = [json.loads(line[7:]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+        started = [json.loads(line[6:]) for line in stdout.splitlines() if line.startswith("START ")]
+        if rc == "timeout" and started and not any(
+                r.get("B") == started[-1]["B"] and r.get("method") == started[-1]["method"] and "seconds" in r
+                for r in rows):
+            rows.append(dict(started[-1], note=f"timed out: {err}"))
         for r in rows:
             print(f"  {json.dumps(r)}", flush=True)
         if rc != 0:
