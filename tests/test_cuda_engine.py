@@ -6,7 +6,9 @@
   agree with the compiled CPU engine to rounding, step for step (equal counts of evaluations,
   steps and rejections: the same decisions), for every supported stepper, saveat with points
   inside steps (dense output), per-trajectory beta and weights, batches of 1-4, float32.
-* The kernels compile to PTX for sm_90 (H100) without a device, where libNVVM is installed.
+* The kernels compile to PTX for sm_90 (H100) without a device, where libNVVM is installed: the
+  generic ones and those specialised to one shape (the field fused, scratch in local memory;
+  every simulator case runs the specialised kernels, as the engine picks them for small shapes).
 * Without a GPU (and without the simulator) engine="cuda" raises UnsupportedByEngine saying why.
 """
 
@@ -43,6 +45,7 @@ SCRIPT = textwrap.dedent(r"""
     import json, numpy as np, riemattn as ra
     from riemattn.experiments._papers import hemisphere_heads
     from riemattn.dynamics.schedules import PiecewiseConstantHeads
+    from riemattn.solvers.cuda import _fast
     rng = np.random.default_rng(7)
 
     def tokens(shape):
@@ -51,7 +54,9 @@ SCRIPT = textwrap.dedent(r"""
 
     def case(name, field, y0, span, stepper, dtype=None, **kw):
         yc = y0 if dtype is None else y0.astype(dtype)  # (float32 tokens: projected, in float64, on entry)
+        _fast._CACHE.clear()
         a = ra.integrate(field, yc, span, stepper, engine="cuda", project=dtype is not None, **kw)
+        specialised = len(_fast._CACHE)
         c = ra.integrate(field, y0, span, stepper, engine="compiled", **kw)
         pa, pc = a.per_trajectory, c.per_trajectory
         print(json.dumps(dict(name=name, diff=float(np.abs(a.y - c.y).max()), t_equal=bool(np.array_equal(a.t, c.t)),
@@ -59,7 +64,8 @@ SCRIPT = textwrap.dedent(r"""
                               nfev=int(np.max(pc.nfev)), counts_equal=bool(
                                   np.array_equal(pa.nfev, pc.nfev) and np.array_equal(pa.n_steps, pc.n_steps)
                                   and np.array_equal(pa.n_rejected, pc.n_rejected)),
-                              status_equal=bool(np.array_equal(pa.status, pc.status)), success=bool(a.success))))
+                              status_equal=bool(np.array_equal(pa.status, pc.status)), success=bool(a.success),
+                              specialised=specialised)))
 
     hemi = hemisphere_heads()
     beta = np.array([0.5, 1.0, 2.0])
@@ -86,6 +92,13 @@ SCRIPT = textwrap.dedent(r"""
          tokens((2, 3, 3)), (0.0, 0.5), "dop853", rtol=1e-7, atol=1e-7, saveat=[0.2, 0.5])
     case("dopri5 float32", ra.AttentionField(hemi), tokens((2, 4, 3)), (0.0, 0.3), "dopri5", dtype=np.float32,
          rtol=1e-4, atol=1e-4, saveat=[0.3])
+    _fast.MAX_LOCAL = 0  # the generic kernels (the fallback for large shapes): field scratch in global memory
+    for st in ("dopri5", "dop853"):
+        case(st + " generic kernels, ellipsoid causal mean, per-trajectory beta", ra.AttentionField(
+             hemi, rng.normal(size=(1, 3, 3)) / 2, W=W, mask="causal", normalization="mean", beta=np.array([0.8, 1.3])),
+             ell.manifold.projection(rng.normal(size=(2, 4, 3))), (0.0, 0.4), st, rtol=1e-6, atol=1e-6,
+             saveat=[0.0, 0.17, 0.4])
+    case("rk4 generic kernels", ra.AttentionField(hemi), tokens((2, 3, 3)), (0.0, 0.3), "rk4", dt=0.1)
 """)
 
 
@@ -101,12 +114,14 @@ def simulated():
 
 
 def test_simulator_runs_every_case(simulated):
-    assert len(simulated) == 9
+    assert len(simulated) == 12
     steppers = {r["name"].split()[0] for r in simulated}
     assert steppers == {"rk4", "dopri5", "dop853"}
+    # the specialised kernels (riemattn.solvers.cuda._fast) ran every case but the generic ones
+    assert all((r["specialised"] == 0) == ("generic" in r["name"]) for r in simulated)
 
 
-@pytest.mark.parametrize("k", range(9))
+@pytest.mark.parametrize("k", range(12))
 def test_simulated_cuda_engine_agrees_with_compiled_engine(simulated, k):
     r = simulated[k]
     assert r["engine"] == "cuda" and r["success"], r
@@ -142,6 +157,26 @@ def test_kernels_compile_to_ptx_for_sm90_without_a_device():
     # the field's kernels (compiled from riemattn.dynamics._kernel_attention) are device functions of it
     for name in ("forward", "heads_at", "tangent_rows", "rk_step"):
         assert name in text, name
+
+
+@needs_numba_cuda
+def test_specialised_kernels_compile_to_ptx_for_sm90_with_the_field_fused():
+    try:
+        from numba.cuda.cudadrv import nvrtc, nvvm
+
+        nvvm.NVVM()
+        nvrtc.get_supported_ccs()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"libNVVM or NVRTC is not available (pip install 'numba-cuda[cu12]'): {exc}")
+    from riemattn.solvers.cuda._ptx import kernels_ptx
+
+    text = kernels_ptx(cc=(9, 0), which=("fixed",), shape=(10, 3, 2))["fixed"]
+    assert ".target sm_90" in text and ".entry" in text and "fixed_kernel" in text
+    assert "rk_step" in text and "heads_at" in text
+    # the fused field (riemattn.solvers.cuda._fast) replaces the generic one and its scratch is
+    # per-thread local memory: the generic forward is not in the kernel, local loads/stores are
+    assert "forward" not in text
+    assert "ld.local" in text and "st.local" in text
 
 
 @pytest.mark.skipif(_numba_cuda() and __import__("riemattn.solvers.cuda._engine", fromlist=["why_not"]).why_not()

@@ -97,11 +97,12 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     """Integrate on the GPU (every argument already validated by integrate)."""
     from numba import cuda
 
+    from ...dynamics import _kernel_layout as lay
     from .._status import message
     from ..compiled import _tables
     from ..compiled._engine import fixed_grid, saved_layout
     from ..integrate import PerTrajectory, Trajectory
-    from . import _loop
+    from . import _fast, _loop
 
     batch = tuple(y0.shape[:-2])
     l, d = (int(v) for v in y0.shape[-2:])
@@ -125,7 +126,10 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     flat = bool(field.manifold.normalize(np.ones((1, d)))[1] is None)
     s = max(int(m.ints[1]), 1)
     new = lambda *shape: cuda.device_array(shape, dtype=dtype)  # noqa: E731 (uninitialised: written first)
-    W, K, X1, X2, Yn, Er = new(max(pack.work, 1), B), new(s, n, B), new(n, B), new(n, B), new(n, B), new(n, B)
+    fast = _fast.kernels(l, d, int(pack.ints[lay.H]), dtype == np.float32)  # the field fused, scratch local
+    adaptive_kernel, fixed_kernel = fast if fast is not None else (_loop.adaptive_kernel, _loop.fixed_kernel)
+    work = 1 if fast is not None else max(pack.work, 1)  # the specialised field needs no global scratch
+    W, K, X1, X2, Yn, Er = new(work, B), new(s, n, B), new(n, B), new(n, B), new(n, B), new(n, B)
     R, Rn = new(l, B), new(l, B)
     blocks = (B + THREADS - 1) // THREADS
     dev = {k: cuda.to_device(np.ascontiguousarray(v)) for k, v in
@@ -150,7 +154,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         stats_d = cuda.to_device(np.zeros((4, B), dtype=np.int64))
         t_fail_d = cuda.to_device(np.full(B, np.nan))
         h_first = cuda.to_device(np.full(B, float(first_step) if first_step is not None else np.nan))
-        _loop.adaptive_kernel[blocks, THREADS](
+        adaptive_kernel[blocks, THREADS](
             dev["mi"], dev["ctrl"], dev["A"], dev["b"], dev["c"], dev["e"], dev["e3"], dev["dense"], dev["cx"], flat,
             float(t0), float(t1), float(rtol), float(atol), h_first, int(max_steps), ints, floats, per, W, Y, K, Kx,
             Fd, X1, X2, Yn, Er, new(n, B), new(n, B), new(n, B), new(n, B), R, Rn, cuda.to_device(saveat.astype(float)),
@@ -167,7 +171,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         saved = cuda.to_device(np.full((len(times), n, B), np.nan, dtype=dtype))
         stats_d = cuda.to_device(np.zeros((4, B), dtype=np.int64))
         t_fail_d = cuda.to_device(np.full(B, np.nan))
-        _loop.fixed_kernel[blocks, THREADS](dev["mi"], dev["A"], dev["b"], dev["c"], dev["e"], flat, cuda.to_device(gt),
+        fixed_kernel[blocks, THREADS](dev["mi"], dev["A"], dev["b"], dev["c"], dev["e"], flat, cuda.to_device(gt),
                                             cuda.to_device(gh), cuda.to_device(slot), ints, floats, per, W, Y, K, X1,
                                             X2, Yn, Er, R, Rn, saved, stats_d, t_fail_d)
         cuda.synchronize()

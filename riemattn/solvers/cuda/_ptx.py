@@ -46,11 +46,17 @@ def _signatures(dtype):
     return (tuple(typeof(a) for a in adaptive), tuple(typeof(a) for a in fixed))
 
 
-def kernels_ptx(cc=(9, 0), dtype=np.float64, which=("adaptive", "fixed")) -> dict:
-    """PTX of the engine's kernels ``which`` for compute capability ``cc``: {"adaptive": str, "fixed": str}."""
+def kernels_ptx(cc=(9, 0), dtype=np.float64, which=("adaptive", "fixed"), shape=None) -> dict:
+    """PTX of the engine's kernels ``which`` for compute capability ``cc``: {"adaptive": str, "fixed": str};
+    the generic kernels, or those specialised to ``shape`` = (l, d, heads) (:mod:`._fast`)."""
     from numba import cuda
 
     from ._loop import adaptive_kernel, fixed_kernel
+
+    if shape is not None:
+        from ._fast import kernels
+
+        adaptive_kernel, fixed_kernel = kernels(*shape, np.dtype(dtype) == np.float32)
 
     sig_a, sig_f = _signatures(dtype)
     out = {}
