@@ -11,9 +11,11 @@ one (l, d, h, dtype), :func:`kernels` builds the same kernels with the field rep
   interleaved across a warp's threads by the hardware, cached in L1; registers where the compiler
   can), of the state's dtype as the generic scratch is;
 * never stores the attention matrix: each row's scores, softmax and weighted sum of values are
-  computed and used at once (one row of l numbers).
+  computed and used at once (one row of l numbers);
+* computes the scores, softmax and weighted sums in the state's dtype (float32 states: float32
+  constants, accumulators and ``exp``; in float64 the same operations as the generic kernel).
 
-The arithmetic is that of ``_kernel_attention.forward`` (value only, ``OP_RHS``) and
+In float64 the arithmetic is that of ``_kernel_attention.forward`` (value only, ``OP_RHS``) and
 ``tangent_rows`` operation for operation, in the same order (the simulator tests compare both
 with the compiled engine): scores ``y_i . p_j`` summed over a, the row's maximum, ``exp(s - m)``
 summed in j order, ``r = 1 / (s z)``, ``alpha = x r``, ``fh_i = sum_j alpha_ij u_j`` in j order,
@@ -32,6 +34,7 @@ from __future__ import annotations
 import math
 import types
 
+import numpy as np
 from numba import cuda, float32, float64
 
 from ...dynamics._kernel_layout import (BETA_LOC, BETA_OFF, MANIFOLD, MAN_FLAT, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX,
@@ -56,6 +59,8 @@ def make_rhs(l, d, h, is32):
     and h heads (``w`` unused), intermediates in local arrays of float32 (``is32``) or float64."""
     N, HDD, HLD, LD = l * d, max(h, 1) * d * d, max(h, 1) * l * d, l * d
     DT = float32 if is32 else float64
+    CAST = np.float32 if is32 else np.float64  # constants and accumulators in the state's dtype
+    INV_L = CAST(1.0 / l)
     L_, D_, H_ = l, d, h
     heads_at, norm_scale, tangent_rows, source = (_field._DEV["heads_at"], _field._DEV["norm_scale"],
                                                   _field._DEV["tangent_rows"], _field.source)
@@ -90,7 +95,9 @@ def make_rhs(l, d, h, is32):
             heads_at(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], D_, 1.0, Ul, 0)
         causal = ints[MASK] == MASK_CAUSAL
         nrm = ints[NORM]
-        s = norm_scale(ints)
+        s = CAST(norm_scale(ints))
+        beta_c = CAST(beta)
+        zero = CAST(0.0)
         nP = hP if hP > 1 else 1
         for e in range(min(nP, H_)):  # p_j = P_e y_j (or c y_j) for each distinct P head
             pe = e * LD
@@ -101,7 +108,7 @@ def make_rhs(l, d, h, is32):
                 Pe = e * D_ * D_
                 for j in range(L_):
                     for a in range(D_):
-                        acc = 0.0
+                        acc = zero
                         for c in range(D_):
                             acc += Pl[Pe + a * D_ + c] * yl[j * D_ + c]
                         pl[pe + j * D_ + a] = acc
@@ -116,47 +123,47 @@ def make_rhs(l, d, h, is32):
                     Ue = e * D_ * D_
                     for j in range(L_):
                         for a in range(D_):
-                            acc = 0.0
+                            acc = zero
                             for c in range(D_):
                                 acc += Ul[Ue + a * D_ + c] * yl[j * D_ + c]
                             ul[ue + j * D_ + a] = acc
         for m in range(N):
-            f[m] = 0.0
+            f[m] = zero
         for i in range(L_):
             jmax = i + 1 if causal else L_
             for e in range(H_):
                 pe = (e if hP > 1 else 0) * LD
                 ue = (e if hU > 1 else 0) * LD
-                m = -math.inf
+                mx = CAST(-math.inf)
                 for j in range(jmax):  # the row's scores
-                    acc = 0.0
+                    acc = zero
                     for a in range(D_):
                         acc += yl[i * D_ + a] * pl[pe + j * D_ + a]
                     if rescaled:  # the rule of riemattn.dynamics._softmax (R)
-                        acc -= 1.0
-                        acc = 0.0 if abs(acc) <= RESCALED_ROUNDING else acc * beta
+                        acc -= CAST(1.0)
+                        acc = zero if abs(acc) <= RESCALED_ROUNDING else acc * beta_c
                     row[j] = acc
-                    if acc > m or acc != acc:
-                        m = acc
+                    if acc > mx or acc != acc:
+                        mx = acc
                 if nrm == NORM_MEAN:
-                    if m < MEAN_DIRECT_MAX:
+                    if mx < MEAN_DIRECT_MAX:
                         for j in range(jmax):
-                            row[j] = math.exp(row[j]) * (1.0 / L_)
+                            row[j] = math.exp(row[j]) * INV_L
                     else:
-                        em = math.exp(m) / L_
+                        em = math.exp(mx) / CAST(L_)
                         for j in range(jmax):
-                            row[j] = math.exp(row[j] - m) * em
+                            row[j] = math.exp(row[j] - mx) * em
                 else:
-                    z = 0.0
+                    z = zero
                     for j in range(jmax):
-                        x = math.exp(row[j] - m)
+                        x = math.exp(row[j] - mx)
                         row[j] = x
                         z += x
-                    r = 1.0 / (s * z)
+                    r = CAST(1.0) / (s * z)
                     for j in range(jmax):
                         row[j] *= r
                 for a in range(D_):
-                    fh[a] = 0.0
+                    fh[a] = zero
                 for j in range(jmax):  # fh_i = sum_j alpha_ij u_j
                     a_ij = row[j]
                     if uk == SRC_IDENTITY:
