@@ -170,7 +170,7 @@ def _sweep(name, method, dtype, run, ref, sizes, deadline, repeat, share=1.0):
         left = deadline - time.time()
         if last is not None and predict(last, B) > left - 5:
             _emit(contender=name, method=method, dtype=dtype, B=B, note=f"skipped: predicted "
-                  f"{predict(last, B):.1f} s > {left:.0f} s left of its budget", compile_s=compile_s)
+                  f"{predict(last, B):.1f} s > {left:.0f} s left of its budget less a 5 s margin", compile_s=compile_s)
             break
         print("START " + json.dumps(dict(contender=name, method=method, dtype=dtype, B=B, tol=tol)), flush=True)
         y0 = initial(B)
