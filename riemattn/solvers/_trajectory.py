@@ -65,7 +65,7 @@ class Trajectory:
     stepper : str
         Name of the stepper used.
     engine : str
-        ``"numpy"`` or ``"compiled"``: the engine that ran (``integrate(..., engine=...)``).
+        ``"numpy"``, ``"compiled"`` or ``"cuda"``: the engine that ran (``integrate(..., engine=...)``).
     events : Events or None
         With ``integrate(..., events=...)``: the crossings per trajectory (padded arrays with
         counts, :class:`riemattn.solvers.events.Events`); None without events.

@@ -125,8 +125,10 @@ def integrate(
     dense_output : bool
         Record every accepted step so that ``Trajectory.interpolate(t)`` gives the solution at any
         time of the solved interval (a fresh step from the step's start; one token array per step).
-    engine : {"auto", "numpy", "compiled"}
+    engine : {"auto", "numpy", "compiled", "cuda"}
         Which execution runs the call: docs/performance.md, "Which engine when" (``Trajectory.engine``).
+        ``"cuda"``: one GPU thread per trajectory (numba-cuda; docs/performance.md, "GPU ensembles"),
+        in float32 for a float32 NumPy ``y0`` or tensor, float64 otherwise; never chosen by ``"auto"``.
 
     Returns
     -------
@@ -155,6 +157,7 @@ def integrate(
         )
     step.check_field(field)
     y0_given = y0  # its dtype as given sets the on-manifold tolerance (_validation.manifold_atol)
+    precision = "float32" if str(getattr(y0, "dtype", "")).endswith("float32") else None  # engine="cuda"
     y0 = check_points(y0, "y0", manifold, on_manifold=False)
     unchecked = getattr(field, "_unchecked", None)
     if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks
@@ -219,7 +222,7 @@ def integrate(
         sol.engine = empty_engine(engine, field, step, y0, save_fn, events, progress, dense_output)
         return sol
     if (sol := dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, save, max_steps, events,
-                        event_tol, save_fn, progress, dense_output, raise_on_failure)) is not None:
+                        event_tol, save_fn, progress, dense_output, raise_on_failure, precision)) is not None:
         return sol  # the compiled engine ran
     batch = tuple(batch)
     rec = _loops.Recorder(save, batch, save_fn, like=y0)

@@ -8,6 +8,8 @@ where it would pay but is not ready, a background process compiles it
 (:mod:`riemattn.solvers.compiled._warmup`; ``RIEMATTN_BACKGROUND_COMPILE=0``: not). The
 environment variable ``RIEMATTN_ENGINE`` changes what ``"auto"`` means: ``compiled`` -- the compiled engine wherever it supports the call
 (compiling on first use, whatever the size); ``numpy`` -- never the compiled engine.
+``"cuda"``: the CUDA engine (:mod:`riemattn.solvers.cuda`), or UnsupportedByEngine naming why
+not; ``"auto"`` never chooses it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 
 from ...errors import IntegrationError, UnsupportedByEngine, ValidationError
 
-ENGINES = ("auto", "numpy", "compiled")
+ENGINES = ("auto", "numpy", "compiled", "cuda")
 ENV = "RIEMATTN_ENGINE"
 
 
@@ -126,12 +128,21 @@ def _refusal(why) -> str:
 
 
 def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol,
-             save_fn, progress, dense_output, raise_on_failure):
-    """The compiled engine's Trajectory for this call (arguments validated by integrate), or None:
-    run the NumPy engine."""
+             save_fn, progress, dense_output, raise_on_failure, precision=None):
+    """The compiled (or CUDA) engine's Trajectory for this call (arguments validated by integrate),
+    or None: run the NumPy engine. ``precision``: ``"float32"`` runs the CUDA engine in float32
+    (a float32 NumPy y0; tensors keep their dtype)."""
     engine = check_engine(engine)
     if engine == "numpy":
         return None
+    if engine == "cuda":  # never chosen by "auto" (docs/performance.md, "GPU ensembles")
+        from ..cuda._engine import dispatch as cuda_dispatch
+
+        sol = cuda_dispatch(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events,
+                            save_fn, progress, dense_output, precision)
+        if raise_on_failure and not sol.success:
+            raise IntegrationError(sol.message)
+        return sol
     preference = _preference()
     if engine == "auto" and preference == "numpy":
         return None
