@@ -12,7 +12,7 @@ import pytest
 from riemattn.cli import main
 from riemattn.cli._console import WIDTH, figure_lines, one_line, report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lines(captured):

@@ -19,7 +19,7 @@ import riemattn as ra
 from riemattn.errors import InputTypeError, RiemattnError, ValidationError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # tests/llm -> the checkout
 
 
 def _python(code: str) -> subprocess.CompletedProcess:

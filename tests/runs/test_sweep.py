@@ -23,7 +23,7 @@ from riemattn.errors import InputTypeError, ValidationError
 from riemattn.sweep import (STATUS_DONE, STATUS_FAILED, grid_points, local_cluster, point_rng,
                              point_seed)
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 import _sweep_points as pts  # noqa: E402
 
 distributed = pytest.importorskip("distributed")
@@ -184,7 +184,7 @@ def test_interrupted_client_rerun_recomputes_nothing_finished(tmp_path, marks, c
     sub_marks = tmp_path / "marks-interrupted"
     sub_marks.mkdir()
     env = {**os.environ, "RIEMATTN_SWEEP_DELAY": "0.4", "RIEMATTN_SWEEP_MARKS": str(sub_marks)}
-    script = INTERRUPTED.format(tests=str(Path(__file__).parent), grid=GRID, store=str(store), seed=SEED)
+    script = INTERRUPTED.format(tests=str(Path(__file__).parents[1]), grid=GRID, store=str(store), seed=SEED)
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline and len(list(sub_marks.glob("end-*"))) < 5 and proc.poll() is None:

@@ -546,7 +546,7 @@ def test_gallery_example_learns_P_that_delays_collapse():
     import matplotlib.pyplot as plt
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "plot_learn_attention.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "plot_learn_attention.py"
     src = path.read_text()
     assert "ITERATIONS = 10\n" in src
     ns = {"__name__": "__main__"}

@@ -20,7 +20,7 @@ import pytest
 
 import riemattn
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "riemattn"
 ROOMS = {"geometry", "dynamics", "solvers", "analysis", "runs", "experiments", "llm", "cli", "testing"}
 INFRASTRUCTURE = {"__init__.py", "errors.py", "_backend.py", "_validation.py"}

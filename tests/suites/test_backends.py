@@ -308,7 +308,7 @@ def test_cli_simulate_device_is_checked(tmp_path, capsys):
 
     from riemattn.cli import main
 
-    cfg = Path(__file__).resolve().parents[1] / "examples" / "two_heads_ellipsoid.toml"
+    cfg = Path(__file__).resolve().parents[2] / "examples" / "two_heads_ellipsoid.toml"
     assert main(["simulate", str(cfg), "--out", str(tmp_path / "o"), "--device", "gpu"]) == 2
     assert "device must be 'cpu', 'cuda' or 'cuda:N'" in capsys.readouterr().err
     assert not (tmp_path / "o" / "data.nc").exists()

@@ -9,7 +9,7 @@ import pytest
 import riemattn as ra
 from riemattn.experiments._papers import hemisphere_P
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 work_precision = pytest.importorskip("work_precision")
 
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "riemattn"
+PACKAGE = Path(__file__).resolve().parents[2] / "riemattn"
 LIMIT = 400
 #: coefficient tables (Butcher tableaux and their dense-output rows): long by nature, not by logic
 TABLES = {"solvers/tableaux.py"}
