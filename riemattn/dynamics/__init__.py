@@ -5,7 +5,8 @@
 (:mod:`riemattn.dynamics.attention`), the placements of the layer norm (Post-, Pre-, Peri-LN, nGPT,
 Mix-LN: :mod:`riemattn.dynamics.layernorm`), their Jacobians (:mod:`riemattn.dynamics.jacobians`), and the
 circle form of the dynamics
-(:mod:`riemattn.dynamics.circle`). A field maps ``(t, y)`` to tangent vectors and knows nothing
+(:mod:`riemattn.dynamics.circle`); the compiled (numba) kernels that mirror these fields for the
+compiled engine live in one sub-room, :mod:`riemattn.dynamics.kernels`. A field maps ``(t, y)`` to tangent vectors and knows nothing
 about stepping.
 
 May import: :mod:`riemattn.geometry` and the shared infrastructure.

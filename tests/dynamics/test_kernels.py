@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import riemattn as ra
-from riemattn.dynamics import _kernel_layout as K
+from riemattn.dynamics.kernels import _kernel_layout as K
 from riemattn.dynamics import kernels as kk
 from riemattn.dynamics.circle import CircleField
 from riemattn.dynamics.jacobians import lifted_attention_jacobian
@@ -370,19 +370,19 @@ def test_unsupported_torch_parameters():
 
 def test_cache_is_keyed_on_every_engine_source(tmp_path):
     """A cached kernel embeds the code of the helpers it calls: its stamp covers all engine files."""
-    from riemattn.dynamics import _kernel_cache as kc
+    from riemattn.dynamics.kernels import _kernel_cache as kc
 
     assert kc.INSTALLED
     assert isinstance(kk.evaluate._cache._impl.locator, kc._EngineStamp)
     names = {p.name for p in kc.engine_sources()}
-    assert {"kernels.py", "_kernel_attention.py", "_kernel_circle.py", "_kernel_dtime.py"} <= names
-    (tmp_path / "dynamics").mkdir()
-    for name in ("kernels.py", "_kernel_attention.py", "other.py"):
+    assert {"__init__.py", "_kernel_attention.py", "_kernel_circle.py", "_kernel_dtime.py"} <= names
+    (tmp_path / "dynamics" / "kernels").mkdir(parents=True)
+    for name in ("kernels/__init__.py", "kernels/_kernel_attention.py", "other.py"):
         (tmp_path / "dynamics" / name).write_text("x = 1\n")
     before = kc.engine_stamp(tmp_path)
     (tmp_path / "dynamics" / "other.py").write_text("x = 2\n")  # not an engine file
     assert kc.engine_stamp(tmp_path) == before
-    (tmp_path / "dynamics" / "_kernel_attention.py").write_text("x = 2\n")
+    (tmp_path / "dynamics" / "kernels" / "_kernel_attention.py").write_text("x = 2\n")
     assert kc.engine_stamp(tmp_path) != before
 
 

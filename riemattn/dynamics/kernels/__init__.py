@@ -1,5 +1,20 @@
 r"""Compiled field kernels (numba): the attention family's value, update and lifted Jacobian.
 
+This sub-room holds every compiled field kernel: this module's entry points and the private
+modules beside it, one per field form (``_kernel_attention``: the attention field and its
+Jacobians; ``_kernel_layernorm``: the placements of the layer norm; ``_kernel_circle``: the circle
+form; ``_kernel_dtime``: the time derivative) and their plumbing (``_kernel_layout``: the slots of
+a packed field; ``_kernel_pack``: a field object to those arrays; ``_kernel_cache``: numba's disk
+cache keyed on every engine file). A kernel mirrors its NumPy field of :mod:`riemattn.dynamics`:
+the same formulas (normalisation, mask, rescaled forms, the difference form of the stiff steps),
+written for ONE trajectory's ``(l, d)`` array with the field's parameters as run-time arrays
+instead of attributes. Nothing but tests ties the two codes together, so a change of a field's
+formula is made in both: the engine-agreement suite holds them together --
+``tests/dynamics/test_kernels.py`` compares every operation of every form with the NumPy field
+(and the Jacobians with finite differences) to a rounding bound, and
+``tests/solvers/test_compiled.py`` runs every stepper on both engines, which must take the same
+steps and agree to rounding.
+
 The compiled engine's half of "one algorithm, two executions" (docs/architecture.md): the same
 formulas as :class:`~riemattn.dynamics.attention.AttentionField` and
 :func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian`, evaluated for ONE trajectory per
@@ -55,7 +70,7 @@ form: angles as tokens of dimension 1) ``project`` and ``to_tangent`` copy, ``wn
 Forms: the attention field (any mask, normalization, head layout, U, beta; the rescaled "mean"
 form of ``riemattn.dynamics._softmax``, ``ints[RESCALED]``), the placements of the layer norm
 of :func:`riemattn.dynamics.layernorm.layernorm` (``ints[PLACEMENT]``; their models, blocks and
-Jacobians: ``riemattn.dynamics._kernel_layernorm``; Pre-, Peri- and Mix-LN have a flat
+Jacobians: ``riemattn.dynamics.kernels._kernel_layernorm``; Pre-, Peri- and Mix-LN have a flat
 state, so ``LIFTED_JAC`` is the plain Jacobian of the model at any y) and the circle form (plain
 and rescaled USA, SA). ``BLOCK`` ends every field's ``"layer"`` step: ``u = f(t, y)``
 (``UPDATE``), ``out = y + h u``, then ``BLOCK`` at ``(t, y)`` normalises ``out`` on E_W, leaves

@@ -2,7 +2,7 @@ r"""Compiled attention field: value, update, lifted Jacobian and time derivative
 
 The numba code behind :mod:`riemattn.dynamics.kernels` for ``KIND_ATTENTION``: one trajectory
 per call, configuration read from the pack's ``ints`` at run time (see
-:mod:`riemattn.dynamics._kernel_layout`). The formulas are those of
+:mod:`riemattn.dynamics.kernels._kernel_layout`). The formulas are those of
 :class:`riemattn.dynamics.attention.AttentionField` (value and update) and of
 :func:`riemattn.dynamics.jacobians.lifted_attention_jacobian` (with ``p_j = P y_j``, ``q_i =
 P^T y_i``, ``u_j = U y_j``, beta folded into P, ``s`` = sqrt(d) / 1 / 0 for "paper" / "softmax" /
@@ -43,7 +43,7 @@ from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MASK, MASK_CA
                              NORM_MEAN, NORM_PAPER, OP_LIFTED_JAC, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS,
                              RESCALED, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
                              U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
-from ._softmax import RESCALED_ROUNDING
+from .._softmax import RESCALED_ROUNDING
 
 
 # Calls between jitted functions pass no literal constants (a slot index, 0, True): numba

@@ -9,8 +9,8 @@ engine's files get a stamp hashed from every one of those files: any change of a
 invalidates the whole engine's cache (a recompilation of a few seconds), and nothing stale is
 ever loaded.
 
-The engine's files (:data:`PATTERNS`, relative to the package): ``dynamics/kernels.py``,
-``dynamics/_kernel_*.py`` and ``solvers/compiled/**/*.py`` (the compiled loops). Compiled code
+The engine's files (:data:`PATTERNS`, relative to the package): ``dynamics/kernels/*.py`` (the
+field kernels) and ``solvers/compiled/**/*.py`` (the compiled loops). Compiled code
 of the engine uses :data:`jit` (``numba.njit(cache=True, nogil=True)``) from this module, which
 installs the stamp first.
 
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numba as nb
 
-ROOT = Path(__file__).resolve().parents[1]  # the riemattn package
-PATTERNS = ("dynamics/kernels.py", "dynamics/_kernel_*.py", "solvers/compiled/**/*.py")
+ROOT = Path(__file__).resolve().parents[2]  # the riemattn package
+PATTERNS = ("dynamics/kernels/*.py", "solvers/compiled/**/*.py")
 
 
 @functools.lru_cache(maxsize=8)

@@ -2,9 +2,9 @@ r"""Compiled layer-norm placements (private; ``ints[PLACEMENT]`` of :mod:`riemat
 
 The models of :mod:`riemattn.dynamics.layernorm` (written there once, in ``_value`` and
 ``_block``), evaluated around the attention kernels: ``A = f(t, x)`` is the attention update
-(:func:`~riemattn.dynamics._kernel_attention.forward`) at ``x = theta = N_W(y)`` ("pre", "peri",
+(:func:`~riemattn.dynamics.kernels._kernel_attention.forward`) at ``x = theta = N_W(y)`` ("pre", "peri",
 "mix") or at ``x = y`` ("ngpt", state on E_W), ``Df`` its Jacobian
-(:func:`~riemattn.dynamics._kernel_attention.update_jacobian`). Per token, ``r_i = |y_i|_W``,
+(:func:`~riemattn.dynamics.kernels._kernel_attention.update_jacobian`). Per token, ``r_i = |y_i|_W``,
 ``Pi_i = I - theta_i (W theta_i)^T``, ``c_i = <theta_i, A_i>_W``, ``n_i = N(A_i)`` (``N(0) = 0``),
 ``M_i = I - n_i (W n_i)^T``:
 
@@ -39,14 +39,14 @@ Jacobians (the matrix the Rosenbrock steppers linearise). From ``dtheta_k = Pi_k
   (differentiate ``r_i (A_i - c_i theta_i)``: the product rule gives ``Pi_i A_i (W theta_i)^T``
   from ``dr_i`` and ``r_i [Pi_i dA_i - c_i dtheta_i - theta_i (W A_i)^T dtheta_i]`` from the
   rest; the diagonal terms simplify to the bracket, which is the lifted attention Jacobian of
-  :mod:`riemattn.dynamics._kernel_attention` at theta, with the block (i, k) scaled by r_i / r_k);
+  :mod:`riemattn.dynamics.kernels._kernel_attention` at theta, with the block (i, k) scaled by r_i / r_k);
 - ngpt, state on E_W, the lifted form ``G = |x|_W F(pi_W x)``: the lifted attention Jacobian with
   the update ``f`` replaced by ``V = alpha n`` and ``Df`` by ``DV[i, k] = alpha (M_i / |A_i|_W)
   Df[i, k]`` (that formula holds for any update: it is ``DF Pi + F (W y)^T`` with ``F = Pi V``).
 
 Where ``A_i = 0`` (zero value weights) N is not differentiable; its rows are set to 0 (the
 value there is 0, and with U = 0 it is 0 everywhere). ``TIME_DERIVATIVE`` (time-dependent
-weights): ``dA/dt`` at theta (:func:`~riemattn.dynamics._kernel_dtime.dtime_finish`), then pre
+weights): ``dA/dt`` at theta (:func:`~riemattn.dynamics.kernels._kernel_dtime.dtime_finish`), then pre
 ``dA``, peri ``M_i dA_i / |A_i|``, mix before the switch ``r_i Pi_i dA_i``, ngpt ``r_i Pi_i
 (alpha M_i dA_i / |A_i|)`` at theta = pi_W(y) (the switch itself is a break of the pack, not a
 derivative).
@@ -179,7 +179,7 @@ def _alpha(ints, floats, per, b):
 def ln_jac_rows(t, b, ints, floats, per, w, J):
     """Left factors of the Jacobian (after ``update_jacobian``: J = Df): peri and ngpt rows times
     M_i / |A_i|_W (alpha for ngpt, whose update becomes V = alpha n). Returns whether the lifting
-    of :func:`~riemattn.dynamics._kernel_attention.lift` follows (ngpt, mix before the switch)."""
+    of :func:`~riemattn.dynamics.kernels._kernel_attention.lift` follows (ngpt, mix before the switch)."""
     pl = ints[PLACEMENT]
     if pl != PL_PERI and pl != PL_NGPT:
         return _early(t, ints, floats)

@@ -7,15 +7,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._backend import is_torch
-from ..errors import UnsupportedByEngine, ValidationError
-from ..geometry.manifolds import Euclidean, Sphere
+from ..._backend import is_torch
+from ...errors import UnsupportedByEngine, ValidationError
+from ...geometry.manifolds import Euclidean, Sphere
 from . import _kernel_layout as K
-from ._batch import check_batch
-from .attention import AttentionField
-from .circle import CircleField
-from .layernorm import LayerNormField
-from .schedules import PiecewiseConstantHeads, TimeVaryingHeads
+from .._batch import check_batch
+from ..attention import AttentionField
+from ..circle import CircleField
+from ..layernorm import LayerNormField
+from ..schedules import PiecewiseConstantHeads, TimeVaryingHeads
 
 
 class KernelPack(NamedTuple):
@@ -24,7 +24,7 @@ class KernelPack(NamedTuple):
     Attributes
     ----------
     ints : ndarray of int64, shape (N_INTS,)
-        Configuration (slots of ``riemattn.dynamics._kernel_layout``).
+        Configuration (slots of ``riemattn.dynamics.kernels._kernel_layout``).
     floats : ndarray of float64, shape (m,)
         Data shared by every trajectory (W, constant or time-dependent head matrices, beta).
     per : ndarray of float64, shape (rows, k)

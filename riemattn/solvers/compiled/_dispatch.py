@@ -42,7 +42,7 @@ def ready(adaptive: bool) -> bool:
         if loop.signatures:
             return True
         # numba's index of cached compilations of this function, empty when stale (the engine's
-        # code changed since: riemattn.dynamics._kernel_cache) or absent
+        # code changed since: riemattn.dynamics.kernels._kernel_cache) or absent
         return bool(loop._cache._cache_file._load_index())
     except Exception:  # noqa: BLE001 -- a numba without these internals: never auto-compile
         return False
@@ -63,7 +63,7 @@ STIFF_SIZE = 400
 
 def work(pack, batch_size) -> float:
     """The batch's arithmetic per field evaluation in :func:`pays`' units: B h (l d (l + d) + 2 l^2)."""
-    from ...dynamics import _kernel_layout as lay
+    from ...dynamics.kernels import _kernel_layout as lay
 
     l, d, h = (int(pack.ints[k]) for k in (lay.L, lay.D, lay.H))
     return float(batch_size) * max(h, 1) * (l * d * (l + d) + 2 * l * l)
@@ -73,7 +73,7 @@ def pays(pack, step, batch_size) -> bool:
     """Whether "auto" runs a supported call on the compiled engine: Rosenbrock steppers (and
     ``"auto"``) while l d <= :data:`STIFF_SIZE`; explicit ones while :func:`work` <=
     :data:`EXPLICIT_WORK` (:data:`TIMED_WORK` for time-dependent weights)."""
-    from ...dynamics import _kernel_layout as lay
+    from ...dynamics.kernels import _kernel_layout as lay
     from . import _tables
 
     kind = _tables.SUPPORTED[step.name][1]
