@@ -30,13 +30,15 @@ from .dynamics.fields import AlgebraField, Field, LinearField, VectorField
 from .errors import IntegrationError, RiemattnError, ValidationError
 from .geometry.manifolds import Ellipsoid, Euclidean, Sphere
 from .runs.sweep import SweepResult, sweep
-from .solvers import auto, dormand_prince, lie, rosenbrock, tableaux
-from .solvers.integrate import Trajectory, integrate
+from .solvers.explicit import dormand_prince, tableaux
+from .solvers.lie_group import lie
+from .solvers.stiff import auto, rosenbrock
+from .solvers.core.integrate import Trajectory, integrate
 from .solvers.autodiff import integrate_checkpointed
 from .solvers.layer import TransformerLayer
-from .solvers.sde import integrate_sde
-from .solvers.steppers import STEPPERS, Stepper
-from .solvers.tableaux import ButcherTableau
+from .solvers.stochastic.sde import integrate_sde
+from .solvers.explicit.steppers import STEPPERS, Stepper
+from .solvers.explicit.tableaux import ButcherTableau
 
 #: Old (flat) module path -> its home since 0.2. ``import riemattn.<old>`` gives the same module.
 MOVED_MODULES = {
@@ -46,11 +48,11 @@ MOVED_MODULES = {
     "fields": "dynamics.fields",
     "attention": "dynamics.attention",
     "circle": "dynamics.circle",
-    "integrate": "solvers.integrate",
-    "steppers": "solvers.steppers",
-    "tableaux": "solvers.tableaux",
-    "dormand_prince": "solvers.dormand_prince",
-    "lie": "solvers.lie",
+    "integrate": "solvers.core.integrate",
+    "steppers": "solvers.explicit.steppers",
+    "tableaux": "solvers.explicit.tableaux",
+    "dormand_prince": "solvers.explicit.dormand_prince",
+    "lie": "solvers.lie_group.lie",
     "layer": "solvers.layer",
     "diagnostics": "analysis.diagnostics",
     "hemispheres": "analysis.hemispheres",
@@ -60,6 +62,17 @@ MOVED_MODULES = {
     "simulate": "runs.simulate",
     "sweep": "runs.sweep",
     "sweep_config": "runs.sweep_config",
+    # solvers/ cut by family (issue 45): the public module paths before the cut
+    "solvers.integrate": "solvers.core.integrate",
+    "solvers.events": "solvers.core.events",
+    "solvers.steppers": "solvers.explicit.steppers",
+    "solvers.tableaux": "solvers.explicit.tableaux",
+    "solvers.dormand_prince": "solvers.explicit.dormand_prince",
+    "solvers.lie": "solvers.lie_group.lie",
+    "solvers.rosenbrock": "solvers.stiff.rosenbrock",
+    "solvers.rosenbrock_tableaux": "solvers.stiff.rosenbrock_tableaux",
+    "solvers.auto": "solvers.stiff.auto",
+    "solvers.sde": "solvers.stochastic.sde",
 }
 
 
@@ -96,9 +109,10 @@ if not any(isinstance(f, _MovedModuleFinder) for f in _sys.meta_path):
 for _old, _new in MOVED_MODULES.items():
     if f"{__name__}.{_new}" in _sys.modules:
         _sys.modules.setdefault(f"{__name__}.{_old}", _sys.modules[f"{__name__}.{_new}"])
-        if _old not in globals():
-            globals()[_old] = _sys.modules[f"{__name__}.{_new}"]
-del _old, _new
+        _parent, _, _leaf = f"{__name__}.{_old}".rpartition(".")
+        if not hasattr(_sys.modules[_parent], _leaf):
+            setattr(_sys.modules[_parent], _leaf, _sys.modules[f"{__name__}.{_new}"])
+del _old, _new, _parent, _leaf
 
 
 def __getattr__(name):

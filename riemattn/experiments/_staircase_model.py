@@ -34,8 +34,8 @@ from ..analysis.events import merge_heights
 from ..dynamics.circle import CircleField
 from ..dynamics.fields import Field
 from ..geometry.manifolds import Euclidean
-from ..solvers.events import Event
-from ..solvers.integrate import integrate
+from ..solvers.core.events import Event
+from ..solvers.core.integrate import integrate
 
 
 def normalised_energy(theta, w, beta: float, n: int):

@@ -41,7 +41,7 @@ from ..dynamics.fields import VectorField
 from ..errors import IntegrationError, ValidationError
 from ..geometry.ellipsoid import ELLIPSOID_METRICS
 from ..geometry.manifolds import Euclidean
-from .integrate import integrate
+from .core.integrate import integrate
 
 __all__ = ["InducedEllipsoidMetric"]
 

@@ -30,8 +30,8 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from ..errors import ValidationError
-from ..solvers.integrate import integrate
-from ..solvers.steppers import get_stepper
+from ..solvers.core.integrate import integrate
+from ..solvers.explicit.steppers import get_stepper
 from ._fit import Fit, fit_slope
 
 __all__ = ["Fit", "check_order", "check_retraction", "check_riemannian_gradient", "reference_solution"]

@@ -381,7 +381,7 @@ def test_auto_mixed_batch_gradients_are_each_trajectorys(monkeypatch):
     the gradients equal those of each trajectory solved alone, which never mixes, up to rounding
     that the stiff trajectory amplifies (measured relative differences: y0 1e-12, beta 6e-9, P
     2e-12)."""
-    from riemattn.solvers import _rosenbrock_torch
+    from riemattn.solvers.stiff import _rosenbrock_torch
 
     mixed = []
     inner = _rosenbrock_torch._mixed
@@ -411,7 +411,7 @@ def test_the_jacobians_dependence_on_the_parameters_is_differentiated(monkeypatc
     """The discrete map of a Rosenbrock step depends on the parameters through J too: with J
     detached, the gradient misses that part and disagrees with the finite differences (measured
     7e-4 for P, against 1e-10 with J in the graph: test_gradients_match_finite_differences)."""
-    from riemattn.solvers import _rosenbrock_torch
+    from riemattn.solvers.stiff import _rosenbrock_torch
 
     jac = _rosenbrock_torch.lifted_jacobian_torch
     monkeypatch.setattr(_rosenbrock_torch, "lifted_jacobian_torch", lambda f, t, y: jac(f, t, y).detach())

@@ -30,7 +30,7 @@ from hypothesis import example, given, settings
 
 import riemattn as ra
 from riemattn.errors import IntegrationError, UnsupportedByEngine
-from riemattn.solvers._status import MESSAGES
+from riemattn.solvers.core._status import MESSAGES
 from riemattn.solvers.events import Event
 from riemattn.solvers.integrate import ON_MANIFOLD_ATOL
 from riemattn.testing import assert_on_manifold

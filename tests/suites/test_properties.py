@@ -288,7 +288,7 @@ def test_field_is_tangent(fw):
 
 # the projected RK methods and "layer" end every step with pi_W, so only the Lie-group steppers,
 # which move tokens by group elements and never normalize, have something to show here
-LIE_NAMES = sorted(n for n, c in ra.STEPPERS.items() if c.__module__ == "riemattn.solvers.lie")
+LIE_NAMES = sorted(n for n, c in ra.STEPPERS.items() if c.__module__ == "riemattn.solvers.lie_group.lie")
 
 
 @pytest.mark.parametrize("stepper", LIE_NAMES)

@@ -14,9 +14,9 @@ import math
 import numpy as np
 
 from ...errors import UnsupportedByEngine, ValidationError
-from .. import _loops
+from ..core import _loops
 from ...dynamics._tangent import applies
-from ..rosenbrock import DT_FACTOR
+from ..stiff.rosenbrock import DT_FACTOR
 from . import _tables
 from ._events import CODES, EventData, no_events
 
@@ -152,7 +152,7 @@ def _event_data(events, B, l, d, tol, cap):
 
 
 def _events_result(events, ev, batch, l, d):
-    from ..events import Events
+    from ..core.events import Events
 
     m = int(ev.rec_n.max(initial=0))
     t = ev.rec_t[:, :m]
@@ -165,8 +165,8 @@ def _events_result(events, ev, batch, l, d):
 
 def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol, pack):
     """Integrate on the compiled engine (every argument already validated by integrate)."""
-    from .._loops import message
-    from ..integrate import PerTrajectory, Trajectory
+    from ..core._loops import message
+    from ..core.integrate import PerTrajectory, Trajectory
 
     batch = tuple(y0.shape[:-2])
     l, d = y0.shape[-2:]

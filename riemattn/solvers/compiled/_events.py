@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from .._event_tracker import MAX_ITER
+from ..core._event_tracker import MAX_ITER
 from ._interp import interp
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import namespace
+from ..._backend import namespace
 
 
 def _rms(x):

@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 
-from .._backend import to_numpy
-from .._validation import plain
-from ..errors import ValidationError
+from ..._backend import to_numpy
+from ..._validation import plain
+from ...errors import ValidationError
 from ._recorder import _Kind, _where
 
 

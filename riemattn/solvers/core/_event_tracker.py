@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from .._backend import is_torch, to_numpy
-from .._validation import call_user
-from ..errors import ValidationError
+from ..._backend import is_torch, to_numpy
+from ..._validation import call_user
+from ...errors import ValidationError
 from ._recorder import _Kind, _where
 from .events import Events
 

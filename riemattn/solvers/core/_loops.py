@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from .._backend import copy, device_of, is_torch, namespace
+from ..._backend import copy, device_of, is_torch, namespace
 from ._control import (ERR_PREV_FLOOR, FACMAX, FACMIN, LAST_STEP_RTOL, PI_BETA, SAFETY,  # noqa: F401
                        UNDERFLOW_RTOL, initial_step)
 from ._recorder import Recorder, _Kind, _where

@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from .._backend import device_of, is_torch, namespace, to_numpy
-from .._validation import as_float_array, call_user, plain
-from ..errors import ValidationError
+from ..._backend import device_of, is_torch, namespace, to_numpy
+from ..._validation import as_float_array, call_user, plain
+from ...errors import ValidationError
 
 
 def _where(mask, a, b):

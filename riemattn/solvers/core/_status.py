@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .._backend import to_numpy
+from ..._backend import to_numpy
 from ._recorder import _Kind
 
 #: status codes of a trajectory

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field as dc_field
 
 import numpy as np
 
-from .._backend import to_numpy
-from ..errors import ValidationError
+from ..._backend import to_numpy
+from ...errors import ValidationError
 from .events import Events
 
 

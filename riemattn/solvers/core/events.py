@@ -51,9 +51,9 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from .._backend import is_torch, to_numpy
-from .._validation import plain
-from ..errors import InputTypeError, ValidationError
+from ..._backend import is_torch, to_numpy
+from ..._validation import plain
+from ...errors import InputTypeError, ValidationError
 
 __all__ = ["Event", "Events", "as_events"]  # TERMINAL (= 2), the status code, is not listed: an int
 # shares its identity with other constants (the API pages key names by object)

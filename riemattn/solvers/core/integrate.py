@@ -7,17 +7,17 @@ import math
 import numpy as np
 
 from . import _loops
-from .._backend import convert, default_device, device_of, is_torch, namespace, size, to_numpy
-from .._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
+from ..._backend import convert, default_device, device_of, is_torch, namespace, size, to_numpy
+from ..._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
                           token_atol)
-from ..errors import InputTypeError, IntegrationError, ValidationError
+from ...errors import InputTypeError, IntegrationError, ValidationError
 from ._dense import StepLog
 from ._recorder import check_saveat
 from ._event_tracker import Tracker
 from ._trajectory import PerTrajectory, Trajectory
 from .events import _on_host, as_events
-from .steppers import get_stepper
-from .compiled._dispatch import dispatch
+from ..explicit.steppers import get_stepper
+from ..compiled._dispatch import dispatch
 
 __all__ = ["integrate", "Trajectory", "PerTrajectory", "ON_MANIFOLD_ATOL"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import constant, is_torch, namespace
+from ..._backend import constant, is_torch, namespace
 from .steppers import (
     Interpolant,
     ProjectedRK,

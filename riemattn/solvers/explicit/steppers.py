@@ -48,8 +48,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .._backend import constant, convert, copy, device_of, is_torch, namespace
-from ..errors import InputTypeError, ValidationError
+from ..._backend import constant, convert, copy, device_of, is_torch, namespace
+from ...errors import InputTypeError, ValidationError
 from .tableaux import EULER, HEUN, RK4, ButcherTableau, order_residuals, rooted_trees
 
 __all__ = [

@@ -22,8 +22,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._validation import check_int
-from ..errors import InputTypeError, ValidationError
+from ..._validation import check_int
+from ...errors import InputTypeError, ValidationError
 
 __all__ = [
     "ButcherTableau",

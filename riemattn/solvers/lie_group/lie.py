@@ -37,12 +37,12 @@ import functools
 
 import numpy as np
 
-from .._backend import namespace
-from .._validation import as_token_array
-from ..dynamics.fields import AlgebraField, LinearField, generator_matrix
-from ..geometry.groups import DenseFrame
-from .steppers import Stepper, StepResult, _check_field, register, shifted_time
-from .tableaux import CASH_KARP, CROUCH_GROSSMAN3, RK4, ButcherTableau, coefficient
+from ..._backend import namespace
+from ..._validation import as_token_array
+from ...dynamics.fields import AlgebraField, LinearField, generator_matrix
+from ...geometry.groups import DenseFrame
+from ..explicit.steppers import Stepper, StepResult, _check_field, register, shifted_time
+from ..explicit.tableaux import CASH_KARP, CROUCH_GROSSMAN3, RK4, ButcherTableau, coefficient
 
 __all__ = [
     "LieStepper",

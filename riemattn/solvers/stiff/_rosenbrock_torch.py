@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import _torch, requires_grad
-from ..dynamics.attention import AttentionField
-from ..dynamics.jacobians import is_autonomous
-from .steppers import Interpolant, StepResult, per_trajectory, shifted_time
+from ..._backend import _torch, requires_grad
+from ...dynamics.attention import AttentionField
+from ...dynamics.jacobians import is_autonomous
+from ..explicit.steppers import Interpolant, StepResult, per_trajectory, shifted_time
 
 __all__ = ["auto_interpolant", "auto_step", "differentiated", "torch_path", "lifted_jacobian_torch",
            "rosenbrock_interpolant", "rosenbrock_step"]

@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import is_torch, to_numpy
+from ..._backend import is_torch, to_numpy
 from ._rosenbrock_torch import auto_interpolant, auto_step, torch_path
-from .dormand_prince import ProjectedDormandPrince
+from ..explicit.dormand_prince import ProjectedDormandPrince
 from .rosenbrock import ProjectedRodas4P, _norm_inf, host_interpolant, host_step
-from .steppers import Interpolant, StepResult, Stepper, _check_field, register
+from ..explicit.steppers import Interpolant, StepResult, Stepper, _check_field, register
 
 __all__ = ["AutoSwitch", "SWITCH_AFTER", "PROBE_AFTER"]
 

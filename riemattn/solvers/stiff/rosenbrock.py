@@ -60,15 +60,15 @@ import math
 
 import numpy as np
 
-from .._backend import convert, is_torch, namespace, to_numpy
-from ..errors import InputTypeError
-from ..dynamics._tangent import applies, on_manifold
-from ..dynamics.attention import AttentionField
-from ..dynamics.jacobians import is_autonomous, jacobian, lifted_attention_jacobian
-from ..geometry._fast import _FastMixin
+from ..._backend import convert, is_torch, namespace, to_numpy
+from ...errors import InputTypeError
+from ...dynamics._tangent import applies, on_manifold
+from ...dynamics.attention import AttentionField
+from ...dynamics.jacobians import is_autonomous, jacobian, lifted_attention_jacobian
+from ...geometry._fast import _FastMixin
 from ._rosenbrock_torch import differentiated, rosenbrock_interpolant, rosenbrock_step, torch_path
 from .rosenbrock_tableaux import RODAS4, RODAS4P, RosenbrockTableau
-from .steppers import Interpolant, Stepper, StepResult, _check_field, per_trajectory, register, shifted_time
+from ..explicit.steppers import Interpolant, Stepper, StepResult, _check_field, per_trajectory, register, shifted_time
 
 __all__ = ["ProjectedRosenbrock", "ProjectedRodas4", "ProjectedRodas4P", "lifted_jacobian"]
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ValidationError
+from ...errors import ValidationError
 
 __all__ = ["RosenbrockTableau", "RODAS4", "RODAS4P", "rosenbrock_residuals", "stability_function"]
 

@@ -61,11 +61,11 @@ from numbers import Integral
 
 import numpy as np
 
-from .._backend import constant, device_of, is_torch, namespace
-from .._validation import as_float_array, check_finite, check_positive
-from ..errors import InputTypeError, ValidationError
-from .integrate import integrate
-from .steppers import ProjectedHeun, StepResult, Stepper, per_trajectory
+from ..._backend import constant, device_of, is_torch, namespace
+from ..._validation import as_float_array, check_finite, check_positive
+from ...errors import InputTypeError, ValidationError
+from ..core.integrate import integrate
+from ..explicit.steppers import ProjectedHeun, StepResult, Stepper, per_trajectory
 
 __all__ = ["integrate_sde", "SDE_METHODS", "SDEStepper", "ProjectedEulerMaruyama", "StrangGeodesic",
            "brownian_mean_cosine"]
