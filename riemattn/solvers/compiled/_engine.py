@@ -95,7 +95,7 @@ def _spec(event):
 
 def fixed_grid(t0, t1, dt, saveat):
     """The NumPy fixed-step loop's grid: step start times, sizes, end times, the save slot after
-    each step (-1: none) and the save times (riemattn.solvers._loops.run_fixed, the same arithmetic)."""
+    each step (-1: none) and the save times (riemattn.solvers.core._loops.run_fixed, the same arithmetic)."""
     t = t0
     targets = [] if saveat is None else [s for s in saveat.tolist() if s > t0]
     if not targets or targets[-1] < t1:
@@ -259,7 +259,7 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
     run = _kernels().entry(fixed_rows, args)
     in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B)
     nfev, n_steps, status, stop = stats[:, 0], stats[:, 1], stats[:, 2].copy(), stats[:, 3]
-    if capped:  # riemattn.solvers._loops.run_fixed stops the rows still running at max_steps
+    if capped:  # riemattn.solvers.core._loops.run_fixed stops the rows still running at max_steps
         alive = stop == 0
         status[alive] = _loops.MAX_STEPS
         t_fail[alive] = gtn[-1] if len(gtn) else t0
@@ -269,7 +269,7 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
 
 
 def saved_layout(saved, times, every, at_t0, single, slot, gtn, stop, hit, t_stop):
-    """The saving rule of the NumPy fixed-step loop (:func:`riemattn.solvers._loops.run_fixed`,
+    """The saving rule of the NumPy fixed-step loop (:func:`riemattn.solvers.core._loops.run_fixed`,
     docs/events.md "Saved values") applied to the rows' stops: ``saved`` (n_save, B, l, d) holds
     each row's state after the grid step of each slot (frozen after its stop); ``stop[b]`` the
     1-based step at which row b stopped (0: it did not), ``hit`` its terminal event, ``t_stop``

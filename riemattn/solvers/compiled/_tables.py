@@ -4,7 +4,7 @@ Nothing here restates a coefficient: the Butcher tableaux (:mod:`riemattn.solver
 rows the NumPy steppers use, :meth:`riemattn.solvers.steppers.ProjectedRK._plan`), the dense
 outputs (``DOPRI5_DENSE``, ``DOP853_DENSE``), the Rosenbrock tableaux
 (:mod:`riemattn.solvers.rosenbrock_tableaux`), the step-size controller's constants
-(:mod:`riemattn.solvers._control`) and ``"auto"``'s switching rule (:mod:`riemattn.solvers.auto`) are
+(:mod:`riemattn.solvers.core._control`) and ``"auto"``'s switching rule (:mod:`riemattn.solvers.auto`) are
 read from the NumPy engine's objects and copied into one :class:`Method` record of arrays, the
 same record type for every stepper (so that the compiled loop compiles once).
 """

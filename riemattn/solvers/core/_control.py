@@ -1,4 +1,4 @@
-"""Step-size control of the adaptive loop (:func:`riemattn.solvers._loops.run_adaptive`): the
+"""Step-size control of the adaptive loop (:func:`riemattn.solvers.core._loops.run_adaptive`): the
 starting step size and the PI controller's constants (the compiled engine,
 :mod:`riemattn.solvers.compiled`, reads the same constants)."""
 

@@ -2,7 +2,7 @@
 
 The semantics (accepted steps, sample points, crossing rule, location tolerance, terminal stops)
 are stated in :mod:`riemattn.solvers.events` and docs/events.md; this module implements them for
-the stepping loops (:mod:`riemattn.solvers._loops`).
+the stepping loops (:mod:`riemattn.solvers.core._loops`).
 
 References
 ----------

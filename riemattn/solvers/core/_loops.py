@@ -15,9 +15,9 @@ them, the values come from the stepper's interpolant (its dense output), retract
 manifold. ``save_fn(t, y)`` stores observables instead of tokens. Both loops save the same
 layout around terminal events and failures (:func:`run_fixed`; docs/events.md "Saved values").
 
-Events (:mod:`riemattn.solvers.events`, tracked by :mod:`riemattn.solvers._event_tracker`) are
+Events (:mod:`riemattn.solvers.events`, tracked by :mod:`riemattn.solvers.core._event_tracker`) are
 checked on accepted steps before saving; a terminal one truncates the trajectory's step at the
-event (its time and state), so saving and dense output (:mod:`riemattn.solvers._dense`) stop there.
+event (its time and state), so saving and dense output (:mod:`riemattn.solvers.core._dense`) stop there.
 
 Array backends: both loops run on NumPy arrays or PyTorch tensors (``riemattn._backend``, docs/performance.md);
 with tensors every per-trajectory quantity (times, step sizes, counters, status) lives on the

@@ -3,7 +3,7 @@
 :class:`Recorder` stores tokens or ``save_fn`` observables at the ``saveat`` times (fixed steps
 land on them; adaptive steps take them from the stepper's dense output), or at every step of the
 shared grid when ``saveat`` is None. :class:`_Kind` makes arrays like the tokens (NumPy or torch,
-device, dtype); the stepping loops (:mod:`riemattn.solvers._loops`) and the events
+device, dtype); the stepping loops (:mod:`riemattn.solvers.core._loops`) and the events
 (:mod:`riemattn.solvers.events`) use it too.
 """
 

@@ -1,6 +1,6 @@
 """Status codes and counters of a trajectory and the result message built from them (the stepping loops').
 
-Private to :mod:`riemattn.solvers`; :mod:`riemattn.solvers._loops` re-exports every name.
+Private to :mod:`riemattn.solvers`; :mod:`riemattn.solvers.core._loops` re-exports every name.
 """
 
 from __future__ import annotations

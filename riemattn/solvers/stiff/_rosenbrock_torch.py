@@ -21,7 +21,7 @@ closed-form Jacobian).
 
 Step sizes and the method choice of ``"auto"`` (its mode and counter, ``StepResult.state``) are
 decided on detached values: they are constants of the differentiated map, as the step sizes of
-the explicit adaptive steppers (:mod:`riemattn.solvers._loops`).
+the explicit adaptive steppers (:mod:`riemattn.solvers.core._loops`).
 
 References
 ----------

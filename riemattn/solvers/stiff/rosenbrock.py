@@ -223,7 +223,7 @@ def host_step(stepper, field, t, y, h, k1=None, **kw):
     """``stepper.step`` for tensors that nothing differentiates: computed on the host in float64
     (the dense linear algebra of the stiff steppers is NumPy's), the results moved back to the
     tokens' device and dtype. Tokens or field parameters that require gradients take the torch
-    path instead (``riemattn.solvers._rosenbrock_torch``); a host step would cut the graph, so
+    path instead (``riemattn.solvers.stiff._rosenbrock_torch``); a host step would cut the graph, so
     it refuses them with an :class:`~riemattn.errors.InputTypeError`.
     """
     if differentiated(field, y):
