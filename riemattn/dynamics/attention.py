@@ -28,7 +28,7 @@ from ..errors import ValidationError
 from .fields import _CheckedField
 from ..geometry.manifolds import manifold_for
 
-__all__ = ["AttentionField", "MASKS", "NORMALIZATIONS"]  # sa, usa: riemattn.dynamics.glpr
+__all__ = ["AttentionField", "MASKS", "NORMALIZATIONS"]  # sa, usa: riemattn.dynamics.glpr (riemattn._compat)
 
 MASKS = ("full", "causal")
 NORMALIZATIONS = ("paper", "softmax", "mean")
@@ -345,12 +345,3 @@ class AttentionField(_CheckedField):
             f"manifold={self.manifold!r}, mask={self.mask!r}, normalization={self.normalization!r}, "
             f"beta={beta}{', rescaled=True' if self.rescaled else ''})"
         )
-
-
-def __getattr__(name):
-    # sa and usa live in riemattn.dynamics.glpr since 0.2 (importable from here as before)
-    if name in ("sa", "usa"):
-        from . import glpr
-
-        return getattr(glpr, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

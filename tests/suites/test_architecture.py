@@ -2,8 +2,8 @@
 
 docs/architecture.md draws the rooms; ``[tool.importlinter]`` in pyproject.toml states the
 direction of imports; these tests run that linter (and show that it fails on a planted forbidden
-import), and check that every public name and every module path of the flat layout before 0.2
-still imports and means the same object.
+import), and check that every public name and every module path of the earlier layouts (the
+flat one before 0.2, solvers/ before its cut by family) still imports and means the same object.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import riemattn
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "riemattn"
 ROOMS = {"geometry", "dynamics", "solvers", "analysis", "runs", "experiments", "llm", "cli", "testing"}
-INFRASTRUCTURE = {"__init__.py", "errors.py", "_backend.py", "_validation.py"}
+INFRASTRUCTURE = {"__init__.py", "errors.py", "_backend.py", "_validation.py", "_compat.py"}
 CORE = ("geometry", "dynamics", "solvers", "analysis")
 
 pytest.importorskip("importlinter", reason="the architecture contract needs import-linter (extra 'test')")
@@ -57,6 +57,13 @@ def test_import_contract_is_kept():
     ("geometry/manifolds.py", "from ..analysis import diagnostics as _planted", "Rooms import downwards"),
     ("_validation.py", "from .geometry import manifolds as _planted", "infrastructure imports no room"),
     ("experiments/glpr_fig4.py", "from ..solvers.core import _loops as _planted", "no private module"),
+    # the circles of issue 45, each planted again
+    ("solvers/compiled/_engine.py", "from ..core import integrate as _planted", "No circle through the front door"),
+    ("dynamics/attention.py", "from . import glpr as _planted", "No circle in dynamics"),
+    ("llm/surgery.py", "from . import models as _planted", "No circle in llm"),
+    ("testing/_attention.py", "from . import strategies as _planted", "No circle in testing"),
+    # any other circle between siblings (steppers imports the tableaux)
+    ("solvers/explicit/tableaux.py", "from . import steppers as _planted", "No circles: sibling modules"),
 ])
 def test_import_contract_fails_on_a_planted_forbidden_import(tmp_path, module, planted, contract):
     checkout = _copy_tree(tmp_path)
@@ -130,6 +137,11 @@ def test_documented_module_paths_and_their_names():
     assert callable(validate_config) and callable(point_seed) and callable(equiangular_rho)
     for mod in (riemattn.circle, riemattn.lie, riemattn.tableaux, riemattn.dormand_prince):
         assert mod.__name__.startswith("riemattn.")
+    # names that moved between modules stay importable from their old module (riemattn._compat)
+    from riemattn.attention import usa
+    from riemattn.dynamics.attention import sa
+
+    assert sa is riemattn.sa and usa is riemattn.usa
 
 
 def test_old_pickles_load():
