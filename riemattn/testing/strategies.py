@@ -6,7 +6,7 @@ well under a millisecond to draw, and every size shrinks toward its smallest val
 ``h``, ``tokens``) are an ``int`` or a strategy of ``int``; ``batch_shape`` a tuple or a strategy
 of tuples (e.g. ``hypothesis.extra.numpy.array_shapes(min_dims=0, max_side=3)``).
 
-Guarantees (each is itself a property test, tests/test_testing.py):
+Guarantees (each is itself a property test, tests/testing/test_testing.py):
 
 * :func:`spd_matrices` -- symmetric, eigenvalues in [1, ``max_condition``] (rounding aside), so
   the condition number is at most ``max_condition``;

@@ -2,7 +2,7 @@
 dataset the package version and the command that made it (riemattn.runs._cf.annotate).
 
 The reproductions' data.nc files are walked by ``assert_cf`` in
-tests/test_experiments.py::test_reproduction_runs_and_claims_pass (every module, test-suite size);
+tests/experiments/test_experiments.py::test_reproduction_runs_and_claims_pass (every module, test-suite size);
 here: the helper itself, and simulate's data.nc, which also stores the matrices actually drawn.
 """
 

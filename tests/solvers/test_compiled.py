@@ -364,7 +364,7 @@ def test_per_trajectory_weights_agree(stepper):
 
 
 def test_stiff_plateaus_are_crossed_as_on_the_numpy_engine():
-    """tests/test_stiff_plateaus.py's configuration (5 particles, dynamic-metastability paper) with
+    """tests/solvers/test_stiff_plateaus.py's configuration (5 particles, dynamic-metastability paper) with
     SA at beta = 1000 (the compiled kernels have no rescaled USA yet): RODAS4P and auto evaluate the
     field in the difference form on the compiled engine too, so the sphere crosses the plateaus in
     as few steps as the angle equations (without it: > 5 000, max_steps). The step counts are not

@@ -19,7 +19,7 @@ BETA = 1000.0
 TH0 = 0.5 * np.array([0.0, 0.5, 2.0, 4.0, 7.0]) * np.log(2000.0) / np.sqrt(2000.0)
 #: SciPy Radau on the angle equations with their exact Jacobian, rtol 1e-10, atol 1e-12, merge
 #: events on the largest edges of the minimum spanning tree of chord lengths (crossing 0.01),
-#: measured once (about 11 s; the solver of tests/test_low_temperature.py::_radau_merge_time).
+#: measured once (about 11 s; the solver of tests/suites/test_low_temperature.py::_radau_merge_time).
 #: LSODA at the same tolerance gives 5.000189471, 5274.330865, 4.556052464e12 (3.4e-7 relative
 #: on the third: that merge time's own conditioning, see below).
 RADAU_MERGES = np.array([5.000189469470925, 5274.331072067328, 4556054014510.574])

@@ -346,7 +346,7 @@ def test_bad_arguments_raise_the_package_errors():
 
 
 def test_checkers_accept_an_empty_batch():
-    """Found by tests/test_edges.py: assert_on_manifold and assert_tangent raised ValueError
+    """Found by tests/suites/test_edges.py: assert_on_manifold and assert_tangent raised ValueError
     (argmax of an empty sequence) on an empty batch, which integrate returns for y0 of shape (0, l, d)."""
     S = ra.Sphere(2)
     empty = np.zeros((0, 2, 3))

@@ -296,7 +296,7 @@ def combine(a, K):
     if isinstance(K, np.ndarray):
         # einsum, not np.dot: BLAS gemv is 1.5x faster here but its rounding depends on the row
         # count and alignment, so a trajectory's result would change with the batch around it
-        # (tests/test_integrate.py::test_compacted_batch_equals_masked_batch caught a step count 66 vs 67)
+        # (tests/solvers/test_integrate.py::test_compacted_batch_equals_masked_batch caught a step count 66 vs 67)
         return np.einsum("j,jk->k", a, K[:n].reshape(n, -1)).reshape(K.shape[1:])
     if is_torch(K) and isinstance(a, np.ndarray):
         return (_coefficients_like(a, K) @ K[:n].reshape(n, -1)).reshape(K.shape[1:])

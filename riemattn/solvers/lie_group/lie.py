@@ -272,7 +272,7 @@ class RKMK45(RKMK):
 
     dexp^{-1} truncated after ad^2 (the ad^3 coefficient B_3/3! is zero, so this is the
     truncation index q = 3 = p - 2, which keeps order p; Munthe-Kaas 1999, and the measured
-    orders in tests/test_lie.py). The error estimate is ``(h sum_i (b_i - bhat_i) k_i) y``, a
+    orders in tests/solvers/test_lie.py). The error estimate is ``(h sum_i (b_i - bhat_i) k_i) y``, a
     tangent vector at the start of the step: the manifold error of ``y_1`` to leading order.
     Save points between steps are computed by an extra step from the start of the step
     (:meth:`~riemattn.solvers.steppers.Stepper.interpolant`: full order, one step's cost per save point).
