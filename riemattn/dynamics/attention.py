@@ -28,7 +28,7 @@ from ..errors import ValidationError
 from .fields import _CheckedField
 from ..geometry.manifolds import manifold_for
 
-__all__ = ["AttentionField", "MASKS", "NORMALIZATIONS"]  # sa, usa: riemattn.dynamics.glpr (riemattn._compat)
+__all__ = ["AttentionField", "MASKS", "NORMALIZATIONS"]  # sa, usa: riemattn.dynamics.glpr
 
 MASKS = ("full", "causal")
 NORMALIZATIONS = ("paper", "softmax", "mean")
