@@ -1,4 +1,4 @@
-"""The module paths of earlier layouts, kept alive (private; imported once by ``riemattn/__init__``).
+"""The module paths of earlier layouts, kept alive (private; imported once by riemattn/__init__).
 
 Two moves left old module paths behind: the flat layout before 0.2 (``riemattn.diagnostics``,
 ``riemattn.lie``, ``riemattn.simulate``, ...), and the cut of :mod:`riemattn.solvers` by family

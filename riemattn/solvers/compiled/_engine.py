@@ -166,7 +166,7 @@ def _events_result(events, ev, batch, l, d):
 def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol, pack):
     """Integrate on the compiled engine (every argument already validated by integrate)."""
     from ..core._loops import message
-    from ..core._trajectory import PerTrajectory, Trajectory  # (not integrate: it imports this engine)
+    from ..core._trajectory import PerTrajectory, Trajectory  # not integrate: it imports us
 
     batch = tuple(y0.shape[:-2])
     l, d = y0.shape[-2:]

@@ -9,7 +9,7 @@ import numpy as np
 from . import _loops
 from ..._backend import convert, default_device, device_of, is_torch, namespace, size, to_numpy
 from ..._validation import (ON_MANIFOLD_ATOL, as_float_array, check_int, check_points, check_positive, check_real,
-                          token_atol)
+                            token_atol)
 from ...errors import InputTypeError, IntegrationError, ValidationError
 from ._dense import StepLog
 from ._recorder import check_saveat
