@@ -108,7 +108,7 @@ def main(argv=None):
     from riemattn.dynamics import kernels as kk
     from riemattn.dynamics.jacobians import lifted_attention_jacobian
 
-    @nb.njit(nogil=True)  # not cached: it embeds evaluate's code (see riemattn.dynamics._kernel_cache)
+    @nb.njit(nogil=True)  # not cached: it embeds evaluate's code (see riemattn.dynamics.kernels._kernel_cache)
     def repeat(n, op, t, y, ints, floats, per, work, out):
         for _ in range(n):
             kk.evaluate(op, t, y, 0, ints, floats, per, work, out)

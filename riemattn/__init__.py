@@ -4,109 +4,52 @@ Tokens live on spheres and ellipsoids (:mod:`riemattn.geometry`), self-attention
 vector field on them (:mod:`riemattn.dynamics`), stacking layers is integrating that field
 (:mod:`riemattn.solvers`, :func:`riemattn.integrate`); :mod:`riemattn.analysis` holds what the
 theory says about the result, :mod:`riemattn.runs` simulations and sweeps from files,
-:mod:`riemattn.experiments` the papers' figures and :mod:`riemattn.llm` looped real transformers.
-The rooms and the direction of their imports: docs/architecture.md.
+:mod:`riemattn.experiments` the papers' figures and :mod:`riemattn.llm` looped real transformers;
+:mod:`riemattn.testing` is the property-test kit. The rooms and the direction of their imports:
+docs/architecture.md.
 
-The module paths of the flat layout before 0.2 (``riemattn.diagnostics``, ``riemattn.lie``,
-``riemattn.simulate``, ...) still import and are the same module objects as their new homes
-(``MOVED_MODULES``).
+Below, the names ``import riemattn as ra`` gives, room by room. Module paths of earlier layouts
+(``riemattn.diagnostics``, ``riemattn.solvers.integrate``, ...) still import, as the same module
+objects as their new homes (``MOVED_MODULES``, ``riemattn._compat``).
 """
 
 __version__ = "0.1.0"
 
-import importlib as _importlib
-import importlib.abc as _abc
-import importlib.util as _util
-import sys as _sys
-
+# shared infrastructure: errors, the array backend
 from . import errors
 from ._backend import use_device
-from .analysis import diagnostics, gradient_flow, theory
+from .errors import IntegrationError, RiemattnError, ValidationError
+
+# geometry: the token manifolds
+from .geometry.manifolds import Ellipsoid, Euclidean, Sphere
+
+# dynamics: fields on them
 from .dynamics import circle
 from .dynamics.attention import AttentionField
+from .dynamics.fields import AlgebraField, Field, LinearField, VectorField
 from .dynamics.glpr import sa, usa
 from .dynamics.layernorm import layernorm
-from .dynamics.fields import AlgebraField, Field, LinearField, VectorField
-from .errors import IntegrationError, RiemattnError, ValidationError
-from .geometry.manifolds import Ellipsoid, Euclidean, Sphere
-from .runs.sweep import SweepResult, sweep
-from .solvers import auto, dormand_prince, lie, rosenbrock, tableaux
-from .solvers.integrate import Trajectory, integrate
+
+# solvers: integrate and the stepper families (importing a family registers its steppers)
+from .solvers.core.integrate import Trajectory, integrate
+from .solvers.explicit import dormand_prince, tableaux
+from .solvers.explicit.steppers import STEPPERS, Stepper
+from .solvers.explicit.tableaux import ButcherTableau
+from .solvers.lie_group import lie
+from .solvers.stiff import auto, rosenbrock
+from .solvers.stochastic.sde import integrate_sde
 from .solvers.autodiff import integrate_checkpointed
 from .solvers.compiled import warmup
 from .solvers.layer import TransformerLayer
-from .solvers.sde import integrate_sde
-from .solvers.steppers import STEPPERS, Stepper
-from .solvers.tableaux import ButcherTableau
 
-#: Old (flat) module path -> its home since 0.2. ``import riemattn.<old>`` gives the same module.
-MOVED_MODULES = {
-    "manifolds": "geometry.manifolds",
-    "groups": "geometry.groups",
-    "lowrank": "geometry.lowrank",
-    "fields": "dynamics.fields",
-    "attention": "dynamics.attention",
-    "circle": "dynamics.circle",
-    "integrate": "solvers.integrate",
-    "steppers": "solvers.steppers",
-    "tableaux": "solvers.tableaux",
-    "dormand_prince": "solvers.dormand_prince",
-    "lie": "solvers.lie",
-    "layer": "solvers.layer",
-    "diagnostics": "analysis.diagnostics",
-    "hemispheres": "analysis.hemispheres",
-    "theory": "analysis.theory",
-    "gradient_flow": "analysis.gradient_flow",
-    "gradients": "analysis.gradients",
-    "simulate": "runs.simulate",
-    "sweep": "runs.sweep",
-    "sweep_config": "runs.sweep_config",
-}
+# analysis: what the theory says about a trajectory
+from .analysis import diagnostics, gradient_flow, theory
 
+# runs: sweeps on Dask
+from .runs.sweep import SweepResult, sweep
 
-class _MovedModuleFinder(_abc.MetaPathFinder, _abc.Loader):
-    """Resolves ``riemattn.<old>`` to the module at its new home (imported on first use).
-
-    The alias is the module object itself, so classes pickled under either path load, and
-    ``riemattn.<old>.name is riemattn.<room>.<new>.name``.
-    """
-
-    def find_spec(self, fullname, path=None, target=None):
-        prefix, _, old = fullname.partition(".")
-        if prefix != __name__ or old not in MOVED_MODULES:
-            return None
-        return _util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec):
-        old = spec.name.partition(".")[2]
-        module = _importlib.import_module(f"{__name__}.{MOVED_MODULES[old]}")
-        spec.loader_state = module.__spec__  # the real spec, restored below
-        return module
-
-    def exec_module(self, module):
-        # the import system set the alias's spec on the module; put the real one back
-        module.__spec__ = module.__spec__.loader_state
-
-
-if not any(isinstance(f, _MovedModuleFinder) for f in _sys.meta_path):
-    _sys.meta_path.append(_MovedModuleFinder())
-
-# The moved modules already imported above are registered now, so that importing their old path
-# never rebinds a package attribute (``riemattn.integrate`` and ``riemattn.sweep`` are functions).
-# As attributes (``ra.manifolds``, ``ra.fields``, ...) they are what the flat layout gave too.
-for _old, _new in MOVED_MODULES.items():
-    if f"{__name__}.{_new}" in _sys.modules:
-        _sys.modules.setdefault(f"{__name__}.{_old}", _sys.modules[f"{__name__}.{_new}"])
-        if _old not in globals():
-            globals()[_old] = _sys.modules[f"{__name__}.{_new}"]
-del _old, _new
-
-
-def __getattr__(name):
-    # ``ra.simulate`` and the other moved modules not imported with the package: loaded on first use
-    if name in MOVED_MODULES:
-        return _importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the module paths of earlier layouts (last: it registers the modules imported above)
+from ._compat import MOVED_MODULES, __getattr__  # noqa: E402,F401
 
 __all__ = [
     "AlgebraField",

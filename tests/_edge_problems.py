@@ -1,4 +1,4 @@
-"""Problems at the edges, drawn with riemattn.testing's own strategies (tests/test_edges.py).
+"""Problems at the edges, drawn with riemattn.testing's own strategies (tests/suites/test_edges.py).
 
 A :class:`Problem` is a field on a manifold, initial tokens, a time span and a step size. Fields:
 

@@ -1,9 +1,9 @@
-"""The registry of the edge property suite (tests/test_edges*.py): what is covered, discovered.
+"""The registry of the edge property suite (tests/suites/test_edges*.py): what is covered, discovered.
 
 * ``STEPPERS``: every stepper registered in ``riemattn.STEPPERS``, read at collection -- a new
   registered stepper is covered without editing the tests;
 * ``MANIFOLD_KINDS`` / ``METRICS``: every manifold kind of ``riemattn.testing.strategies`` and
-  every ellipsoid metric of ``ELLIPSOID_METRICS`` (tests/test_edges_manifolds.py checks that every
+  every ellipsoid metric of ``ELLIPSOID_METRICS`` (tests/suites/test_edges_manifolds.py checks that every
   manifold class riemattn exports is drawn);
 * ``ENGINES``: the integration engines of ``integrate(..., engine=...)``: every edge test runs on
   each;

@@ -1,4 +1,4 @@
-"""Field families of the output-mode suite (tests/test_output_modes.py): a registry, so that a
+"""Field families of the output-mode suite (tests/suites/test_output_modes.py): a registry, so that a
 family added here is covered by every test that enumerates :data:`FAMILIES`.
 
 Each family builds a small problem (a few tokens, a span of a few dozen adaptive steps at the

@@ -1,4 +1,4 @@
-"""The catalogue of tests/test_api_sweep.py: what is public, valid examples, bad values, outcomes.
+"""The catalogue of tests/suites/test_api_sweep.py: what is public, valid examples, bad values, outcomes.
 
 * :func:`public_callables` walks riemattn and every public submodule (``pkgutil``) and takes each
   name of each ``__all__`` that is callable, plus the public methods (defined in riemattn, not

@@ -1,6 +1,6 @@
-"""The departures the sweep of tests/test_api_sweep.py found and that are not fixed on this branch.
+"""The departures the sweep of tests/suites/test_api_sweep.py found and that are not fixed on this branch.
 
-Generated from a full run (``RIEMATTN_SWEEP_RECORD=file pytest tests/test_api_sweep.py``), grouped by
+Generated from a full run (``RIEMATTN_SWEEP_RECORD=file pytest tests/suites/test_api_sweep.py``), grouped by
 (callable, parameter, verdict): ``kinds`` joins the bad-value kinds with ``|``; the reason starts
 with ``OWNED_ELSEWHERE`` (geometry/, testing/, analysis/meanfield.py: fixed on another branch) or
 ``OPEN`` (found, not yet fixed), then the exact failure of the first kind. The sweep reports an

@@ -1,4 +1,4 @@
-"""Point functions for tests/test_sweep.py, importable by Dask worker processes and subprocesses.
+"""Point functions for tests/runs/test_sweep.py, importable by Dask worker processes and subprocesses.
 
 Each writes one marker file per call into the directory named by the environment variable
 ``RIEMATTN_SWEEP_MARKS`` (when set), so a test can count the calls that really ran.

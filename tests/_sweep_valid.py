@@ -1,4 +1,4 @@
-"""The valid examples of tests/test_api_sweep.py, keyed by parameter name.
+"""The valid examples of tests/suites/test_api_sweep.py, keyed by parameter name.
 
 ``VALID[name]`` is a zero-argument factory giving a fresh valid value for every parameter called
 ``name`` (a new public callable whose parameters are all named here is swept without editing);

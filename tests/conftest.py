@@ -14,12 +14,27 @@ test as an ``@example(...)`` so that the ``ci`` profile keeps it.
 ``dev``: quick local iteration, 20 random examples per property.
 
 docs/contributing.md ("Running the tests") shows the commands.
+
+Layout: one folder per room of the package (``tests/geometry/``, ``tests/dynamics/``,
+``tests/solvers/``, ``tests/analysis/``, ``tests/runs/``, ``tests/llm/``, ``tests/experiments/``,
+``tests/cli/``, ``tests/testing/``) and ``tests/suites/`` for the suites that cut across the rooms
+(architecture, bad inputs, edges, docs, properties, module sizes, public paths, backends). The
+helpers every folder shares stay here, in ``tests/`` (``problems.py``, ``_edges.py``,
+``_edge_problems.py``, ``_tolerances.py``, ``_sweep_points.py``), imported by their bare names:
+this directory is put on ``sys.path`` below. The folders are not packages (pytest's default
+"prepend" import mode), so a test file's name must be unique across all of ``tests/``: pytest
+stops the collection with "import file mismatch" when two share one.
 """
 
 import os
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:  # the shared helpers, for test files in every room's folder
+    sys.path.insert(0, _HERE)
 
 # The suite runs as two xdist workers on two cores: one thread per worker. PyTorch's default of one
 # OpenMP thread per core made a torch-using worker starve its neighbour (measured on this machine:

@@ -5,7 +5,7 @@
 # AVX2 and failed with AVX-512). docs/contributing.md, "Tolerances".
 #
 #   tools/portability.sh                       # the README's test command, under the emulation
-#   tools/portability.sh tests/test_geodesics.py -k clairaut -q
+#   tools/portability.sh tests/solvers/test_geodesics.py -k clairaut -q
 #   PYTHON=/path/to/python tools/portability.sh ...   (default: python3, or the venv's)
 #   tools/portability.sh --native ...          # the same report and run without the emulation
 set -euo pipefail

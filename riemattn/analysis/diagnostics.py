@@ -244,7 +244,7 @@ def wendel_probability(n_points, dim):
     -----
     Indexing: the sum runs to dim (= D - 1), not to dim - 1. ICML Remark 3.4 writes the sum to
     n - 1 for tokens on S^n; that is off by one (for two points on the circle S^1 it would give 1/2
-    instead of 1) -- the Monte Carlo test in ``tests/test_diagnostics.py`` confirms the form above.
+    instead of 1) -- the Monte Carlo test in ``tests/analysis/test_diagnostics.py`` confirms the form above.
 
     References
     ----------

@@ -51,7 +51,7 @@ import numpy as np
 from .._backend import is_torch, namespace, to_numpy
 from .._validation import as_float_array, check_finite, check_nonnegative, check_real
 from ..errors import InputTypeError, ValidationError
-from ..solvers.events import Event
+from ..solvers.core.events import Event
 from .diagnostics import hemisphere_lyapunov
 from .gradients import energy
 

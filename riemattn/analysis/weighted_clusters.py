@@ -39,8 +39,8 @@ from .._validation import as_float_array, check_finite, check_positive
 from ..dynamics.fields import Field
 from ..errors import ValidationError
 from ..geometry.manifolds import Euclidean
-from ..solvers.events import Event
-from ..solvers.integrate import integrate
+from ..solvers.core.events import Event
+from ..solvers.core.integrate import integrate
 from .events import merge_heights
 
 __all__ = ["WeightedClusterField", "cluster_staircase", "normalised_energy"]

@@ -390,11 +390,3 @@ class AttentionField(_CheckedField):
 def _positions(f) -> str:
     return "".join(f", {k}={v.tolist()}" for k, v in (("alibi", f.alibi), ("rope", f.rope)) if v is not None)
 
-
-def __getattr__(name):
-    # sa and usa live in riemattn.dynamics.glpr since 0.2 (importable from here as before)
-    if name in ("sa", "usa"):
-        from . import glpr
-
-        return getattr(glpr, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,9 +40,9 @@ from scipy.integrate import quad
 from .._backend import use_device
 from ..analysis.events import merge_heights
 from ..dynamics.circle import to_points, wrap
-from ..solvers.events import Event
-from ..solvers.integrate import integrate
-from ..solvers.steppers import get_stepper
+from ..solvers.core.events import Event
+from ..solvers.core.integrate import integrate
+from ..solvers.explicit.steppers import get_stepper
 
 __all__ = ["renyi_centres", "circle_merge_heights", "count_events", "solve_restarting", "leader_merge_time"]
 

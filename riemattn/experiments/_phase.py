@@ -29,7 +29,7 @@ import xarray as xr
 
 from ..dynamics.attention import AttentionField
 from ..dynamics.glpr import sa
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ..runs.sweep import point_rng, sweep
 
 

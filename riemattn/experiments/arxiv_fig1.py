@@ -23,7 +23,7 @@ import numpy as np
 import xarray as xr
 
 from ..analysis.gradient_flow import arxiv_field, metric, potential
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ._papers import P_FIG1
 from ..runs.plotting import plot_sphere_trajectories, styled
 

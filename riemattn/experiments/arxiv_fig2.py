@@ -18,7 +18,7 @@ import xarray as xr
 
 from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import hemisphere_lyapunov, misalignment
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ._papers import hemisphere_P
 from ..runs.plotting import draw_great_circle, draw_point, legend_below, plot_sphere_trajectories, styled
 

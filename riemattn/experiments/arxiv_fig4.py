@@ -28,7 +28,7 @@ import xarray as xr
 
 from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import misalignment, token_lyapunov
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ..analysis.theory import consensus_points
 from ._papers import D1, P_FIG4, U_FIG4
 from ..runs.plotting import draw_point, legend_below, plot_sphere_trajectories, styled

@@ -33,7 +33,7 @@ import xarray as xr
 
 from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import misalignment
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ..runs.plotting import legend_below, styled
 
 NAME = "arxiv-fig5"

@@ -39,7 +39,7 @@ from ..analysis.diagnostics import cluster_count
 from ..dynamics.circle import CircleField, from_points, to_points, wrap
 from ..dynamics.glpr import sa
 from ..runs.plotting import legend_below, styled
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ._causal import leader_merge_time, renyi_centres, solve_restarting
 from ._verdict import claim
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ..dynamics.glpr import sa, usa
 from ..dynamics.circle import CircleField, from_points, to_points
 from ..analysis.gradient_flow import energy

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ..dynamics.glpr import sa, usa
 from ..analysis.theory import equiangular_rho
 from ..runs.plotting import legend_below, styled

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ..dynamics.glpr import sa
 from ..analysis.diagnostics import cluster_count
 from ..runs.plotting import legend_below, plot_circle_angles, styled

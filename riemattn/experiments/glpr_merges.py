@@ -33,7 +33,7 @@ from ..analysis.gradients import energy
 from ..analysis.theory import clustering_time
 from ..dynamics.glpr import sa
 from ..runs.plotting import legend_below, styled
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ._verdict import NOT_CHECKED, claim
 from .glpr_fig4 import FEW  # GLPR's "a few clusters" of the metastable phase, one definition
 

@@ -36,7 +36,7 @@ from ..analysis.meanfield import CircleDensity, critical_noise, fourier_moments,
 from ..dynamics.glpr import sa, usa
 from ..dynamics.circle import from_points, to_points
 from ..runs.plotting import styled
-from ..solvers.sde import integrate_sde
+from ..solvers.stochastic.sde import integrate_sde
 from ._verdict import claim
 
 NAME = "glpr-noise"

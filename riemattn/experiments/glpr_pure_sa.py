@@ -39,7 +39,7 @@ from scipy.spatial import ConvexHull
 
 from ..analysis.diagnostics import cluster_count
 from ..dynamics.fields import VectorField
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ..geometry.manifolds import Euclidean
 from ..runs.plotting import legend_below, styled
 

@@ -59,7 +59,7 @@ import xarray as xr
 from ..analysis.diagnostics import cluster_count
 from ..dynamics.attention import AttentionField
 from ..runs.plotting import legend_below, styled
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ._verdict import claim
 
 NAME = "hardmax-leaders"

@@ -40,7 +40,7 @@ from ..analysis.speeds import equiangular_placement
 from ..dynamics.attention import AttentionField
 from ..dynamics.glpr import sa
 from ..dynamics.layernorm import PLACEMENTS, layernorm
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from . import _simuformer
 from .glpr_equiangular import orthonormal_frame
 

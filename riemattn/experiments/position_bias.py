@@ -49,7 +49,7 @@ import xarray as xr
 
 from ..dynamics.attention import AttentionField
 from ..runs.plotting import legend_below, styled
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ._verdict import claim
 
 NAME = "position-bias"

@@ -40,7 +40,7 @@ from ..analysis.gradient_flow import GradientField, sinkhorn_energy
 from ..dynamics.attention import AttentionField
 from ..geometry.manifolds import Sphere
 from ..runs.plotting import legend_below, styled
-from ..solvers.integrate import integrate
+from ..solvers.core.integrate import integrate
 from ._verdict import claim
 
 NAME = "sinkhorn-flow"

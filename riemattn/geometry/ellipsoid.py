@@ -62,7 +62,7 @@ class Ellipsoid(_FastMixin, LevelSet):
     -----
     ``projection`` is layer normalization pi_W(x) = x / |x|_W; ``to_tangent`` is its tangent map at
     a point of E_W, (I - y y^T W) v (ICML eq. 3). ``Ellipsoid(np.eye(d))`` agrees with
-    ``Sphere(d - 1)`` on every public method of both (tests/test_manifolds_methods.py enumerates
+    ``Sphere(d - 1)`` on every public method of both (tests/geometry/test_manifolds_methods.py enumerates
     them). Fast unchecked primitives (``inner``, ``tangent``, ``normalize``, ``retract``, ...) are
     documented in ``riemattn.geometry._fast``.
 

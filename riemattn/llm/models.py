@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -26,6 +25,7 @@ from torch import nn
 
 from .._validation import check_int
 from ..errors import InputTypeError, RiemattnError, ValidationError
+from ._loop_model import LoopModel
 from .configs import GPT2_COMMON, GPT2_SIZES, GPT_NEO_COMMON, GPT_NEO_SIZES, HUB_NAMES, resolve_size
 
 __all__ = [
@@ -41,56 +41,6 @@ __all__ = [
 ]
 
 _MODEL_TYPES = {"gpt2": "gpt2", "gpt_neo": "gpt-neo", "bert": "minilm"}
-
-
-@dataclass
-class LoopModel:
-    """A base transformer (no LM head) with what the loop needs to know about it.
-
-    Attributes
-    ----------
-    model : torch.nn.Module
-        ``GPT2Model``, ``GPTNeoModel`` or ``BertModel``, in eval mode.
-    family : str
-        ``"gpt2"``, ``"gpt-neo"`` or ``"minilm"``.
-    name : str
-        Human-readable name (``"gpt2-small"``, a path, ...).
-    trained : bool
-        Whether the weights were loaded from a checkpoint (``False`` for random initialisation).
-    """
-
-    model: nn.Module
-    family: str
-    name: str
-    trained: bool
-
-    @property
-    def config(self):
-        return self.model.config
-
-    @property
-    def causal(self) -> bool:
-        return self.family in ("gpt2", "gpt-neo")
-
-    @property
-    def blocks(self) -> nn.ModuleList:
-        return self.model.encoder.layer if self.family == "minilm" else self.model.h
-
-    @property
-    def n_layer(self) -> int:
-        return len(self.blocks)
-
-    @property
-    def d_model(self) -> int:
-        return int(self.config.hidden_size)
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.config.vocab_size)
-
-    @property
-    def max_tokens(self) -> int:
-        return int(self.config.max_position_embeddings)
 
 
 def check_device(device) -> torch.device:

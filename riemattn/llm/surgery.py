@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .models import LoopModel
+    from ._loop_model import LoopModel
 
 __all__ = ["feed_forward_removed", "positions_removed"]
 

@@ -14,7 +14,7 @@ import numpy as np
 from ._paths import check_input_file
 from .._validation import check_choice, check_spd
 from ..errors import InputTypeError, ValidationError
-from ..solvers.steppers import STEPPERS
+from ..solvers.explicit.steppers import STEPPERS
 
 __all__ = ["DEFAULTS", "RECIPES", "load_config", "validate_config"]
 

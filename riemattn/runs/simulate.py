@@ -70,8 +70,8 @@ from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import misalignment
 from ..errors import ValidationError
 from .plotting import plot_sphere_trajectories, styled
-from ..solvers.integrate import integrate
-from ..solvers.steppers import get_stepper
+from ..solvers.core.integrate import integrate
+from ..solvers.explicit.steppers import get_stepper
 
 __all__ = [
     "DEFAULTS", "build_model", "load_config", "random_matrix", "simulate_config", "simulate_file", "validate_config",

@@ -116,9 +116,9 @@ class SimulatePoint:
 
     def __call__(self, params, rng):
         from ..analysis.diagnostics import cluster_count, misalignment
-        from ..solvers.integrate import integrate
+        from ..solvers.core.integrate import integrate
         from .simulate import build_model
-        from ..solvers.steppers import get_stepper
+        from ..solvers.explicit.steppers import get_stepper
 
         cfg = copy.deepcopy(self.model)
         beta = None

@@ -19,8 +19,8 @@ import numpy as np
 from .._backend import is_torch, namespace
 from .._validation import check_int, check_points, check_positive, check_real
 from ..errors import InputTypeError, ValidationError
-from .integrate import PerTrajectory, Trajectory, integrate
-from .steppers import get_stepper
+from .core.integrate import PerTrajectory, Trajectory, integrate
+from .explicit.steppers import get_stepper
 
 __all__ = ["integrate_checkpointed"]
 

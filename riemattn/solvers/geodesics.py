@@ -13,7 +13,7 @@ lambda), and parallel transport of u along a geodesic solves
 (u' is normal, so its tangent part -- the covariant derivative -- vanishes, and u stays tangent).
 Both are integrated together by riemattn's adaptive DOP853 (:func:`~riemattn.solvers.integrate.integrate`
 on flat R^d, tolerance ``rtol = 1e-13``, ``atol = 1e-14`` by default): the points stay on E_W and
-the speed stays constant to about 1e-13 over a geodesic of length ~2 pi (tests/test_geodesics.py).
+the speed stays constant to about 1e-13 over a geodesic of length ~2 pi (tests/solvers/test_geodesics.py).
 
 The logarithm is computed by shooting: Newton's method on v -> exp_x(v) - y in T_x E_W, with the
 Jacobian by central differences of exp (the d - 1 perturbed geodesics are integrated in the same
@@ -44,7 +44,7 @@ from ..geometry._fast import check_broadcast
 from ..geometry._hypersurface import GaussCurvature, ellipse_perimeter
 from ..geometry.ellipsoid import ELLIPSOID_METRICS
 from ..geometry.manifolds import Euclidean
-from .integrate import integrate
+from .core.integrate import integrate
 
 __all__ = ["InducedEllipsoidMetric"]
 

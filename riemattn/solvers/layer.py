@@ -24,7 +24,7 @@ from .._backend import convert, is_torch, namespace, requires_grad, size, to_num
 from .._validation import as_float_array, check_finite, check_points
 from ..dynamics.attention import AttentionField
 from ..errors import InputTypeError, ValidationError
-from .steppers import ProjectedEuler, StepResult, _check_field, register
+from .explicit.steppers import ProjectedEuler, StepResult, _check_field, register
 
 __all__ = ["LayerStep", "TransformerLayer"]
 

@@ -12,12 +12,9 @@ from hypothesis.strategies import SearchStrategy
 from ..dynamics.attention import MASKS, NORMALIZATIONS, AttentionField
 from ..errors import ValidationError
 from ..geometry.manifolds import Euclidean, Sphere
-from ._draw import _floats, _matrix, _positive, _size
+from ._draw import DIMS, HEADS, _floats, _matrix, _positive, _size
 from ._heads import TimeVaryingHeads, _sym
-
-#: Default sizes (re-exported by strategies): d in 2..5, h in 1..3.
-DIMS = st.integers(2, 5)
-HEADS = st.integers(1, 3)
+from ._manifolds import manifolds, orthogonal_matrices
 
 
 @st.composite
@@ -72,8 +69,6 @@ def symmetric_with_top_eigenvector(draw, d, *, min_gap=0.3, dominant=None):
     The other eigenvalues are <= (1 - min_gap) lam_1. ``dominant=True`` also makes them >= -lam_1
     (lam_1 is the spectral radius); False allows down to -3 lam_1; None draws either.
     """
-    from .strategies import orthogonal_matrices  # (the manifolds' module re-exports this one)
-
     Q = draw(orthogonal_matrices(d))
     d = len(Q)
     lam1 = draw(_floats(0.5, 2.0))
@@ -118,8 +113,6 @@ def attention_fields(draw, *, dims=DIMS, heads=HEADS, kinds=("sphere", "ellipsoi
     Draw tokens for it with ``points(field.manifold, ...)``. Shrinks toward one head, the sphere,
     the first mask/normalization, U = I, constant zero P and beta = 0.
     """
-    from .strategies import manifolds  # the manifolds' module re-exports this one
-
     manifold = draw(manifolds(dims=dims, kinds=kinds, max_condition=max_condition))
     if isinstance(manifold, Euclidean):
         raise ValidationError("attention_fields: kinds must be a subset of ('sphere', 'ellipsoid').")

@@ -11,6 +11,10 @@ from hypothesis.strategies import SearchStrategy
 
 from ..errors import InputTypeError, ValidationError
 
+#: Default sizes (re-exported by strategies): d in 2..5, h in 1..3 (each shrinks toward its smallest).
+DIMS = st.integers(2, 5)
+HEADS = st.integers(1, 3)
+
 
 def _floats(lo, hi):
     return st.floats(lo, hi, allow_nan=False, allow_infinity=False, allow_subnormal=False)

@@ -25,8 +25,8 @@ import numpy as np
 
 from ..analysis.hemispheres import common_hemisphere
 from ..errors import InputTypeError, ValidationError
-from ..solvers.integrate import integrate
-from ..solvers.steppers import get_stepper
+from ..solvers.core.integrate import integrate
+from ..solvers.explicit.steppers import get_stepper
 
 EPS = np.finfo(float).eps
 

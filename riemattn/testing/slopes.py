@@ -30,8 +30,8 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from ..errors import InputTypeError, ValidationError
-from ..solvers.integrate import integrate
-from ..solvers.steppers import get_stepper
+from ..solvers.core.integrate import integrate
+from ..solvers.explicit.steppers import get_stepper
 from ._fit import Fit, fit_slope
 from .checks import inner_rounding
 

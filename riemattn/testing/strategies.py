@@ -6,7 +6,7 @@ well under a millisecond to draw, and every size shrinks toward its smallest val
 ``h``, ``tokens``) are an ``int`` or a strategy of ``int``; ``batch_shape`` a tuple or a strategy
 of tuples (e.g. ``hypothesis.extra.numpy.array_shapes(min_dims=0, max_side=3)``).
 
-Guarantees (each is itself a property test, tests/test_testing.py):
+Guarantees (each is itself a property test, tests/testing/test_testing.py):
 
 * :func:`spd_matrices` -- symmetric, eigenvalues in [1, ``max_condition``] (rounding aside), so
   the condition number is at most ``max_condition``;
@@ -31,10 +31,10 @@ from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
 from ..errors import InputTypeError, ValidationError
-from ..geometry.ellipsoid import ELLIPSOID_METRICS
 from ..geometry.manifolds import Ellipsoid, Euclidean, Sphere
-from ._draw import _floats, _matrix, _nonzero_rows, _positive, _shape, _size
-from ._attention import DIMS, HEADS, attention_fields, betas, head_matrices, symmetric_with_top_eigenvector
+from ._draw import DIMS, HEADS, _floats, _matrix, _nonzero_rows, _positive, _shape, _size
+from ._attention import attention_fields, betas, head_matrices, symmetric_with_top_eigenvector
+from ._manifolds import MANIFOLD_KINDS, ellipsoids, manifolds, orthogonal_matrices, spd_matrices, spheres
 from ._heads import TimeVaryingHeads
 from .checks import inner_rounding
 
@@ -63,91 +63,9 @@ __all__ = [
 ]
 
 #: Default sizes: d in 2..5, l in 1..5, h in 1..3 (each shrinks toward its smallest value).
-TOKENS = st.integers(1, 5)  # (DIMS and HEADS: defined with the attention strategies)
-#: Every kind of manifold riemattn registers (``manifolds(kinds=MANIFOLD_KINDS)`` draws each;
-#: tests/test_edges_manifolds.py checks that every manifold class riemattn exports is here).
-MANIFOLD_KINDS = ("sphere", "ellipsoid", "euclidean")
+TOKENS = st.integers(1, 5)  # (DIMS and HEADS: defined with the drawing helpers, _draw)
 #: The token configurations of :func:`token_configurations`: where a first experiment lands.
 CONFIGURATIONS = ("generic", "coincident", "antipodal")
-
-
-# ---------------------------------------------------------------------------------------------
-# matrices and manifolds
-@st.composite
-def orthogonal_matrices(draw, d):
-    """An orthogonal matrix Q, shape (d, d), with Q^T Q = I to rounding."""
-    d = _size(draw, d, "d", 1)
-    # |A_ij| <= 1, so A + (d + 1) I is strictly diagonally dominant, hence invertible: R has a
-    # nonzero diagonal and Q is orthogonal for every draw. (A shift of 3 allowed a singular A at
-    # d >= 4, which Hypothesis found in the project's own suite: a zero column of Q and a
-    # singular "SPD" W.)
-    A = draw(_matrix((d, d))) + (d + 1.0) * np.eye(d)
-    Q, R = np.linalg.qr(A)
-    return Q * np.where(np.diag(R) < 0, -1.0, 1.0)  # sign fixing makes Q a function of A
-
-
-@st.composite
-def spd_matrices(draw, d, *, max_condition=10.0):
-    """A symmetric positive definite W, shape (d, d), eigenvalues in [1, max_condition].
-
-    The condition number is therefore at most ``max_condition`` (to rounding, ~1e-15 relative).
-    Shrinks toward the identity (all eigenvalues 1).
-    """
-    max_condition = _positive(max_condition, "max_condition", 0.0)
-    if max_condition < 1.0:
-        raise ValidationError(f"max_condition must be >= 1, got {max_condition}.")
-    Q = draw(orthogonal_matrices(d))
-    lam = np.array(draw(st.lists(_floats(1.0, max_condition), min_size=len(Q), max_size=len(Q))))
-    if np.all(lam == 1.0):
-        return np.eye(len(Q))  # exactly the identity: the W = I edge (the sphere as an ellipsoid)
-    W = (Q * lam) @ Q.T
-    return 0.5 * (W + W.T)  # exactly symmetric (Ellipsoid checks symmetry)
-
-
-@st.composite
-def spheres(draw, *, dims=DIMS):
-    """``Sphere(d - 1)``: points have d components (``dims``: int or strategy of d >= 2)."""
-    return Sphere(_size(draw, dims, "dims", 2) - 1)
-
-
-def _metrics(metrics):
-    metrics = tuple(metrics)
-    bad = [m for m in metrics if m not in ELLIPSOID_METRICS]
-    if not metrics or bad:
-        raise ValidationError(f"metrics must be a nonempty subset of {tuple(ELLIPSOID_METRICS)}, got {metrics!r}.")
-    return metrics
-
-
-@st.composite
-def ellipsoids(draw, *, dims=DIMS, max_condition=10.0, metrics=("W",)):
-    """``Ellipsoid(W, metric=...)``, W drawn by :func:`~riemattn.testing.strategies.spd_matrices`
-    (condition number <= max_condition; exactly the identity when it shrinks), the metric from
-    ``metrics`` (names of ``riemattn.geometry.ellipsoid.ELLIPSOID_METRICS``: ``"W"``, ``"euclidean"``)."""
-    metrics = _metrics(metrics)
-    W = draw(spd_matrices(_size(draw, dims, "dims", 2), max_condition=max_condition))
-    return Ellipsoid(W, metric=draw(st.sampled_from(metrics)))
-
-
-@st.composite
-def manifolds(draw, *, dims=DIMS, kinds=("sphere", "ellipsoid"), max_condition=10.0, metrics=("W",)):
-    """A Sphere, Ellipsoid or (if ``"euclidean"`` is in ``kinds``) Euclidean of dimension d.
-
-    ``kinds`` is a subset of :data:`MANIFOLD_KINDS` (all of them: every manifold riemattn
-    registers); an ellipsoid's metric is drawn from ``metrics`` (see :func:`ellipsoids`).
-    Shrinks toward the first kind in ``kinds`` (the sphere by default).
-    """
-    kinds = tuple(kinds)
-    bad = [k for k in kinds if k not in MANIFOLD_KINDS]
-    if not kinds or bad:
-        raise ValidationError(f"kinds must be a nonempty subset of {MANIFOLD_KINDS}, got {kinds!r}.")
-    metrics = _metrics(metrics)
-    kind = draw(st.sampled_from(kinds))
-    d = _size(draw, dims, "dims", 2)
-    if kind == "sphere":
-        return Sphere(d - 1)
-    if kind == "euclidean":
-        return Euclidean(d)
-    return Ellipsoid(draw(spd_matrices(d, max_condition=max_condition)), metric=draw(st.sampled_from(metrics)))
 
 
 def _manifold(draw, manifold):

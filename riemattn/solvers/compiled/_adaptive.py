@@ -1,6 +1,6 @@
 """The adaptive loop of the compiled engine: one trajectory run to its end, and the parallel batch.
 
-:func:`solve_row` is :func:`riemattn.solvers._loops.run_adaptive` for one row of the batch (the
+:func:`solve_row` is :func:`riemattn.solvers.core._loops.run_adaptive` for one row of the batch (the
 same initial step, PI controller, acceptance, last-step rule, statuses and save rule), with the
 steps of :mod:`riemattn.solvers.compiled._steps`; :func:`run_rows` runs rows to its end,
 one share of the rows per thread (:func:`riemattn.solvers.compiled._engine.in_threads`; each row's
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ...dynamics._kernel_cache import njit
+from ...dynamics.kernels._kernel_cache import njit
 import numpy as np
 
 from ._events import check_events, start_events
@@ -29,7 +29,7 @@ REACHED, RUNNING, MAX_STEPS, UNDERFLOW, NON_FINITE, TERMINAL = 0, 1, -1, -2, -3,
 
 @njit(**_JIT)
 def initial_step(fn, order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, per, work, scale, x, y1, f1, r):
-    """Hairer, Norsett & Wanner (1993), II.4, as riemattn.solvers._loops.initial_step (one evaluation)."""
+    """Hairer, Norsett & Wanner (1993), II.4, as riemattn.solvers.core._loops.initial_step (one evaluation)."""
     l, d = y0.shape
     for i in range(l):
         for a in range(d):
@@ -234,7 +234,7 @@ def solve_rows(fn, m, Y, start, stride, flat, autonomous, diff, dt_factor, t0, t
                                        b, ints, floats, per, work, x, X, r, K2, r2, e2, theta, u)
                         srow[nxt, :, :] = u
                     nxt += 1
-            # ---- step-size update (the PI controller of riemattn.solvers._loops.run_adaptive)
+            # ---- step-size update (the PI controller of riemattn.solvers.core._loops.run_adaptive)
             if accept:
                 if e > 0:
                     grow = safety * e ** (-alpha) * err_prev ** pi_beta

@@ -8,7 +8,7 @@ where it would pay but is not ready, a background process compiles it
 (:mod:`riemattn.solvers.compiled._warmup`; ``RIEMATTN_BACKGROUND_COMPILE=0``: not). The
 environment variable ``RIEMATTN_ENGINE`` changes what ``"auto"`` means: ``compiled`` -- the compiled engine wherever it supports the call
 (compiling on first use, whatever the size); ``numpy`` -- never the compiled engine.
-``"cuda"``: the CUDA engine (:mod:`riemattn.solvers.cuda`), or UnsupportedByEngine naming why
+``"cuda"``: the CUDA engine (:mod:`riemattn.solvers.compiled.cuda`), or UnsupportedByEngine naming why
 not; ``"auto"`` never chooses it.
 """
 
@@ -44,7 +44,7 @@ def ready(adaptive: bool) -> bool:
 
         if numba.config.DISABLE_JIT:
             return False
-        from ...dynamics._kernel_cache import cached_for_this_cpu
+        from ...dynamics.kernels._kernel_cache import cached_for_this_cpu
         from . import _kernel
 
         if adaptive:
@@ -62,7 +62,7 @@ def _written(dispatcher) -> bool:
     """Whether the data files of ``dispatcher``'s cache entries for this CPU exist: numba writes an
     entry's index before its data (each by an atomic rename), so while a background compile is
     writing, the index may name a file not there yet (loading it would compile in this process)."""
-    from ...dynamics._kernel_cache import this_cpu
+    from ...dynamics.kernels._kernel_cache import this_cpu
 
     cache = dispatcher._cache
     cpu = this_cpu()
@@ -85,7 +85,7 @@ STIFF_SIZE = 400
 
 def work(pack, batch_size) -> float:
     """The batch's arithmetic per field evaluation in :func:`pays`' units: B h (l d (l + d) + 2 l^2)."""
-    from ...dynamics import _kernel_layout as lay
+    from ...dynamics.kernels import _kernel_layout as lay
 
     l, d, h = (int(pack.ints[k]) for k in (lay.L, lay.D, lay.H))
     return float(batch_size) * max(h, 1) * (l * d * (l + d) + 2 * l * l)
@@ -95,7 +95,7 @@ def pays(pack, step, batch_size) -> bool:
     """Whether "auto" runs a supported call on the compiled engine: Rosenbrock steppers (and
     ``"auto"``) while l d <= :data:`STIFF_SIZE`; explicit ones while :func:`work` <=
     :data:`EXPLICIT_WORK` (:data:`TIMED_WORK` for time-dependent weights)."""
-    from ...dynamics import _kernel_layout as lay
+    from ...dynamics.kernels import _kernel_layout as lay
     from . import _tables
 
     kind = _tables.SUPPORTED[step.name][1]
@@ -136,7 +136,7 @@ def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat
     if engine == "numpy":
         return None
     if engine == "cuda":  # never chosen by "auto" (docs/performance.md, "GPU ensembles")
-        from ..cuda._engine import dispatch as cuda_dispatch
+        from .cuda._engine import dispatch as cuda_dispatch
 
         sol = cuda_dispatch(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events,
                             save_fn, progress, dense_output, precision)

@@ -14,9 +14,9 @@ import math
 import numpy as np
 
 from ...errors import UnsupportedByEngine, ValidationError
-from .. import _loops
+from ..core import _loops
 from ...dynamics._tangent import applies
-from ..rosenbrock import DT_FACTOR
+from ..stiff.rosenbrock import DT_FACTOR
 from . import _tables
 from ._events import CODES, EventData, no_events
 
@@ -125,7 +125,7 @@ def _spec(event):
 
 def fixed_grid(t0, t1, dt, saveat, limit=None):
     """The NumPy fixed-step loop's grid: step start times, sizes, end times and the save slot after
-    each step (-1: none) (riemattn.solvers._loops.run_fixed, the same arithmetic), its first
+    each step (-1: none) (riemattn.solvers.core._loops.run_fixed, the same arithmetic), its first
     ``limit`` steps at most (max_steps: the grid beyond is never built), and whether it was cut."""
     t = t0
     targets = [] if saveat is None else [s for s in saveat.tolist() if s > t0]
@@ -189,7 +189,7 @@ def _event_data(events, B, l, d, tol, cap):
 
 
 def _events_result(events, ev, batch, l, d):
-    from ..events import Events
+    from ..core.events import Events
 
     m = int(ev.rec_n.max(initial=0))
     t = ev.rec_t[:, :m]
@@ -209,8 +209,8 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     """Integrate on the compiled engine (every argument already validated by integrate). Ctrl-C
     (KeyboardInterrupt, or another exception of a signal handler) stops every trajectory before
     its next step and is raised again with the result so far as its ``trajectory`` attribute."""
-    from .._loops import message
-    from ..integrate import PerTrajectory, Trajectory
+    from ..core._loops import message
+    from ..core._trajectory import PerTrajectory, Trajectory  # not integrate: it imports us
 
     batch = tuple(y0.shape[:-2])
     l, d = y0.shape[-2:]
@@ -352,7 +352,7 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
     run = _kernels().entry(fixed_rows, args)
     _, pending = in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B, halt)
     nfev, n_steps, status, stop = stats[:, 0], stats[:, 1], stats[:, 2].copy(), stats[:, 3]
-    if capped:  # riemattn.solvers._loops.run_fixed stops the rows still running at max_steps
+    if capped:  # riemattn.solvers.core._loops.run_fixed stops the rows still running at max_steps
         alive = (stop == 0) & (status == _loops.REACHED)
         status[alive] = _loops.MAX_STEPS
         t_fail[alive] = gtn[-1] if len(gtn) else t0
@@ -361,7 +361,7 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
 
 
 def saved_layout(saved, times, every, at_t0, single, slot, gtn, stop, hit, t_stop):
-    """The saving rule of the NumPy fixed-step loop (:func:`riemattn.solvers._loops.run_fixed`,
+    """The saving rule of the NumPy fixed-step loop (:func:`riemattn.solvers.core._loops.run_fixed`,
     docs/events.md "Saved values") applied to the rows' stops: ``saved`` (n_save, B, l, d) holds
     each row's state after the grid step of each slot (frozen after its stop); ``stop[b]`` the
     1-based step at which row b stopped (0: it did not), ``hit`` its terminal event, ``t_stop``

@@ -1,5 +1,5 @@
 """Events in the compiled loops: the built-in event functions and the semantics of
-:mod:`riemattn.solvers._event_tracker` for one trajectory.
+:mod:`riemattn.solvers.core._event_tracker` for one trajectory.
 
 An :class:`riemattn.solvers.events.Event` made by :mod:`riemattn.analysis.events` carries a
 declarative ``spec`` (``(name, *numbers)``); the compiled loop evaluates these ``g``:
@@ -16,7 +16,7 @@ spec name              g(t, y)                                             param
 
 Detection (sign changes between the step's sample points on accepted steps), location (the
 safeguarded Illinois iteration, bracket end after the crossing), ordering of the crossings of a
-step, terminal counts and the stop are those of :class:`riemattn.solvers._event_tracker.Tracker`,
+step, terminal counts and the stop are those of :class:`riemattn.solvers.core._event_tracker.Tracker`,
 row by row. Events without a spec (user functions, :func:`riemattn.analysis.events.level`,
 ``energy_level``, ``leave_common_hemisphere``) stay on the NumPy engine.
 """
@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ...dynamics._kernel_cache import njit
+from ...dynamics.kernels._kernel_cache import njit
 import numpy as np
 
-from .._event_tracker import MAX_ITER
+from ..core._event_tracker import MAX_ITER
 from ._interp import interp
 
 _JIT = dict(error_model="numpy")

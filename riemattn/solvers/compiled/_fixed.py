@@ -1,6 +1,6 @@
 """The fixed-step loop of the compiled engine: one trajectory over the shared grid, and the batch.
 
-:func:`fixed_rows` is :func:`riemattn.solvers._loops.run_fixed` row by row: the grid (step start
+:func:`fixed_rows` is :func:`riemattn.solvers.core._loops.run_fixed` row by row: the grid (step start
 times, sizes, end times and save slots) is computed once in Python exactly as the NumPy loop
 computes it (:func:`riemattn.solvers.compiled._engine.fixed_grid`), so both engines step at the
 same times. A row whose state becomes non-finite stops there (status -3, frozen at its last
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ...dynamics._kernel_cache import njit
+from ...dynamics.kernels._kernel_cache import njit
 import numpy as np
 
 from ._events import check_events, start_events

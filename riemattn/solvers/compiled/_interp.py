@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...dynamics._kernel_cache import njit
+from ...dynamics.kernels._kernel_cache import njit
 
 from ._rosenbrock import ros_dense
 from ._steps import dop853_dense, dop853_prepare, dopri5_dense, rk_step

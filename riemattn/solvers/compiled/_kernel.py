@@ -1,5 +1,5 @@
 """The one place the compiled loops import the field kernels from (:mod:`riemattn.dynamics.kernels`;
-importing it installs the engine-wide cache stamp of :mod:`riemattn.dynamics._kernel_cache` before
+importing it installs the engine-wide cache stamp of :mod:`riemattn.dynamics.kernels._kernel_cache` before
 any compiled loop is defined), and the door through which the loops call the field.
 
 The loops receive ``kk.evaluate`` as an argument ``fn`` of numba's first-class function type

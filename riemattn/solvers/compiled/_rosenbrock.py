@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ...dynamics._kernel_cache import njit
+from ...dynamics.kernels._kernel_cache import njit
 import numpy as np
 
 from ._kernel import LIFTED_JAC, RHS, RHS_DIFF

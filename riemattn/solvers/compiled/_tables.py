@@ -4,7 +4,7 @@ Nothing here restates a coefficient: the Butcher tableaux (:mod:`riemattn.solver
 rows the NumPy steppers use, :meth:`riemattn.solvers.steppers.ProjectedRK._plan`), the dense
 outputs (``DOPRI5_DENSE``, ``DOP853_DENSE``), the Rosenbrock tableaux
 (:mod:`riemattn.solvers.rosenbrock_tableaux`), the step-size controller's constants
-(:mod:`riemattn.solvers._control`) and ``"auto"``'s switching rule (:mod:`riemattn.solvers.auto`) are
+(:mod:`riemattn.solvers.core._control`) and ``"auto"``'s switching rule (:mod:`riemattn.solvers.auto`) are
 read from the NumPy engine's objects and copied into one :class:`Method` record of arrays, the
 same record type for every stepper (so that the compiled loop compiles once).
 """
@@ -15,12 +15,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import _control, auto, rosenbrock
-from ..dormand_prince import ProjectedDOP853, ProjectedDormandPrince
+from ..core import _control
+from ..stiff import auto, rosenbrock
+from ..explicit.dormand_prince import ProjectedDOP853, ProjectedDormandPrince
 from ..layer import LayerStep
-from ..rosenbrock import ProjectedRodas4, ProjectedRodas4P
-from ..steppers import ProjectedEuler, ProjectedHeun, ProjectedRK4
-from ..tableaux import DOP853_DENSE, DOPRI5_DENSE
+from ..stiff.rosenbrock import ProjectedRodas4, ProjectedRodas4P
+from ..explicit.steppers import ProjectedEuler, ProjectedHeun, ProjectedRK4
+from ..explicit.tableaux import DOP853_DENSE, DOPRI5_DENSE
 
 #: method kinds of the compiled loops
 RK, LAYER, DOP853, ROSENBROCK, AUTO = 0, 1, 2, 3, 4

@@ -3,7 +3,7 @@
 
 The engine is three compiled functions (the field kernel ``kernels.evaluate``, the fixed-step loop
 and the adaptive loop; every stepper, field, manifold and event runs through them), cached on disk
-by numba (:mod:`riemattn.dynamics._kernel_cache`). :func:`warmup` compiles them (or loads them from
+by numba (:mod:`riemattn.dynamics.kernels._kernel_cache`). :func:`warmup` compiles them (or loads them from
 the cache) by running a tiny problem on each loop. A process compiles them while it holds a file
 lock in the cache directory (:func:`locked`), so concurrent processes (pytest-xdist, Dask workers)
 never compile at once: the second waits and then loads the first one's code from the cache.
@@ -44,7 +44,7 @@ def background_enabled() -> bool:
 
 
 def _lock_path():
-    from ...dynamics._kernel_cache import cache_dir
+    from ...dynamics.kernels._kernel_cache import cache_dir
     from . import _kernel
 
     where = cache_dir(_kernel.evaluate)
@@ -113,7 +113,7 @@ def _kernels_task():
 
 def _loop_task(stepper, **kw):
     def task():
-        from ..integrate import integrate
+        from ..core.integrate import integrate
 
         field, y = _tiny()
         integrate(field, y, (0.0, 0.1), stepper, engine="compiled", **kw)
@@ -154,7 +154,7 @@ def warmup(progress=None) -> dict:
     import numba
     from tqdm.auto import tqdm
 
-    from ...dynamics import _kernel_cache
+    from ...dynamics.kernels import _kernel_cache
     from ...errors import UnsupportedByEngine
 
     if numba.config.DISABLE_JIT:
@@ -181,7 +181,7 @@ def start_background(adaptive: bool = True) -> bool:
     """Start the background compile (once per process; not where switched off or where nothing can
     be cached), the loop of the call that started it (``adaptive`` or not) first; True where this
     call started it."""
-    from ...dynamics import _kernel_cache
+    from ...dynamics.kernels import _kernel_cache
 
     if _STARTED or not background_enabled() or not _kernel_cache.CACHED:
         return False

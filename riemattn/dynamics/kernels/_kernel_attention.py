@@ -1,0 +1,399 @@
+r"""Compiled attention field: value, update, lifted Jacobian and time derivative (private).
+
+The numba code behind :mod:`riemattn.dynamics.kernels` for ``KIND_ATTENTION``: one trajectory
+per call, configuration read from the pack's ``ints`` at run time (see
+:mod:`riemattn.dynamics.kernels._kernel_layout`). The formulas are those of
+:class:`riemattn.dynamics.attention.AttentionField` (value and update) and of
+:func:`riemattn.dynamics.jacobians.lifted_attention_jacobian` (with ``p_j = P y_j``, ``q_i =
+P^T y_i``, ``u_j = U y_j``, beta folded into P, ``s`` = sqrt(d) / 1 / 0 for "paper" / "softmax" /
+"mean"):
+
+.. math::
+
+    Df[i, k] = \sum_\eta \alpha_{ik} \big[(u_k - s f^\eta_i) q_i^T + U_\eta\big]
+        + \delta_{ik} \sum_\eta \Big[\sum_j \alpha_{ij} u_j p_j^T - s f^\eta_i g_i^T\Big],
+    \qquad J_G[i, k] = \Pi_i Df[i, k] \Pi_k
+        + \delta_{ik} \big[f_i (W y_i)^T - y_i (W f_i)^T - c_i \Pi_i\big],
+
+``Pi_i = I - y_i (W y_i)^T``, ``c_i = y_i^T W f_i``; on flat space ``J_G = Df``.
+
+Rescaled "mean" (``ints[RESCALED]``): the scores are ``beta (y_i^T P y_j - 1)`` from the
+unscaled Gram entries, with the rounding rule of :mod:`riemattn.dynamics._softmax` (exponents
+within ``RESCALED_ROUNDING`` of 0 before the product by beta are 0); beta is never folded into P
+there, and for the Jacobian (linear in alpha and beta P, as in
+:func:`~riemattn.dynamics.jacobians.lifted_attention_jacobian`) p and q are multiplied by beta
+after the scores.
+
+Softmax rows ("paper", "softmax") are shifted by their own maximum (any finite score is safe);
+"mean" exponentiates scores below ``MEAN_DIRECT_MAX`` directly and shifts larger rows by their
+maximum, so that a row whose ``exp(max)`` overflows gives inf (where the NumPy field raises).
+
+References
+----------
+Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, eq. (6).
+Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers", (SA), (USA).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ._kernel_cache import jit
+from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX, NORM,
+                             NORM_MEAN, NORM_PAPER, OP_LIFTED_JAC, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS,
+                             RESCALED, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
+                             U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
+from .._softmax import RESCALED_ROUNDING
+
+
+# Calls between jitted functions pass no literal constants (a slot index, 0, True): numba
+# compiles a separate copy of the callee for every literal argument value.
+@jit
+def source(loc, floats, per, b):
+    """The array a datum lives in (``loc`` = ints[*_LOC]): ``floats`` or the trajectory's row of ``per``."""
+    if loc == LOC_PER:
+        return per[b if per.shape[0] > 1 else 0]
+    return floats
+
+
+@jit
+def heads_at(t, kind, src, off, nh, terms, d, scale, out, oo):
+    """out[oo:oo + nh d d] = scale M(t) for a source of kind SRC_CONST, SRC_SINES or SRC_STEPS."""
+    m = nh * d * d
+    if kind == SRC_SINES:
+        a_off = off + m
+        w_off = a_off + terms * m
+        for e in range(m):
+            out[oo + e] = src[off + e]
+        for k in range(terms):
+            w = math.sin(src[w_off + k] * t + src[w_off + terms + k])
+            base = a_off + k * m
+            for e in range(m):
+                out[oo + e] += w * src[base + e]
+        for e in range(m):
+            out[oo + e] *= scale
+        return
+    base = off
+    if kind == SRC_STEPS:
+        k = 0
+        for j in range(1, terms):
+            if src[off + j] <= t:
+                k = j
+            else:
+                break
+        base = off + terms + k * m
+    for e in range(m):
+        out[oo + e] = scale * src[base + e]
+
+
+@jit
+def heads_rate(t, kind, src, off, nh, terms, d, scale, out, oo):
+    """out[oo:oo + nh d d] = scale dM/dt (0 unless SRC_SINES)."""
+    m = nh * d * d
+    for e in range(m):
+        out[oo + e] = 0.0
+    if kind != SRC_SINES:
+        return
+    a_off = off + m
+    w_off = a_off + terms * m
+    for k in range(terms):
+        w = scale * src[w_off + k] * math.cos(src[w_off + k] * t + src[w_off + terms + k])
+        base = a_off + k * m
+        for e in range(m):
+            out[oo + e] += w * src[base + e]
+
+
+@jit
+def offsets(l, d, h):
+    """Offsets in the scratch vector (layout of _kernel_layout.work_length):
+    Pt, Ut, dPt, dUt (h d d); p, q, u, fh, dfh (h l d); A, dA (h l l); f, Wy, Wf, yn, df, row (l d); c (l)."""
+    hdd, hld, hll, ld = h * d * d, h * l * d, h * l * l, l * d
+    oP = 0 * h  # an int64, not the literal 0 (which would compile callees once more)
+    oU = oP + hdd
+    odP = oU + hdd
+    odU = odP + hdd
+    opy = odU + hdd
+    oq = opy + hld
+    ou = oq + hld
+    ofh = ou + hld
+    odfh = ofh + hld
+    oA = odfh + hld
+    odA = oA + hll
+    of = odA + hll
+    oWy = of + ld
+    oWf = oWy + ld
+    oyn = oWf + ld
+    odf = oyn + ld
+    orow = odf + ld
+    oc = orow + ld
+    return oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc
+
+
+@jit
+def norm_scale(ints):
+    """s: sqrt(d) ("paper"), 1 ("softmax"), 0 ("mean")."""
+    nrm = ints[NORM]
+    if nrm == NORM_PAPER:
+        return math.sqrt(ints[D])
+    return 0.0 if nrm == NORM_MEAN else 1.0
+
+
+@jit
+def apply_W(ints, floats, x, ox, out, oo, l, d):
+    """out[oo + i d + a] = (W x_i)_a for the tokens x[ox:ox + l d] (a copy when W = I).
+
+    W is the ellipsoid's (``ints[W_OFF] >= 0``): of the state, or of the directions theta = N_W(x)
+    of a placement whose state is flat (callers on a flat state without placement do not use it)."""
+    if ints[W_OFF] < 0:
+        for m in range(l * d):
+            out[oo + m] = x[ox + m]
+        return
+    rows_times(floats, ints[W_OFF], x, ox, out, oo, l, d)
+
+
+@jit
+def rows_times(M, om, x, ox, out, oo, l, d):
+    """out[oo + j d + a] = (M x_j)_a for the tokens x[ox:ox + l d], M (d, d) stored row-major at
+    M[om:] (each component summed over c in order)."""
+    for j in range(l):
+        for a in range(d):
+            acc = 0.0
+            for c in range(d):
+                acc += M[om + a * d + c] * x[ox + j * d + c]
+            out[oo + j * d + a] = acc
+
+
+@jit
+def forward(op, t, y, b, ints, floats, per, w):
+    """Attention A (h, l, l), values u = U y (h, l, d), per-head updates fh and the update f in
+    the scratch vector w; p = P y_j (and q = P^T y_i for op = OP_LIFTED_JAC). y: flat (l d).
+    Returns the factor of a scalar U (c I), else 0."""
+    need_q = op == OP_LIFTED_JAC
+    l, d, h = ints[L], ints[D], ints[H]
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+    beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
+    rescaled = ints[RESCALED] != 0  # scores beta (y_i^T P y_j - 1): beta not folded into P
+    pscale = 1.0 if rescaled else beta
+    pk, uk, hP, hU = ints[P_KIND], ints[U_KIND], ints[P_HEADS], ints[U_HEADS]
+    srcP = source(ints[P_LOC], floats, per, b)
+    cP = 0.0
+    if pk == SRC_SCALAR:
+        cP = pscale * srcP[ints[P_OFF]]
+    else:
+        heads_at(t, pk, srcP, ints[P_OFF], hP, ints[P_TERMS], d, pscale, w, oP)
+    cU = 0.0
+    if uk == SRC_SCALAR:
+        cU = source(ints[U_LOC], floats, per, b)[ints[U_OFF]]
+    elif uk != SRC_IDENTITY:
+        heads_at(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], d, 1.0, w, oU)
+    causal = ints[MASK] == MASK_CAUSAL
+    nrm = ints[NORM]
+    s = norm_scale(ints)
+    hld, hll = l * d, l * l
+    for e in range(h):
+        pe, Ae = opy + e * hld, oA + e * hll
+        if e > 0 and hP == 1:  # one P shared by the U heads: the same attention
+            for m in range(hll):
+                w[Ae + m] = w[oA + m]
+            for m in range(hld):
+                w[pe + m] = w[opy + m]
+                w[oq + e * hld + m] = w[oq + m]
+            continue
+        qe, Pe = oq + e * hld, oP + e * d * d
+        if pk == SRC_SCALAR:  # p_j = q_j = c y_j
+            for m in range(hld):
+                w[pe + m] = cP * y[m]
+                w[qe + m] = cP * y[m]
+        else:  # p_j = P y_j, q_j = P^T y_j
+            rows_times(w, Pe, y, 0 * l, w, pe, l, d)
+            if need_q:
+                for j in range(l):
+                    for a in range(d):
+                        acc = 0.0
+                        for c in range(d):
+                            acc += w[Pe + c * d + a] * y[j * d + c]
+                        w[qe + j * d + a] = acc
+        for i in range(l):
+            jmax = i + 1 if causal else l
+            r0 = Ae + i * l
+            m = -math.inf
+            for j in range(jmax):
+                acc = 0.0
+                for a in range(d):
+                    acc += y[i * d + a] * w[pe + j * d + a]
+                if rescaled:  # the rule of riemattn.dynamics._softmax (R): rounding of G_ij - 1 -> 0
+                    acc -= 1.0
+                    acc = 0.0 if abs(acc) <= RESCALED_ROUNDING else acc * beta
+                w[r0 + j] = acc
+                if acc > m or acc != acc:
+                    m = acc
+            for j in range(jmax, l):
+                w[r0 + j] = 0.0
+            if nrm == NORM_MEAN:
+                if m < MEAN_DIRECT_MAX:
+                    for j in range(jmax):
+                        w[r0 + j] = math.exp(w[r0 + j]) * (1.0 / l)
+                else:  # inf where exp(m) overflows (where the NumPy field raises)
+                    em = math.exp(m) / l
+                    for j in range(jmax):
+                        w[r0 + j] = math.exp(w[r0 + j] - m) * em
+            else:
+                z = 0.0
+                for j in range(jmax):
+                    x = math.exp(w[r0 + j] - m)
+                    w[r0 + j] = x
+                    z += x
+                r = 1.0 / (s * z)
+                for j in range(jmax):
+                    w[r0 + j] *= r
+        if rescaled and need_q:  # the Jacobian's p = beta P y_j, q = beta P^T y_i (linear in alpha)
+            for m in range(hld):
+                w[pe + m] *= beta
+                w[qe + m] *= beta
+    for m in range(l * d):
+        w[of + m] = 0.0
+    for e in range(h):
+        ue, Ae, fe, Ue = ou + e * hld, oA + e * hll, ofh + e * hld, oU + (e if hU > 1 else 0) * d * d
+        if uk == SRC_IDENTITY:  # u_j = U y_j
+            for m in range(hld):
+                w[ue + m] = y[m]
+        elif uk == SRC_SCALAR:
+            for m in range(hld):
+                w[ue + m] = cU * y[m]
+        else:
+            rows_times(w, Ue, y, 0 * l, w, ue, l, d)
+        for i in range(l):  # fh_i = sum_j A_ij u_j: rows of u added in j order (contiguous in a)
+            jmax = i + 1 if causal else l
+            for a in range(d):
+                w[fe + i * d + a] = 0.0
+            for j in range(jmax):
+                a_ij = w[Ae + i * l + j]
+                for a in range(d):
+                    w[fe + i * d + a] += a_ij * w[ue + j * d + a]
+            for a in range(d):
+                w[of + i * d + a] += w[fe + i * d + a]
+    return cU
+
+
+@jit
+def tangent_rows(ints, floats, y, v, ov, w, oWv, out, l, d):
+    """out_i = v_i - (y_i^T W v_i) y_i for v = v[ov:] (out may overlap v); w[oWv:] receives W v."""
+    apply_W(ints, floats, v, ov, w, oWv, l, d)
+    for i in range(l):
+        c = 0.0
+        for a in range(d):
+            c += y[i * d + a] * w[oWv + i * d + a]
+        for a in range(d):
+            out[i * d + a] = v[ov + i * d + a] - c * y[i * d + a]
+
+
+@jit
+def update_jacobian(ints, y, w, cU, J):
+    """J (n, n) = Df, the Jacobian of the update (after forward with op = OP_LIFTED_JAC)."""
+    l, d, h = ints[L], ints[D], ints[H]
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+    uk, hU = ints[U_KIND], ints[U_HEADS]
+    causal = ints[MASK] == MASK_CAUSAL
+    s = norm_scale(ints)
+    J[:, :] = 0.0
+    hld, hll = l * d, l * l
+    for e in range(h):
+        pe, qe, ue, fe = opy + e * hld, oq + e * hld, ou + e * hld, ofh + e * hld
+        Ae, Ue = oA + e * hll, oU + (e if hU > 1 else 0) * d * d
+        for i in range(l):
+            kmax = i + 1 if causal else l
+            for k in range(kmax):
+                a_ik = w[Ae + i * l + k]
+                if a_ik == 0.0:
+                    continue
+                for ra in range(d):
+                    coef = a_ik * (w[ue + k * d + ra] - s * w[fe + i * d + ra])
+                    r = i * d + ra
+                    for cb in range(d):
+                        J[r, k * d + cb] += coef * w[qe + i * d + cb]
+                    if uk == SRC_IDENTITY:
+                        J[r, k * d + ra] += a_ik
+                    elif uk == SRC_SCALAR:
+                        J[r, k * d + ra] += a_ik * cU
+                    else:
+                        for cb in range(d):
+                            J[r, k * d + cb] += a_ik * w[Ue + ra * d + cb]
+            # D_i = sum_j A_ij u_j p_j^T - s f_i g_i^T, g_i = sum_j A_ij p_j (in row)
+            for cb in range(d):
+                w[orow + cb] = 0.0
+            for j in range(kmax):
+                a_ij = w[Ae + i * l + j]
+                if a_ij == 0.0:
+                    continue
+                for cb in range(d):
+                    w[orow + cb] += a_ij * w[pe + j * d + cb]
+                for ra in range(d):
+                    ua = a_ij * w[ue + j * d + ra]
+                    for cb in range(d):
+                        J[i * d + ra, i * d + cb] += ua * w[pe + j * d + cb]
+            if s != 0.0:
+                for ra in range(d):
+                    sf = s * w[fe + i * d + ra]
+                    for cb in range(d):
+                        J[i * d + ra, i * d + cb] -= sf * w[orow + cb]
+
+
+@jit
+def lift(ints, floats, y, w, J):
+    """J <- Pi Df Pi + diag[f (W y)^T - y (W f)^T - c Pi] (sphere, ellipsoid), in place."""
+    l, d, h = ints[L], ints[D], ints[H]
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+    n = l * d
+    for m in range(n):  # y into the scratch (its offset is then a run-time value)
+        w[oyn + m] = y[m]
+    apply_W(ints, floats, w, oyn, w, oWy, l, d)
+    apply_W(ints, floats, w, of, w, oWf, l, d)
+    for i in range(l):  # rows: minus y_i (W y_i)^T Df_i
+        for m in range(n):
+            acc = 0.0
+            for a in range(d):
+                acc += w[oWy + i * d + a] * J[i * d + a, m]
+            w[orow + m] = acc
+        for a in range(d):
+            ya = y[i * d + a]
+            for m in range(n):
+                J[i * d + a, m] -= ya * w[orow + m]
+    for r in range(n):  # columns: minus (Df y_k) (W y_k)^T
+        for k in range(l):
+            acc = 0.0
+            for c in range(d):
+                acc += J[r, k * d + c] * y[k * d + c]
+            for c in range(d):
+                J[r, k * d + c] -= acc * w[oWy + k * d + c]
+    for i in range(l):
+        ci = 0.0
+        for a in range(d):
+            ci += y[i * d + a] * w[oWf + i * d + a]
+        for a in range(d):
+            ya, fa = y[i * d + a], w[of + i * d + a]
+            for c in range(d):
+                J[i * d + a, i * d + c] += (fa * w[oWy + i * d + c] - ya * w[oWf + i * d + c]
+                                            + ci * ya * w[oWy + i * d + c])
+            J[i * d + a, i * d + a] -= ci
+
+
+@jit
+def difference_form(ints, floats, y, w, out):
+    """out_i = Pi_i sum_j (sum_eta A^eta_ij) (y_j - y_i), after forward: the field (U = I) at
+    tokens y on the manifold without the cancellation of Pi_i f_i (riemattn.dynamics._tangent,
+    form (D); the same attention rows). y, out: flat (l d); f's scratch slot receives the sum."""
+    l, d, h = ints[L], ints[D], ints[H]
+    oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
+    causal = ints[MASK] == MASK_CAUSAL
+    hll = l * l
+    for i in range(l):
+        jmax = i + 1 if causal else l
+        for a in range(d):
+            w[of + i * d + a] = 0.0
+        for j in range(jmax):
+            a_ij = 0.0
+            for e in range(h):
+                a_ij += w[oA + e * hll + i * l + j]
+            for a in range(d):
+                w[of + i * d + a] += a_ij * (y[j * d + a] - y[i * d + a])
+    tangent_rows(ints, floats, y, w, of, w, of + 2 * l * d, out, l, d)

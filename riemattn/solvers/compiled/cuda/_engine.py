@@ -1,0 +1,247 @@
+"""The CUDA engine's host side: availability, what it runs, the memory layout and the result (private).
+
+:func:`why_not` says why no GPU can run a call (numba-cuda missing, no driver or device);
+:func:`unsupported` lists what in a call the engine cannot run; :func:`run` packs the field (the
+compiled engine's ``pack_field``), reads the stepper's arrays (the compiled engine's
+:func:`~riemattn.solvers.compiled._tables.method`), lays the batch out with the trajectory as
+the last axis, launches one kernel (:mod:`riemattn.solvers.compiled.cuda._loop`) for the whole batch and
+builds the same :class:`~riemattn.solvers.integrate.Trajectory` as the other engines.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...._backend import is_torch
+from ....errors import UnsupportedByEngine
+
+#: the steppers the CUDA engine runs (exactly these classes, as the compiled engine's SUPPORTED)
+STEPPERS = ("rk4", "dopri5", "dop853")
+#: threads per block of the kernels
+THREADS = 128
+SIM_ENV = "NUMBA_ENABLE_CUDASIM"
+
+
+def simulator() -> bool:
+    """Whether numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1`` before numba is imported)."""
+    try:
+        from numba.core import config
+    except ImportError:
+        return False
+    return bool(config.ENABLE_CUDASIM)
+
+
+def why_not() -> str | None:
+    """Why the CUDA engine cannot run in this process (None: it can)."""
+    try:
+        import numba
+        from numba import cuda
+    except ImportError as exc:
+        return f"numba-cuda is not importable ({exc}); install it with pip install 'riemattn[cuda]'"
+    if simulator():
+        return None
+    if getattr(cuda, "implementation", "") != "NVIDIA":
+        return (f"numba {numba.__version__}'s built-in CUDA target is in use, not numba-cuda; install it with "
+                "pip install 'riemattn[cuda]'")
+    try:
+        ok = cuda.is_available()
+    except Exception as exc:  # noqa: BLE001 -- a broken driver install: say so
+        return f"the CUDA driver failed to initialise ({exc})"
+    if not ok:
+        return ("numba.cuda finds no usable GPU (no NVIDIA driver or device; numba-cuda's simulator is off: "
+                f"{SIM_ENV}=1 before numba is imported runs the engine on the CPU, slowly, for tests)")
+    return None
+
+
+def unsupported(field, step, y0, *, saveat, save_fn, events, progress, dense_output):
+    """What the CUDA engine cannot run in this call: (reasons, pack or None)."""
+    from ....dynamics.kernels import _kernel_layout as lay
+    from .. import _tables
+    from .._kernel import pack_field
+
+    why = []
+    if is_torch(y0) and y0.device.type != "cuda":
+        why.append(f"a torch tensor on {y0.device} (the CUDA engine takes NumPy arrays or CUDA tensors)")
+    name = getattr(step, "name", None)
+    if name not in STEPPERS or type(step) is not _tables.SUPPORTED[name][0]:
+        why.append(f"the stepper {getattr(step, 'name', step)!r} (cuda: {', '.join(STEPPERS)})")
+    elif step.adaptive and saveat is None:
+        why.append("every accepted step of a single trajectory (no saveat): pass saveat")
+    if save_fn is not None:
+        why.append("a save_fn")
+    if events:
+        why.append("events")
+    if progress:
+        why.append("progress=True")
+    if dense_output:
+        why.append("dense_output=True")
+    pack = None
+    try:
+        pack = pack_field(field, tuple(y0.shape))
+    except UnsupportedByEngine as exc:
+        why.append(str(exc).replace("the compiled engine", "the CUDA engine"))
+    if pack is not None and (int(pack.ints[lay.KIND]) != lay.KIND_ATTENTION or int(pack.ints[lay.PLACEMENT])):
+        why.append("the circle form and the layer-norm placements (cuda: the attention field itself)")
+    return why, pack
+
+
+def _dtype(y0, precision):
+    if is_torch(y0):
+        return np.float32 if str(y0.dtype) == "torch.float32" else np.float64
+    return np.float32 if precision == "float32" else np.float64
+
+
+def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_steps, pack, precision=None):
+    """Integrate on the GPU (every argument already validated by integrate)."""
+    from numba import cuda
+
+    from ....dynamics.kernels import _kernel_layout as lay
+    from ...core._status import message
+    from .. import _tables
+    from .._engine import fixed_grid, saved_layout
+    from ...core._trajectory import PerTrajectory, Trajectory  # not integrate: it imports the engines
+    from . import _fast, _loop
+
+    batch = tuple(y0.shape[:-2])
+    l, d = (int(v) for v in y0.shape[-2:])
+    B, n = math.prod(batch), l * d
+    dtype = _dtype(y0, precision)
+    torch_in = is_torch(y0)
+    if torch_in:
+        import torch
+
+        tdt = torch.float32 if dtype == np.float32 else torch.float64
+        y_start = y0.detach().reshape(B, n).to(tdt)
+        Yt = y_start.T.contiguous()  # (n, B): the trajectory index fastest
+        torch.cuda.current_stream(y0.device).synchronize()
+        Y = cuda.as_cuda_array(Yt)
+    else:
+        y_start = np.asarray(y0, dtype=dtype).reshape(B, n)
+        Y = cuda.to_device(np.ascontiguousarray(y_start.T))
+    m = _tables.method(step.name)
+    ints, floats, per = (cuda.to_device(np.ascontiguousarray(a, dtype=t)) for a, t in
+                         ((pack.ints, np.int64), (pack.floats, np.float64), (pack.per, np.float64)))
+    flat = bool(field.manifold.normalize(np.ones((1, d)))[1] is None)
+    s = max(int(m.ints[1]), 1)
+    new = lambda *shape: cuda.device_array(shape, dtype=dtype)  # noqa: E731 (uninitialised: written first)
+    fast = _fast.kernels(l, d, int(pack.ints[lay.H]), dtype == np.float32)  # the field fused, scratch local
+    adaptive_kernel, fixed_kernel = fast if fast is not None else (_loop.adaptive_kernel, _loop.fixed_kernel)
+    work = 1 if fast is not None else max(pack.work, 1)  # the specialised field needs no global scratch
+    W, K, X1, X2, Yn, Er = new(work, B), new(s, n, B), new(n, B), new(n, B), new(n, B), new(n, B)
+    R, Rn = new(l, B), new(l, B)
+    blocks = (B + THREADS - 1) // THREADS
+    dev = {k: cuda.to_device(np.ascontiguousarray(v)) for k, v in
+           (("mi", m.ints), ("A", m.A if m.A.size else np.zeros((1, 1))), ("b", m.b), ("c", m.c),
+            ("e", m.e), ("e3", m.e3 if m.e3.size else np.zeros(1)),
+            ("dense", m.dense if m.dense.size else np.zeros((1, 1))), ("cx", m.cx if m.cx.size else np.zeros(1)),
+            ("ctrl", m.ctrl))}
+    if t1 == t0:  # nothing to integrate: the initial state, no step, no call (as the other engines)
+        times = np.array([t0]) if saveat is None else saveat.copy()
+        zeros = np.zeros(B, dtype=np.int64)
+        stats = np.stack([zeros, zeros, zeros, zeros])
+        t_fail = np.full(B, np.nan)
+        saved = cuda.to_device(np.full((len(times), n, B), np.nan, dtype=dtype))
+        n_rej, status = zeros, zeros
+    elif step.adaptive:
+        times = saveat.copy()
+        interior = bool(np.any((saveat > t0) & (saveat < t1)))
+        dop853 = int(m.ints[0]) == _tables.DOP853
+        Kx = new(16 if dop853 else 1, n, B if (interior and dop853) else 1)
+        Fd = new(7 if dop853 else 1, n, B if (interior and dop853) else 1)
+        saved = cuda.to_device(np.full((len(times), n, B), np.nan, dtype=dtype))
+        stats_d = cuda.to_device(np.zeros((4, B), dtype=np.int64))
+        t_fail_d = cuda.to_device(np.full(B, np.nan))
+        h_first = cuda.to_device(np.full(B, float(first_step) if first_step is not None else np.nan))
+        adaptive_kernel[blocks, THREADS](
+            dev["mi"], dev["ctrl"], dev["A"], dev["b"], dev["c"], dev["e"], dev["e3"], dev["dense"], dev["cx"], flat,
+            float(t0), float(t1), float(rtol), float(atol), h_first, int(max_steps), ints, floats, per, W, Y, K, Kx,
+            Fd, X1, X2, Yn, Er, new(n, B), new(n, B), new(n, B), new(n, B), R, Rn, cuda.to_device(saveat.astype(float)),
+            saved, stats_d, t_fail_d)
+        cuda.synchronize()
+        stats, t_fail = stats_d.copy_to_host(), t_fail_d.copy_to_host()
+        n_rej, status = stats[2], stats[3]
+    else:
+        gt, gh, gtn, slot = fixed_grid(t0, t1, dt, saveat)
+        capped = len(gt) > max_steps
+        if capped:
+            gt, gh, gtn, slot = gt[:max_steps], gh[:max_steps], gtn[:max_steps], slot[:max_steps]
+        times = np.concatenate([[t0], fixed_grid(t0, t1, dt, None)[2]]) if saveat is None else saveat.copy()
+        saved = cuda.to_device(np.full((len(times), n, B), np.nan, dtype=dtype))
+        stats_d = cuda.to_device(np.zeros((4, B), dtype=np.int64))
+        t_fail_d = cuda.to_device(np.full(B, np.nan))
+        fixed_kernel[blocks, THREADS](dev["mi"], dev["A"], dev["b"], dev["c"], dev["e"], flat, cuda.to_device(gt),
+                                            cuda.to_device(gh), cuda.to_device(slot), ints, floats, per, W, Y, K, X1,
+                                            X2, Yn, Er, R, Rn, saved, stats_d, t_fail_d)
+        cuda.synchronize()
+        stats, t_fail = stats_d.copy_to_host(), t_fail_d.copy_to_host()
+        status, stop = stats[2].copy(), stats[3]
+        if capped:  # riemattn.solvers.core._loops.run_fixed stops the rows still running at max_steps
+            alive = stop == 0
+            status[alive] = -1
+            t_fail[alive] = gtn[-1] if len(gtn) else t0
+        n_rej = np.zeros(B, dtype=np.int64)
+    nfev, n_steps = stats[0], stats[1]
+    y = _result(saved, y_start, torch_in, y0, batch, l, d, saveat is None or saveat[0] == t0)
+    if not step.adaptive and t1 != t0:  # the fixed loop's saving rule (compiled engine's saved_layout)
+        y, times = _fixed_layout(y, times, saveat, slot, gtn, stop, status, saved_layout, torch_in, batch == ())
+    ok = (status == 0) | (status == 2)
+    pt = PerTrajectory(nfev.reshape(batch), n_steps.reshape(batch), n_rej.reshape(batch), status.reshape(batch),
+                       ok.reshape(batch), t_fail.reshape(batch))
+    return Trajectory(
+        t=times, y=y, nfev=int(nfev.max(initial=0)), n_steps=int(n_steps.max(initial=0)),
+        n_rejected=int(n_rej.max(initial=0)), success=bool(ok.all()), message=message(status, t_fail, None),
+        per_trajectory=pt, stepper=step.name, engine="cuda")
+
+
+def _result(saved, y_start, torch_in, y0, batch, l, d, at_t0):
+    """(n_save, n, B) on the device -> (n_save,) + batch + (l, d) on y0's device (NumPy for NumPy)."""
+    if torch_in:
+        import torch
+
+        out = torch.as_tensor(saved, device=y0.device).permute(0, 2, 1)
+        if out.shape[0] and at_t0:
+            out[0] = y_start
+        return out.reshape((out.shape[0],) + batch + (l, d))
+    out = saved.copy_to_host().transpose(0, 2, 1)
+    if out.shape[0] and at_t0:
+        out[0] = y_start
+    return np.ascontiguousarray(out).reshape((out.shape[0],) + batch + (l, d))
+
+
+def _fixed_layout(y, times, saveat, slot, gtn, stop, status, saved_layout, torch_in, single):
+    B = stop.shape[0]
+    lead = y.shape[0]
+    flat_y = y.reshape((lead, B) + tuple(y.shape[-2:]))
+    host = flat_y.cpu().numpy() if torch_in else flat_y
+    out, times = saved_layout(np.array(host), times, saveat is None, saveat is None or saveat[0] == times[0],
+                              single, slot, gtn, stop, status == 2, np.full(B, np.nan))
+    out = out.reshape((out.shape[0],) + tuple(y.shape[1:]))
+    if torch_in:
+        import torch
+
+        out = torch.as_tensor(out, device=y.device)
+    return out, times
+
+
+def dispatch(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, events, save_fn, progress,
+             dense_output, precision=None):
+    """The CUDA engine's Trajectory for this call (``engine="cuda"``), or UnsupportedByEngine naming why not."""
+    reason = why_not()
+    if reason is not None:
+        raise UnsupportedByEngine(f"engine='cuda' cannot run: {reason}.")
+    why, pack = unsupported(field, step, y0, saveat=saveat, save_fn=save_fn, events=events, progress=progress,
+                            dense_output=dense_output)
+    if why:
+        raise UnsupportedByEngine("engine='cuda' cannot run this call: " + "; ".join(why)
+                                  + ". Use engine='compiled' or 'numpy' (or 'auto').")
+    kw = dict(dt=dt, rtol=rtol, atol=atol, first_step=first_step, saveat=saveat, max_steps=max_steps, pack=pack,
+              precision=precision)
+    if is_torch(y0) and y0.device.index is not None:  # the tensor's GPU runs it (numba's current device)
+        from numba import cuda
+
+        with cuda.gpus[y0.device.index]:
+            return run(field, step, y0, t0, t1, **kw)
+    return run(field, step, y0, t0, t1, **kw)
+

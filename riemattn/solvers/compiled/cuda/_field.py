@@ -1,0 +1,121 @@
+"""The attention field on the GPU: the compiled engine's kernel sources compiled for CUDA (private).
+
+The field's value comes from the same Python functions as the CPU kernels of
+:mod:`riemattn.dynamics.kernels`: the plain-Python bodies (``py_func``) of ``forward``,
+``tangent_rows`` and their helpers in ``riemattn.dynamics.kernels._kernel_attention`` (which allocate
+nothing and call no function pointer) are compiled again by numba-cuda as device functions
+(``numba.cuda.jit(device=True)``), with the names they call rebound to the device versions
+(:func:`device_functions`). What is new here, and why:
+
+* :func:`rhs` -- ``kernels.evaluate``'s first branch (``RHS`` of the attention field without a
+  layer-norm placement). ``evaluate`` itself reshapes its (l, d) arguments into flat vectors,
+  which numba allows for contiguous arrays only; on the GPU every per-trajectory array is a
+  strided column of a (n, B) array (trajectory index fastest, so that neighbouring threads read
+  neighbouring addresses), already flat.
+* :func:`source` -- ``_kernel_attention.source`` returns a row ``per[b]`` of the per-trajectory
+  data, and a CUDA device function may return only an array it was passed: on the GPU the kernel
+  passes the trajectory's row itself as ``per`` (``per_row``), and ``source`` returns it or
+  ``floats``.
+* :func:`wnorm_token` -- ``kernels.wnorm`` for one token of such a flat column (``kernels.wnorm``
+  takes an (l, d) array).
+
+Every argument ``y``, ``w``, ``out`` is a 1-D column view (any stride); ``ints``, ``floats``,
+``per`` are the :class:`~riemattn.dynamics.kernels.KernelPack`'s arrays.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+from numba import cuda
+
+from ....dynamics.kernels import _kernel_attention as _src
+from ....dynamics.kernels._kernel_layout import D, H, L, LOC_PER, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, OP_RHS, W_OFF
+
+#: the kernel functions compiled from their CPU sources (each calls only functions of this list
+#: and :func:`source`)
+SHARED = ("heads_at", "offsets", "norm_scale", "apply_W", "rows_times", "forward", "tangent_rows")
+
+
+@cuda.jit(device=True)
+def source(loc, floats, per_row, b):
+    """The array a datum lives in: ``floats`` or the trajectory's row of the per-trajectory data."""
+    if loc == LOC_PER:
+        return per_row
+    return floats
+
+
+def device_functions(module, names, extra):
+    """CUDA device versions of the jitted functions ``names`` of ``module``: each function's
+    Python body (``dispatcher.py_func``) with its module's globals, in which the functions of
+    ``names`` are replaced by their device versions and those of ``extra`` (a dict of device
+    functions) by those (so that device code calls device code)."""
+    glob = dict(vars(module))
+    glob.update(extra)
+    out = {}
+    for name in names:
+        py = getattr(module, name).py_func
+        fn = types.FunctionType(py.__code__, glob, py.__name__, py.__defaults__, py.__closure__)
+        out[name] = cuda.jit(device=True)(fn)
+    glob.update(out)
+    return out
+
+
+_DEV = device_functions(_src, SHARED, {"source": source})
+forward = _DEV["forward"]
+offsets = _DEV["offsets"]
+tangent_rows = _DEV["tangent_rows"]
+
+
+@cuda.jit(device=True)
+def rhs(t, y, b, ints, floats, per, w, out):
+    """out = F(t, y): the attention field's value (``kernels.evaluate(RHS, ...)``, no placement);
+    ``per`` the trajectory's row of the per-trajectory data."""
+    l, d, h = ints[L], ints[D], ints[H]
+    n = l * d
+    forward(OP_RHS, t, y, b, ints, floats, per, w)
+    of = offsets(l, d, h)[11]  # the update f
+    if ints[MANIFOLD] == MAN_FLAT:
+        for m in range(n):
+            out[m] = w[of + m]
+    else:  # F = (I - y y^T W) f, W f into the scratch slot after f and W y
+        tangent_rows(ints, floats, y, w, of, w, of + 2 * n, out, l, d)
+
+
+@cuda.jit(device=True)
+def wnorm_token(x, i, d, ints, floats):
+    """|x_i|_W of token i of the flat column x (``kernels.wnorm``; 1 on flat space)."""
+    man = ints[MANIFOLD]
+    if man == MAN_FLAT:
+        return 1.0
+    w0 = ints[W_OFF]
+    acc = 0.0
+    for a in range(d):
+        if man == MAN_ELLIPSOID:
+            wa = 0.0
+            for c in range(d):
+                wa += floats[w0 + a * d + c] * x[i * d + c]
+            acc += x[i * d + a] * wa
+        else:
+            acc += x[i * d + a] * x[i * d + a]
+    return math.sqrt(acc)
+
+
+@cuda.jit(device=True)
+def winner_token(y, v, i, d, ints, floats):
+    """y_i^T W v_i for token i of flat columns (``kernels._winner``; 0 on flat space)."""
+    man = ints[MANIFOLD]
+    if man == MAN_FLAT:
+        return 0.0
+    w0 = ints[W_OFF]
+    acc = 0.0
+    for a in range(d):
+        if man == MAN_ELLIPSOID:
+            wa = 0.0
+            for c in range(d):
+                wa += floats[w0 + a * d + c] * v[i * d + c]
+            acc += y[i * d + a] * wa
+        else:
+            acc += y[i * d + a] * v[i * d + a]
+    return acc

@@ -1,0 +1,213 @@
+"""The CUDA engine (integrate(..., engine="cuda"), riemattn.solvers.compiled.cuda) without a GPU.
+
+* Under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1, set in a SUBPROCESS: numba reads it once,
+  at import, so it must not leak into this process or other tests), the kernels -- the same
+  device code a GPU compiles -- run in Python, one simulated thread per trajectory, and must
+  agree with the compiled CPU engine to rounding, step for step (equal counts of evaluations,
+  steps and rejections: the same decisions), for every supported stepper, saveat with points
+  inside steps (dense output), per-trajectory beta and weights, batches of 1-4, float32.
+* The kernels compile to PTX for sm_90 (H100) without a device, where libNVVM is installed: the
+  generic ones and those specialised to one shape (the field fused, scratch in local memory;
+  every simulator case runs the specialised kernels, as the engine picks them for small shapes).
+* Without a GPU (and without the simulator) engine="cuda" raises UnsupportedByEngine saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import riemattn as ra
+from riemattn.errors import UnsupportedByEngine
+
+
+def _numba_cuda():
+    try:
+        from numba import cuda
+    except ImportError:
+        return False
+    return getattr(cuda, "implementation", "") == "NVIDIA"
+
+
+needs_numba_cuda = pytest.mark.skipif(not _numba_cuda(), reason="numba-cuda is not installed (pip install -e '.[cuda]')")
+ROOT = Path(__file__).resolve().parents[2]
+
+# Each case: the CUDA engine under the simulator against the compiled engine (same process, the
+# simulator does not change numba's CPU target). Printed as JSON lines.
+SCRIPT = textwrap.dedent(r"""
+    import json, numpy as np, riemattn as ra
+    from riemattn.experiments._papers import hemisphere_heads
+    from riemattn.dynamics.schedules import PiecewiseConstantHeads
+    from riemattn.solvers.compiled.cuda import _fast
+    rng = np.random.default_rng(7)
+
+    def tokens(shape):
+        y = rng.uniform(-0.5, 0.5, shape)
+        return y / np.linalg.norm(y, axis=-1, keepdims=True)
+
+    def case(name, field, y0, span, stepper, dtype=None, **kw):
+        yc = y0 if dtype is None else y0.astype(dtype)  # (float32 tokens: projected, in float64, on entry)
+        _fast._CACHE.clear()
+        a = ra.integrate(field, yc, span, stepper, engine="cuda", project=dtype is not None, **kw)
+        specialised = len(_fast._CACHE)
+        c = ra.integrate(field, y0, span, stepper, engine="compiled", **kw)
+        pa, pc = a.per_trajectory, c.per_trajectory
+        print(json.dumps(dict(name=name, diff=float(np.abs(a.y - c.y).max()), t_equal=bool(np.array_equal(a.t, c.t)),
+                              shape_equal=a.y.shape == c.y.shape, dtype=str(a.y.dtype), engine=a.engine,
+                              nfev=int(np.max(pc.nfev)), counts_equal=bool(
+                                  np.array_equal(pa.nfev, pc.nfev) and np.array_equal(pa.n_steps, pc.n_steps)
+                                  and np.array_equal(pa.n_rejected, pc.n_rejected)),
+                              status_equal=bool(np.array_equal(pa.status, pc.status)), success=bool(a.success),
+                              specialised=specialised)))
+
+    hemi = hemisphere_heads()
+    beta = np.array([0.5, 1.0, 2.0])
+    for st in ("dopri5", "dop853"):
+        case(st + " hemisphere beta per trajectory, saveat inside steps",
+             ra.AttentionField(hemi, beta=beta), tokens((3, 4, 3)), (0.0, 0.5), st, rtol=1e-6, atol=1e-6,
+             saveat=[0.0, 0.13, 0.5])
+    P = rng.normal(size=(2, 1, 3, 3))
+    U = rng.normal(size=(1, 3, 3))
+    case("dop853 per-trajectory P, causal softmax", ra.AttentionField(P, U, mask="causal", normalization="softmax"),
+         tokens((2, 5, 3)), (0.0, 1.0), "dop853", rtol=1e-7, atol=1e-7, saveat=[0.3, 1.0])
+    case("dopri5 one trajectory, first_step", ra.AttentionField(hemi), tokens((1, 4, 3)), (0.0, 0.4), "dopri5",
+         rtol=1e-5, atol=1e-5, saveat=[0.4], first_step=0.05)
+    case("rk4 batch saveat", ra.AttentionField(hemi, beta=np.array([1.0, 3.0, 0.2, 1.5])), tokens((4, 3, 3)),
+         (0.0, 0.5), "rk4", dt=0.1, saveat=[0.0, 0.25, 0.5])
+    case("rk4 single trajectory, every step", ra.AttentionField(hemi), tokens((3, 3)), (0.0, 0.3), "rk4", dt=0.1)
+    W = np.diag([2.0, 1.0, 0.5])
+    ell = ra.AttentionField(hemi, rng.normal(size=(1, 3, 3)) / 2, W=W, mask="causal", normalization="mean", beta=0.8)
+    case("dopri5 ellipsoid, causal mean, time-varying P and constant U", ell,
+         ell.manifold.projection(rng.normal(size=(2, 4, 3))), (0.0, 0.6), "dopri5", rtol=1e-6, atol=1e-6,
+         saveat=[0.0, 0.31, 0.6])
+    steps = PiecewiseConstantHeads([0.0, 0.25], rng.normal(size=(2, 1, 3, 3)))
+    case("dop853 piecewise-constant P, per-trajectory beta", ra.AttentionField(steps, beta=np.array([1.0, 2.0])),
+         tokens((2, 3, 3)), (0.0, 0.5), "dop853", rtol=1e-7, atol=1e-7, saveat=[0.2, 0.5])
+    case("dopri5 float32", ra.AttentionField(hemi), tokens((2, 4, 3)), (0.0, 0.3), "dopri5", dtype=np.float32,
+         rtol=1e-4, atol=1e-4, saveat=[0.3])
+    _fast.MAX_LOCAL = 0  # the generic kernels (the fallback for large shapes): field scratch in global memory
+    for st in ("dopri5", "dop853"):
+        case(st + " generic kernels, ellipsoid causal mean, per-trajectory beta", ra.AttentionField(
+             hemi, rng.normal(size=(1, 3, 3)) / 2, W=W, mask="causal", normalization="mean", beta=np.array([0.8, 1.3])),
+             ell.manifold.projection(rng.normal(size=(2, 4, 3))), (0.0, 0.4), st, rtol=1e-6, atol=1e-6,
+             saveat=[0.0, 0.17, 0.4])
+    case("rk4 generic kernels", ra.AttentionField(hemi), tokens((2, 3, 3)), (0.0, 0.3), "rk4", dt=0.1)
+""")
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    if not _numba_cuda():
+        pytest.skip("numba-cuda is not installed (pip install -e '.[cuda]')")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_simulator_runs_every_case(simulated):
+    assert len(simulated) == 12
+    steppers = {r["name"].split()[0] for r in simulated}
+    assert steppers == {"rk4", "dopri5", "dop853"}
+    # the specialised kernels (riemattn.solvers.compiled.cuda._fast) ran every case but the generic ones
+    assert all((r["specialised"] == 0) == ("generic" in r["name"]) for r in simulated)
+
+
+@pytest.mark.parametrize("k", range(12))
+def test_simulated_cuda_engine_agrees_with_compiled_engine(simulated, k):
+    r = simulated[k]
+    assert r["engine"] == "cuda" and r["success"], r
+    assert r["shape_equal"] and r["t_equal"] and r["status_equal"], r
+    if r["dtype"] == "float32":
+        # float32 storage of every state and stage (the shared kernel source computes its sums in
+        # float64): each of the ~nfev evaluations rounds the state to float32 (eps 6e-8), and
+        # the flow over t <= 0.5 amplifies by at most e^(|F'| t) < 10 -> 10 * nfev * eps32
+        assert r["diff"] <= 10 * r["nfev"] * np.finfo(np.float32).eps, r
+        return
+    # float64: the same operations in the same order as the compiled engine (the simulator runs the
+    # device code in Python floats); exp/sin may differ by an ulp between Python's math and LLVM's,
+    # carried through nfev evaluations and the flow's growth (< 10 over these short spans)
+    assert r["counts_equal"], r
+    assert r["diff"] <= 10 * r["nfev"] * np.finfo(float).eps, r
+
+
+@needs_numba_cuda
+def test_kernels_compile_to_ptx_for_sm90_without_a_device():
+    try:  # libNVVM compiles, NVRTC names the supported architectures (numba-cuda's cu12 extra has both)
+        from numba.cuda.cudadrv import nvrtc, nvvm
+
+        nvvm.NVVM()
+        nvrtc.get_supported_ccs()
+    except Exception as exc:  # noqa: BLE001 -- the CUDA toolkit's wheels are not installed: say so
+        pytest.skip(f"libNVVM or NVRTC is not available (pip install 'numba-cuda[cu12]'): {exc}")
+    from riemattn.solvers.compiled.cuda._ptx import kernels_ptx
+
+    ptx = kernels_ptx(cc=(9, 0), which=("fixed",))
+    text = ptx["fixed"]
+    assert ".target sm_90" in text
+    assert ".entry" in text and "fixed_kernel" in text
+    # the field's kernels (compiled from riemattn.dynamics.kernels._kernel_attention) are device functions of it
+    for name in ("forward", "heads_at", "tangent_rows", "rk_step"):
+        assert name in text, name
+
+
+@needs_numba_cuda
+def test_specialised_kernels_compile_to_ptx_for_sm90_with_the_field_fused():
+    try:
+        from numba.cuda.cudadrv import nvrtc, nvvm
+
+        nvvm.NVVM()
+        nvrtc.get_supported_ccs()
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"libNVVM or NVRTC is not available (pip install 'numba-cuda[cu12]'): {exc}")
+    from riemattn.solvers.compiled.cuda._ptx import kernels_ptx
+
+    text = kernels_ptx(cc=(9, 0), which=("fixed",), shape=(10, 3, 2))["fixed"]
+    assert ".target sm_90" in text and ".entry" in text and "fixed_kernel" in text
+    assert "rk_step" in text and "heads_at" in text
+    # the fused field (riemattn.solvers.compiled.cuda._fast) replaces the generic one and its scratch is
+    # per-thread local memory: the generic forward is not in the kernel, local loads/stores are
+    assert "forward" not in text
+    assert "ld.local" in text and "st.local" in text
+
+
+@pytest.mark.skipif(_numba_cuda() and __import__("riemattn.solvers.compiled.cuda._engine", fromlist=["why_not"]).why_not()
+                    is None, reason="a GPU (or the simulator) is available here")
+def test_engine_cuda_without_gpu_raises_naming_why():
+    field = ra.AttentionField(np.eye(3)[None])
+    y0 = np.tile(np.eye(3)[None], (2, 1, 1))
+    with pytest.raises(UnsupportedByEngine, match="engine='cuda' cannot run"):
+        ra.integrate(field, y0, (0, 1), "dopri5", engine="cuda")
+
+
+@needs_numba_cuda
+def test_unsupported_calls_are_named():
+    from riemattn.solvers.steppers import get_stepper
+    from riemattn.solvers.compiled.cuda._engine import unsupported
+
+    field = ra.AttentionField(np.eye(3)[None])
+    y0 = np.tile(np.eye(3)[None], (2, 1, 1))
+    why, _ = unsupported(field, get_stepper("heun"), y0, saveat=np.array([1.0]), save_fn=None, events=(),
+                         progress=False, dense_output=False)
+    assert any("'heun'" in w for w in why)
+    why, _ = unsupported(field, get_stepper("dopri5"), y0[0], saveat=None, save_fn=print, events=("e",),
+                         progress=True, dense_output=True)
+    assert {"a save_fn", "events", "progress=True", "dense_output=True"} <= set(why)
+    assert any("saveat" in w for w in why)
+    why, _ = unsupported(ra.layernorm(field, "pre"), get_stepper("dopri5"), y0, saveat=np.array([1.0]),
+                         save_fn=None, events=(), progress=False, dense_output=False)
+    assert any("layer-norm" in w for w in why)
+
+
+def test_auto_never_picks_cuda_for_numpy_input():
+    field = ra.AttentionField(np.eye(3)[None])
+    y0 = np.tile(np.eye(3)[None], (2, 1, 1))
+    assert ra.integrate(field, y0, (0, 0.1), "dopri5", engine="auto").engine != "cuda"

@@ -1,0 +1,32 @@
+"""The benchmark helpers that measurements rest on (benchmarks/ is not a package: imported by path)."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import riemattn as ra
+from riemattn.experiments._papers import hemisphere_P
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+work_precision = pytest.importorskip("work_precision")
+
+
+@pytest.mark.parametrize("stepper", ["dopri5", "dop853"])
+def test_field_timer_does_the_same_work(stepper):
+    """work_precision.py's zero-cost-engine bound times riemattn through FieldTimer: the run must
+    be the run it stands for (same values, step counts and evaluations, compaction included),
+    and the timer must see every field call."""
+    field = ra.AttentionField(hemisphere_P, time_vectorized=True)
+    y0 = work_precision.initial(6, 1)
+    kw = dict(stepper=stepper, rtol=1e-7, atol=1e-7, saveat=[0.0, 0.5, 1.0])
+    timer = work_precision.FieldTimer(field)
+    timed = ra.integrate(timer, y0, (0.0, 1.0), **kw)
+    plain = ra.integrate(field, y0, (0.0, 1.0), **kw)
+    np.testing.assert_array_equal(timed.y, plain.y)
+    np.testing.assert_array_equal(timed.per_trajectory.n_steps, plain.per_trajectory.n_steps)
+    np.testing.assert_array_equal(timed.per_trajectory.nfev, plain.per_trajectory.nfev)
+    assert timed.per_trajectory.n_steps.min() < timed.per_trajectory.n_steps.max()  # compacted
+    assert timer.acc[1] == timed.nfev == plain.nfev
+    assert timer.acc[0] > 0.0
