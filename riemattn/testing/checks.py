@@ -172,7 +172,7 @@ def _unprojected(field, t, y):
     return None
 
 
-def assert_tangent(field, y, *, t=0.0, atol=0.0, rtol=1e-12):
+def assert_tangent(field, y, *, t=0.0, atol=None, rtol=1e-12):
     """Assert that ``field(t, y)`` is tangent to the field's manifold at every token.
 
     Checks ``|<y_i, F_i>_W| = |y_i^T W F_i| <= atol_i + rtol |y_i|_W |v_i|_W + r_i`` (T_y E_W =
@@ -185,7 +185,10 @@ def assert_tangent(field, y, *, t=0.0, atol=0.0, rtol=1e-12):
     ``field.func(t, y)`` for a :class:`~riemattn.dynamics.fields.VectorField` with
     ``project=True``, else F_i itself. A
     field whose projection removes a large normal part (|v| = e^9, |F| = 1e-12) is judged against
-    |v|, not against the small |F| that is left.
+    |v|, not against the small |F| that is left. Where the value before the projection is not
+    visible (a function that projects inside, ``VectorField(..., project=False)``), its rounding
+    (eps times that unseen magnitude) is unknown: ``atol`` then defaults to 1e-12 (unit-scale
+    tokens and values), else to 0.
 
     Parameters
     ----------
@@ -195,8 +198,10 @@ def assert_tangent(field, y, *, t=0.0, atol=0.0, rtol=1e-12):
         Tokens on the manifold (e.g. from :func:`riemattn.testing.strategies.points`); d must be
         the manifold's ambient dimension.
     t : float, default 0.0
-    atol : float or array_like of shape (..., l), default 0
-        Absolute tolerance (per token if an array).
+    atol : float or array_like of shape (..., l), optional
+        Absolute tolerance (per token if an array). Default: 0 where the value before the
+        projection is known (attention fields, ``VectorField(..., project=True)``), 1e-12 where it
+        is not.
     rtol : float, default 1e-12
         Relative to ``|y_i|_W |v_i|_W``: tokens off the manifold by up to ~1e-12.
 
@@ -221,6 +226,8 @@ def assert_tangent(field, y, *, t=0.0, atol=0.0, rtol=1e-12):
         return
     residual = np.abs(manifold.inner(y, F))
     v = _unprojected(field, t, y)
+    if atol is None:  # the unseen value before a projection inside the field's own function
+        atol = 1e-12 if v is None or v.shape != y.shape else 0.0
     if v is None or v.shape != y.shape:
         v = F
     v = np.where(np.isfinite(v), v, 0.0)
