@@ -56,7 +56,8 @@ def test_read_only_package_caches_in_the_user_cache_directory(tmp_path):
     there (numba's user-wide locator), and so is the compile lock."""
     pkg = _read_only_copy(tmp_path)
     code = """
-        from riemattn.dynamics import _kernel_cache, kernels
+        from riemattn.dynamics import kernels
+        from riemattn.dynamics.kernels import _kernel_cache
         from riemattn.solvers.compiled import _warmup
         print(_kernel_cache.CACHED, _kernel_cache.cache_dir(kernels.evaluate), _warmup._lock_path())
     """
@@ -99,7 +100,7 @@ def test_readiness_counts_only_code_for_this_cpu(tmp_path):
     """A cache filled for another CPU (NUMBA_CPU_NAME=generic) is not ready here; filled here, it is."""
     (tmp_path / "tiny_mod.py").write_text("import numba\n\n@numba.njit(cache=True)\ndef f(x):\n    return x + 1\n")
     ask = ("import sys; sys.path.insert(0, %r); import tiny_mod\n"
-           "from riemattn.dynamics._kernel_cache import cached_for_this_cpu\n"
+           "from riemattn.dynamics.kernels._kernel_cache import cached_for_this_cpu\n"
            "print(cached_for_this_cpu(tiny_mod.f)); tiny_mod.f(1)\n") % str(tmp_path)
     cache = tmp_path / "cache"
     other = _python(ask, NUMBA_CACHE_DIR=cache, NUMBA_CPU_NAME="generic")
@@ -265,9 +266,9 @@ def test_overflow_is_the_numpy_engines_validation_error():
 
 
 def test_every_module_with_compiled_code_is_in_the_cache_stamp():
-    """numba's cache is stamped with the engine's sources (riemattn.dynamics._kernel_cache): a
+    """numba's cache is stamped with the engine's sources (riemattn.dynamics.kernels._kernel_cache): a
     module with compiled functions left out would let a stale cache survive an edit of it."""
-    from riemattn.dynamics import _kernel_cache
+    from riemattn.dynamics.kernels import _kernel_cache
 
     stamped = set(_kernel_cache.engine_sources())
     compiled = {p.resolve() for p in (ROOT / "riemattn").rglob("*.py")
