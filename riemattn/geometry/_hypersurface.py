@@ -34,7 +34,8 @@ import numpy as np
 from scipy import special
 
 from .._backend import namespace
-from .._validation import _cond_W, as_float_array
+from .._precision import _cond_W
+from .._validation import as_float_array
 from ..errors import ValidationError
 from ._fast import check_broadcast
 from ._safe import check_plane

@@ -41,7 +41,7 @@ from geomstats.geometry.hypersphere import Hypersphere, HypersphereMetric
 from geomstats.geometry.riemannian_metric import RiemannianMetric
 
 from .._backend import constant, device_of, namespace
-from .._validation import _cond_W
+from .._precision import _cond_W
 from ..errors import ValidationError
 from ._fast import check_broadcast, same_kind
 from ._hypersurface import riemann_from as _riemann

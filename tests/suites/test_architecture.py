@@ -23,7 +23,7 @@ import riemattn
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "riemattn"
 ROOMS = {"geometry", "dynamics", "solvers", "analysis", "runs", "experiments", "llm", "cli", "testing"}
-INFRASTRUCTURE = {"__init__.py", "errors.py", "_backend.py", "_validation.py", "_compat.py"}
+INFRASTRUCTURE = {"__init__.py", "errors.py", "_backend.py", "_validation.py", "_precision.py", "_compat.py"}
 CORE = ("geometry", "dynamics", "solvers", "analysis")
 
 pytest.importorskip("importlinter", reason="the architecture contract needs import-linter (extra 'test')")
