@@ -163,11 +163,9 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         stats, t_fail = stats_d.copy_to_host(), t_fail_d.copy_to_host()
         n_rej, status = stats[2], stats[3]
     else:
-        gt, gh, gtn, slot = fixed_grid(t0, t1, dt, saveat)
-        capped = len(gt) > max_steps
-        if capped:
-            gt, gh, gtn, slot = gt[:max_steps], gh[:max_steps], gtn[:max_steps], slot[:max_steps]
-        times = np.concatenate([[t0], fixed_grid(t0, t1, dt, None)[2]]) if saveat is None else saveat.copy()
+        # the grid is built up to max_steps steps only (the compiled engine's rule: never beyond)
+        gt, gh, gtn, slot, capped = fixed_grid(t0, t1, dt, saveat, limit=max_steps)
+        times = np.concatenate([[t0], gtn]) if saveat is None else saveat.copy()
         saved = cuda.to_device(np.full((len(times), n, B), np.nan, dtype=dtype))
         stats_d = cuda.to_device(np.zeros((4, B), dtype=np.int64))
         t_fail_d = cuda.to_device(np.full(B, np.nan))
