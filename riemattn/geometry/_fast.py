@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import constant, convert, dot_last, is_torch, namespace, size
-from .._validation import ON_MANIFOLD_ATOL, as_float_array, check_nonzero_tokens, check_points
+from .._validation import ON_MANIFOLD_ATOL, as_float_array, check_nonnegative, check_nonzero_tokens, check_points
 from ..errors import ValidationError
 
 #: Default absolute tolerance of ``belongs`` / ``is_tangent`` (geomstats uses 1e-12).
@@ -121,7 +121,7 @@ class _FastMixin:
         base_point = as_float_array(
             check_points(base_point, "base_point", self, on_manifold=False, min_axes=1, finite=False), "base_point")
         check_broadcast((vector, base_point), ("vector", "base_point"))
-        return np.abs(self.inner(base_point, vector)) <= atol
+        return np.abs(self.inner(base_point, vector)) <= check_nonnegative(atol, "atol")
 
     def lie_frame(self, y, slots: int):
         """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
