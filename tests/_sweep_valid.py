@@ -164,6 +164,13 @@ VALID = {
     "alpha_tab": lambda: np.zeros((1, 1)),
     "Gamma": lambda: np.full((1, 1), 0.5),
     "b": lambda: np.array([1.0]),
+    # weighted clusters (analysis.weighted_clusters), positional attention (AttentionField)
+    "w": lambda: np.array([1.0, 2.0, 1.0, 1.0]),
+    "c0": lambda: 1.0,
+    "alibi": lambda: 0.5,
+    "rope": lambda: np.array([1.0]),
+    "rope_key": lambda: np.eye(D),
+    "tangent_vec_d": lambda: ra.Sphere(D - 1).to_tangent(np.ones((4, D)), Y),
 }
 
 #: Optional parameters passed in every call (the valid one too) when the callable has them.
@@ -219,6 +226,25 @@ VALID_AT = {
     ("ButcherTableau", "embedded_order"): lambda: None,
     ("GradientField", "weights"): lambda: None,
     ("to_pymanopt", "tokens"): lambda: 4,
+    ("cluster_staircase", "weights"): lambda: np.array([1.0, 2.0, 1.0, 1.0]),
+    ("normalised_energy", "n"): lambda: 5,
+    # riemattn.testing (strategies are drawn once, checkers run on a correct field)
+    ("attention_fields", "time_varying"): lambda: False,
+    ("head_matrices", "h"): lambda: 2,
+    ("symmetric_with_top_eigenvector", "dominant"): lambda: True,
+    ("assert_forward_invariant", "slack"): lambda: 1e-9,
+    ("inner_rounding", "manifold"): lambda: ra.Sphere(D - 1),
+    ("inner_rounding", "a"): lambda: Y.copy(),
+    ("inner_rounding", "b"): lambda: Y[::-1].copy(),
+    ("check_order", "reference"): lambda: None,
+    ("check_order", "t_span"): lambda: (0.0, 2.0),
+    ("check_order", "steps"): lambda: (2, 4, 8, 16),
+    ("check_riemannian_gradient", "cost"): lambda: (lambda y: float(np.sum(y[..., 0]))),
+    ("check_riemannian_gradient", "gradient"): lambda: (
+        lambda y: ra.Sphere(D - 1).to_tangent(np.broadcast_to(np.eye(D)[0], np.shape(y)), y)),
+    ("check_riemannian_gradient", "metric"): lambda: None,
+    ("hemisphere_points", "min_margin"): lambda: 1e-3,
+    ("WeightedClusterField", "n"): lambda: 5,
 }
 
 #: Instances whose public methods are swept, where the constructor's valid call does not give a

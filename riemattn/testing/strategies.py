@@ -30,13 +30,14 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from .._validation import as_float_array
 from ..errors import InputTypeError, ValidationError
 from ..geometry.ellipsoid import ELLIPSOID_METRICS
 from ..geometry.manifolds import Ellipsoid, Euclidean, Sphere
 from ._draw import _floats, _matrix, _nonzero_rows, _positive, _shape, _size
 from ._attention import DIMS, HEADS, attention_fields, betas, head_matrices, symmetric_with_top_eigenvector
 from ._heads import TimeVaryingHeads
-from .checks import inner_rounding
+from .checks import _t_span, inner_rounding
 
 __all__ = [
     "CONFIGURATIONS",
@@ -86,6 +87,11 @@ def orthogonal_matrices(draw, d):
     return Q * np.where(np.diag(R) < 0, -1.0, 1.0)  # sign fixing makes Q a function of A
 
 
+#: The largest condition number drawn: Q diag(lam) Q^T rounds its entries by ~d eps lam_max, so
+#: beyond ~1e12 (d up to 8: 2e-3 of the eigenvalue 1) W is no longer reliably positive definite.
+MAX_CONDITION = 1e12
+
+
 @st.composite
 def spd_matrices(draw, d, *, max_condition=10.0):
     """A symmetric positive definite W, shape (d, d), eigenvalues in [1, max_condition].
@@ -94,8 +100,8 @@ def spd_matrices(draw, d, *, max_condition=10.0):
     Shrinks toward the identity (all eigenvalues 1).
     """
     max_condition = _positive(max_condition, "max_condition", 0.0)
-    if max_condition < 1.0:
-        raise ValidationError(f"max_condition must be >= 1, got {max_condition}.")
+    if not 1.0 <= max_condition <= MAX_CONDITION:
+        raise ValidationError(f"max_condition must be >= 1 and <= {MAX_CONDITION:g}, got {max_condition}.")
     Q = draw(orthogonal_matrices(d))
     lam = np.array(draw(st.lists(_floats(1.0, max_condition), min_size=len(Q), max_size=len(Q))))
     if np.all(lam == 1.0):
@@ -224,7 +230,7 @@ def step_sizes(t_span, *, max_steps=16, max_factor=4.0):
     takes one step, clipped to t1). Tiny steps come from a tiny horizon. Shrinks toward one step
     over the whole horizon. A span of length 0 gives ``just(1.0)`` (any step is clipped to it).
     """
-    t0, t1 = (float(t) for t in t_span)
+    t0, t1 = _t_span(t_span)
     T = abs(t1 - t0)
     if not np.isfinite(T):
         raise ValidationError(f"t_span must be finite, got {t_span!r}.")
@@ -287,8 +293,8 @@ def hemisphere_points(draw, manifold, *, v=None, tokens=TOKENS, batch_shape=(), 
     if v is None:
         v = draw(unit_vectors(d))
     else:
-        v = np.asarray(v, dtype=float)
-        if v.shape != (d,) or not np.all(np.isfinite(v)) or not np.any(v):
+        v = as_float_array(v, "v")
+        if v.shape != (d,) or not np.isfinite(np.linalg.norm(v)) or not np.any(v):
             raise ValidationError(f"v must be a finite nonzero vector of shape ({d},), got {v!r}.")
     kappa = float(np.sqrt(v @ Winv @ v))
     if m is None:
@@ -318,7 +324,7 @@ def tangent_vectors(draw, manifold, base_point, *, scale=1.0):
     the projection (I - y y^T W) is tangent only at points of the manifold.
     """
     manifold = _manifold(draw, manifold)
-    y = np.asarray(base_point, dtype=float)
+    y = as_float_array(base_point, "base_point")
     if y.ndim < 1 or y.shape[-1] != manifold.ambient_dim:
         raise ValidationError(
             f"base_point must have shape (..., {manifold.ambient_dim}) for {manifold!r}, got {y.shape}."
