@@ -129,6 +129,10 @@ KNOWN += [("riemattn.testing.checks.assert_*", "y", "nan|inf|-inf|float32|float1
            "float32/float16 tokens are ~1e-7/1e-3 off it, beyond the checker's atol (their docstrings)"),
           ("riemattn.testing.slopes.check_order", "expected", "non_integer", "result",
            "expected is the slope theory predicts, a positive real")]
+KNOWN += [("riemattn.geometry.*.belongs", "point", "nan|inf|-inf", "result",
+           "a predicate: False for NaN/inf points (its docstring)"),
+          ("riemattn.geometry.*.is_tangent", "vector|base_point", "nan|inf|-inf", "result",
+           "a predicate: False where a vector or point holds NaN/inf (its docstring)")]
 KNOWN += [("riemattn.*events.*", "terminal", "non_bool", "result",
            "terminal is a bool or an integer k >= 0, stop at the k-th crossing (Event docstring): 2 is valid")]
 KNOWN += [("riemattn.analysis.weighted_clusters.*", "n", "non_integer", "result",
