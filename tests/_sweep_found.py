@@ -10,17 +10,7 @@ entry whose triple passes as stale: delete it then.
 
 FOUND = [
     ('riemattn.testing.slopes.check_retraction', 'ts', '1e300', 'unclear', "OPEN: ValidationError: retraction of Sphere vs the tangent line: the error is not finite at h = [1e298, 1e297] (errors [inf inf]); choose other steps. (the shared slope fit says steps, not ts)"),
-    ('riemattn.analysis.critical_points.certify', 'cluster_tol', 'wrong_type|wrong_rank|tensor', 'raw', "OPEN: numpy._core._exceptions.UFuncTypeError: ufunc 'less' did not contain a loop with signature matching types (<class 'numpy.dtypes.Float64DType'>, <class"),
-    ('riemattn.analysis.critical_points.certify', 'cluster_tol', 'nan|inf|-inf', 'accepted', 'OPEN: accepted nan'),
-    ('riemattn.analysis.critical_points.clusters', 'x', 'wrong_rank', 'unclear', 'OPEN: ValidationError: clusters takes one configuration (n, d), got shape (4, 3, 1).'),
-    ('riemattn.analysis.critical_points.clusters', 'tol', 'wrong_type|wrong_rank|tensor', 'raw', "OPEN: numpy._core._exceptions.UFuncTypeError: ufunc 'less' did not contain a loop with signature matching types (<class 'numpy.dtypes.Float64DType'>, <class"),
-    ('riemattn.analysis.critical_points.clusters', 'tol', 'nan|inf|-inf|negative', 'accepted', 'OPEN: accepted nan'),
-    ('riemattn.analysis.critical_points.deduplicate', 'points', 'wrong_type', 'raw', "OPEN: builtins.AttributeError: 'str' object has no attribute 'invariants'"),
-    ('riemattn.analysis.critical_points.deduplicate', 'tol', 'wrong_type|nan|inf|-inf|negative', 'accepted', 'OPEN: accepted wrong_type'),
     ('riemattn.analysis.critical_points.invariants', 'x', '1e300', 'raw', 'OPEN: numpy.linalg.LinAlgError: Eigenvalues did not converge'),
-    ('riemattn.analysis.critical_points.search', 'structured', 'wrong_type|non_bool', 'accepted', 'OPEN: accepted wrong_type'),
-    ('riemattn.analysis.diagnostics.field_norm', 't', 'wrong_type|nan|inf|-inf', 'accepted', 'OPEN: accepted wrong_type'),
-    ('riemattn.analysis.diagnostics.is_equilibrium', 't', 'wrong_type|nan|inf|-inf', 'accepted', 'OPEN: accepted wrong_type'),
     ('riemattn.analysis.events.cluster_merge', 'terminal', 'non_bool', 'accepted', 'OPEN: accepted non_bool'),
     ('riemattn.analysis.events.cluster_merges', 'counts', 'wrong_type', 'raw', "OPEN: builtins.ValueError: invalid literal for int() with base 10: 'a'"),
     ('riemattn.analysis.events.cluster_merges', 'terminal_at', 'wrong_type|nan|inf|non_integer', 'accepted', 'OPEN: accepted wrong_type'),
