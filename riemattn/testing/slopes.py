@@ -73,8 +73,7 @@ def reference_solution(field, y0, t_span):
     tangent to the level sets of |x|_W and its solutions project to those of F), whose final value
     is retracted; on the Euclidean space, F itself. Shape of ``y0``.
     """
-    y0 = _initial(field, y0)
-    t_span = _t_span(t_span)
+    y0, t_span = _initial(field, y0), _t_span(t_span)
     manifold = field.manifold
     shape = y0.shape
     flat = type(manifold).__name__ == "Euclidean"
@@ -166,8 +165,7 @@ def check_order(stepper, field, y0, *, t_span=(0.0, 1.0), steps=(8, 16, 32, 64),
     ns = _steps(steps)
     y0 = _initial(field, y0)
     t0, t1 = _t_span(t_span)
-    if expected is not None:
-        check_positive(expected, "expected")  # kept as given (an int prints as the order)
+    _ = None if expected is None else check_positive(expected, "expected")  # kept as given (an int prints as such)
     if not t1 != t0:
         raise ValidationError(f"t_span must have t1 != t0 to measure an order, got {tuple(t_span)}.")
     ref = reference_solution(field, y0, (t0, t1)) if reference is None else check_finite(
@@ -262,8 +260,7 @@ def check_retraction(manifold, *, base_point=None, tangent_vector=None, against=
         rounding of the d-term W-norms of vectors with entries up to 1/sqrt(lambda_min(W))) are
         left out of the fit.
     """
-    manifold = _check_manifold(manifold)
-    if type(manifold).__name__ == "Euclidean":
+    if type(manifold).__name__ == "Euclidean":  # (the manifold is checked by _random_point_and_direction)
         raise ValidationError("check_retraction: the Euclidean space's retraction is exact (no slope to measure).")
     if against not in ("line", "exp"):
         raise ValidationError(f"against must be 'line' or 'exp', got {against!r}.")
