@@ -173,8 +173,9 @@ def _bad_values(value, pname):
             out += [("flattened", value.reshape(-1))]
         return out
     if isinstance(value, tuple) and value and all(isinstance(v, (int, float)) for v in value):
-        return [("wrong_type", "abc"), ("nan", (value[0], float("nan"))[: len(value)]),
-                ("inf", (value[0], float("inf"))[: len(value)]), ("negative", tuple(-abs(v) - 1 for v in value)),
+        # the last entry made bad (a 1-tuple becomes (nan,): (value[0], nan)[:1] was the valid value)
+        return [("wrong_type", "abc"), ("nan", value[:-1] + (float("nan"),)),
+                ("inf", value[:-1] + (float("inf"),)), ("negative", tuple(-abs(v) - 1 for v in value)),
                 ("empty", ()), ("wrong_rank", value + value), ("tensor", _torch(value))]
     if callable(value) and not inspect.isclass(value):
         return [("wrong_type", "abc")]

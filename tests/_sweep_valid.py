@@ -164,6 +164,13 @@ VALID = {
     "alpha_tab": lambda: np.zeros((1, 1)),
     "Gamma": lambda: np.full((1, 1), 0.5),
     "b": lambda: np.array([1.0]),
+    # weighted clusters (analysis.weighted_clusters), positional attention (AttentionField)
+    "w": lambda: np.array([1.0, 2.0, 1.0, 1.0]),
+    "c0": lambda: 1.0,
+    "alibi": lambda: 0.5,
+    "rope": lambda: np.array([1.0]),
+    "rope_key": lambda: np.eye(D),
+    "tangent_vec_d": lambda: ra.Sphere(D - 1).to_tangent(np.ones((4, D)), Y),
 }
 
 #: Optional parameters passed in every call (the valid one too) when the callable has them.
@@ -180,7 +187,7 @@ VALID_AT = {
     ("k_clusters", "k"): lambda: 2,
     ("regular_simplex", "k"): lambda: 3,
     ("circle_cluster_spectrum", "n"): lambda: 4,
-    ("riemattn.solvers.integrate.integrate", "method"): lambda: "rk4",
+    ("riemattn.solvers.core.integrate.integrate", "method"): lambda: "rk4",
     ("riemattn.dynamics.circle.CircleField.solve", "method"): lambda: "DOP853",
     ("riemattn.dynamics.circle.CircleField.solve", "t_span"): lambda: (0.0, 0.1),
     ("CircleField.jacobian", "theta"): lambda: np.array([0.1, 0.7, 2.0, 4.0]),
@@ -213,21 +220,40 @@ VALID_AT = {
     ("plot_sphere_trajectories", "y"): lambda: np.stack([Y, Y]),
     ("coefficient", "x"): lambda: 0.5,
     ("Events.of", "name"): lambda: "an-event",
-    ("riemattn.solvers.events.Event", "spec"): lambda: None,
+    ("riemattn.solvers.core.events.Event", "spec"): lambda: None,
     ("TransformerLayer.continuous_field", "mask"): lambda: None,
     ("ButcherTableau", "b_hat"): lambda: None,
     ("ButcherTableau", "embedded_order"): lambda: None,
     ("GradientField", "weights"): lambda: None,
     ("to_pymanopt", "tokens"): lambda: 4,
+    ("cluster_staircase", "weights"): lambda: np.array([1.0, 2.0, 1.0, 1.0]),
+    ("normalised_energy", "n"): lambda: 5,
+    # riemattn.testing (strategies are drawn once, checkers run on a correct field)
+    ("attention_fields", "time_varying"): lambda: False,
+    ("head_matrices", "h"): lambda: 2,
+    ("symmetric_with_top_eigenvector", "dominant"): lambda: True,
+    ("assert_forward_invariant", "slack"): lambda: 1e-9,
+    ("inner_rounding", "manifold"): lambda: ra.Sphere(D - 1),
+    ("inner_rounding", "a"): lambda: Y.copy(),
+    ("inner_rounding", "b"): lambda: Y[::-1].copy(),
+    ("check_order", "reference"): lambda: None,
+    ("check_order", "t_span"): lambda: (0.0, 2.0),
+    ("check_order", "steps"): lambda: (2, 4, 8, 16),
+    ("check_riemannian_gradient", "cost"): lambda: (lambda y: float(np.sum(y[..., 0]))),
+    ("check_riemannian_gradient", "gradient"): lambda: (
+        lambda y: ra.Sphere(D - 1).to_tangent(np.broadcast_to(np.eye(D)[0], np.shape(y)), y)),
+    ("check_riemannian_gradient", "metric"): lambda: None,
+    ("hemisphere_points", "min_margin"): lambda: 1e-3,
+    ("WeightedClusterField", "n"): lambda: 5,
 }
 
 #: Instances whose public methods are swept, where the constructor's valid call does not give a
 #: useful one (keyed by the class's full name).
 INSTANCES = {
-    "riemattn.solvers._trajectory.Trajectory": lambda: ra.integrate(
+    "riemattn.solvers.core._trajectory.Trajectory": lambda: ra.integrate(
         _field(), Y, (0.0, 0.1), "dopri5", dense_output=True),
     "riemattn.analysis.hessians.InteractionHessian": lambda: _hessian(),
-    "riemattn.solvers.events.Events": lambda: _events_record(),
+    "riemattn.solvers.core.events.Events": lambda: _events_record(),
     "riemattn.analysis.meanfield.CircleDensity": lambda: _density(),
     "riemattn.geometry.ellipsoid.Ellipsoid": lambda: ra.Ellipsoid(np.eye(D)),
     "riemattn.geometry.metrics.EllipsoidMetric": lambda: ra.Ellipsoid(np.eye(D)).metric,

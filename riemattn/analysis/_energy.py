@@ -21,7 +21,7 @@ import numpy as np
 from autograd.tracer import isbox
 
 from .._backend import is_torch, namespace, to_numpy
-from .._validation import check_beta, check_rescaled, check_token_array
+from .._validation import check_beta, check_flag, check_rescaled, check_token_array
 from ..dynamics._softmax import RESCALED_ROUNDING
 from ..errors import InputTypeError, ValidationError
 
@@ -85,6 +85,7 @@ def energy(x, beta, *, centered: bool = False, rescaled: bool = False, log: bool
     GLPR (Geshkovski, Letrouit, Polyanskiy, Rigollet), eq. (3.5), Remark 3.8, eq. (7.4).
     """
     beta, xp, G, n = _setup(x, beta, rescaled)
+    centered = check_flag(centered, "centered")
     if not isinstance(log, (bool, np.bool_)):
         raise InputTypeError(f"log must be True or False, got {type(log).__name__}.")
     if log and (centered or beta == 0.0):

@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_beta, check_int, check_rescaled, check_token_array
-from ..errors import ValidationError
+from .._validation import check_beta, check_flag, check_int, check_nonnegative, check_rescaled, check_token_array
+from ..errors import InputTypeError, ValidationError
 from ._newton import ascend, newton_search, plain_scale
 from .gradients import energy
 from .hessians import energy_hessian, spectrum
@@ -160,8 +160,9 @@ def clusters(x, tol: float = 1e-5) -> np.ndarray:
     Labels are 0, 1, ... in order of first appearance.
     """
     x = np.asarray(check_token_array(x, "x"), dtype=float)
+    tol = check_nonnegative(tol, "tol")
     if x.ndim != 2:
-        raise ValidationError(f"clusters takes one configuration (n, d), got shape {x.shape}.")
+        raise ValidationError(f"clusters takes one configuration x of shape (n, d), got shape {x.shape}.")
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -243,6 +244,7 @@ def certify(x, beta, *, rtol: float = 1e-11, cluster_tol: float = 1e-5, rescaled
     """
     beta = check_beta(beta)
     rescaled = check_rescaled(rescaled)
+    cluster_tol = check_nonnegative(cluster_tol, "cluster_tol")
     plain = plain_scale(beta, rescaled, "certify")
     H = energy_hessian(x, beta, "standard", rescaled=True)
     sp = spectrum(H, rtol=rtol)
@@ -261,6 +263,10 @@ def deduplicate(points, tol: float = 1e-5) -> list:
 
     The first point of each class (in the given order) is its representative; ``hits`` add up.
     """
+    tol = check_nonnegative(tol, "tol")
+    points = list(points) if isinstance(points, (list, tuple)) else points
+    if not isinstance(points, list) or not all(isinstance(p, CriticalPoint) for p in points):
+        raise InputTypeError(f"points must be a list of CriticalPoint (from certify/search), got {type(points).__name__}.")
     out: list[CriticalPoint] = []
     for p in points:
         for q in out:
@@ -325,7 +331,7 @@ def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool
     C /= np.linalg.norm(C, axis=-1, keepdims=True)
     C += np.exp(rng.uniform(np.log(1e-3), np.log(0.3), (n_random, 1, 1))) * rng.standard_normal(C.shape)
     starts = [np.where((third == 2)[:, None, None], C, R)]
-    if structured:
+    if check_flag(structured, "structured"):
         S = structured_starts(n, d)
         starts += [S, S + 1e-3 * rng.standard_normal(S.shape)]
     x0 = np.concatenate(starts)

@@ -38,6 +38,7 @@ import numpy as np
 from .._backend import convert, is_torch, namespace
 from .._validation import (
     as_token_array,
+    check_times,
     check_finite,
     check_nonnegative,
     check_nonzero_tokens,
@@ -192,6 +193,7 @@ def field_norm(field, t: float, y) -> np.ndarray:
     if not callable(field):
         raise InputTypeError(f"field must be callable as field(t, y), got {type(field).__name__}.")
     y = check_token_array(y, "y")
+    check_times(t, "t")  # real and finite (passed on as given)
     F = field(t, y)
     if is_torch(y):
         F = F if is_torch(F) else convert(F, y)

@@ -49,7 +49,7 @@ from numbers import Integral
 import numpy as np
 
 from .._backend import is_torch, namespace, to_numpy
-from .._validation import as_float_array, check_finite, check_nonnegative, check_real
+from .._validation import as_float_array, check_finite, check_int, check_nonnegative, check_real, plain
 from ..errors import InputTypeError, ValidationError
 from ..solvers.core.events import Event
 from .diagnostics import hemisphere_lyapunov
@@ -236,7 +236,11 @@ def cluster_merges(tol: float, counts, *, terminal_at=None) -> list:
     tol = check_real(tol, "tol")
     if not tol > 0:
         raise ValidationError(f"tol must be > 0, got {tol}.")
-    counts = [int(c) for c in counts]
+    if isinstance(counts, (str, bytes)) or not hasattr(counts, "__iter__"):
+        raise InputTypeError(f"counts must be a sequence of integers >= 1, got {plain(counts)}.")
+    counts = [check_int(c, "counts", 1, " (each count)") for c in counts]
+    if terminal_at is not None:
+        terminal_at = check_int(terminal_at, "terminal_at", 1)
     if not counts or any(c < 1 for c in counts) or len(set(counts)) != len(counts):
         raise ValidationError(f"counts must be distinct integers >= 1, got {counts}.")
     cache = [None, None]  # (y, heights): the last state seen (kept alive so that `is` is safe)

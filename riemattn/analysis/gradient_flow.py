@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._validation import check_beta, check_choice, check_int, check_points, check_spd
+from .._validation import check_beta, check_choice, check_flag, check_int, check_points, check_spd
 from ..dynamics.attention import AttentionField
 from ..errors import InputTypeError
 from ..dynamics.fields import Field
@@ -113,7 +113,7 @@ class GradientField(Field):
         self.f = f
         self.manifold = manifold
         self.weights = weights
-        self.sign = 1.0 if ascent else -1.0
+        self.sign = 1.0 if check_flag(ascent, "ascent") else -1.0
         W = np.asarray(manifold.W, dtype=float)
         self._Winv = None if np.array_equal(W, np.eye(W.shape[0])) else np.linalg.inv(W)
 

@@ -39,8 +39,8 @@ from ._energy import energy, energy_weights
 from ..dynamics._normalize import sinkhorn_potentials
 from ._torch_ops import _P_like, _torch_gradient
 from .._validation import (
-    ON_MANIFOLD_ATOL, as_float_array, as_token_array, check_choice, check_finite, check_spd,
-    check_token_array,
+    ON_MANIFOLD_ATOL, as_float_array, as_token_array, check_beta, check_choice, check_finite, check_int,
+    check_positive, check_spd, check_token_array,
 )
 from ..errors import InputTypeError, ValidationError
 
@@ -229,9 +229,16 @@ def sinkhorn_energy(x, P, beta=1.0, *, iters: int = 10000, tol: float = 1e-13):
     ----------
     x : array_like, shape (..., l, d)
     P : array_like, shape (d, d), symmetric
-    beta : float, default 1.0
-    iters, tol : int, float
+    beta : float, >= 0, default 1.0
+    iters, tol : int >= 1, float > 0
         Sinkhorn sweeps and column-sum tolerance of the potentials.
+
+    Raises
+    ------
+    InputTypeError
+        For a torch tensor x (NumPy/autograd only) or non-numeric arguments.
+    ValidationError
+        For NaN/inf, a negative beta, iters < 1, tol <= 0, or scores beta x_i^T P x_j that overflow.
 
     Returns
     -------
@@ -246,9 +253,17 @@ def sinkhorn_energy(x, P, beta=1.0, *, iters: int = 10000, tol: float = 1e-13):
         P = check_finite(as_float_array(P, "P"), "P")
         if P.ndim != 2 or P.shape[0] != P.shape[1] or not np.allclose(P, P.T, rtol=0, atol=1e-12 * max(1.0, np.abs(P).max())):
             raise ValidationError(f"P must be a symmetric (d, d) matrix (the Sinkformers energy needs it), got {np.shape(P)}.")
+    if is_torch(x):
+        raise InputTypeError("x must be a NumPy array (sinkhorn_energy is written with autograd.numpy), "
+                             "got a torch tensor; pass x.detach().cpu().numpy().")
+    beta = check_beta(beta)
+    iters, tol = check_int(iters, "iters", 1), check_positive(tol, "tol")
     x = _tokens(x, "x", np.shape(P)[-1])
-    S = float(beta) * _scores(x, P)
-    a, b, _ = sinkhorn_potentials(np.asarray(getval(S), dtype=float)[..., :, None, :], int(iters), float(tol))
+    S = beta * _scores(x, P)
+    if not np.all(np.isfinite(getval(S))):
+        raise ValidationError(f"beta x_i^T P x_j overflows (not finite) for these x and beta = {beta!r}; "
+                              "expected tokens of moderate norm (on the sphere or an ellipsoid).")
+    a, b, _ = sinkhorn_potentials(np.asarray(getval(S), dtype=float)[..., :, None, :], iters, tol)
     a, b = a[..., :, 0, 0], b[..., 0, 0, :]  # (..., l)
     l = np.shape(x)[-2]
     dual = anp.mean(a, -1) + anp.mean(b, -1) - anp.sum(anp.exp(a[..., :, None] + S + b[..., None, :]), axis=(-2, -1)) / l

@@ -20,8 +20,14 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog, nnls
 
-from .._validation import check_nonnegative, check_token_array
+from .._backend import is_torch, to_numpy
+from .._validation import check_flag, check_nonnegative, check_token_array
 from ..errors import ValidationError
+
+
+def _numpy(y):
+    """Tokens as NumPy (a torch tensor is read as its values: the answer is a NumPy direction)."""
+    return np.asarray(to_numpy(y), dtype=float) if is_torch(y) else y
 
 __all__ = ["in_common_hemisphere", "common_hemisphere"]
 
@@ -211,7 +217,7 @@ def in_common_hemisphere(y, *, tol: float = 1e-12, method: str = "auto") -> np.n
     ----------
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Remark 3.4.
     """
-    y = check_token_array(y, "y")
+    y = _numpy(check_token_array(y, "y"))
     tol = check_nonnegative(tol, "tol")
     Y = _unit_rows(y).reshape((-1,) + y.shape[-2:])
     feas, _ = _decide(Y, tol, method)
@@ -270,8 +276,9 @@ def common_hemisphere(y, *, tol: float = 1e-12, return_margin: bool = False, met
     Rodriguez Abella, Silvestre, Tabuada, "Consensus is all you get", ICML 2025, Remark 3.4.
     C. L. Lawson, R. J. Hanson, *Solving Least Squares Problems* (1974), ch. 23 (LDP via NNLS).
     """
-    y = check_token_array(y, "y")
+    y = _numpy(check_token_array(y, "y"))
     tol = check_nonnegative(tol, "tol")
+    return_margin = check_flag(return_margin, "return_margin")
     batch = y.shape[:-2]
     Y = _unit_rows(y).reshape((-1,) + y.shape[-2:])
     feas, V = _decide(Y, tol, method)

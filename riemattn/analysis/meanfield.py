@@ -173,6 +173,8 @@ class CircleDensity:
         self.beta = check_beta(beta)
         self.model = check_choice(model, "model", ("sa", "usa"))
         self.sigma = check_nonnegative(sigma, "sigma")
+        if not self.sigma < 1e150:  # sigma^2 must be a float
+            raise ValidationError(f"sigma must be < 1e150 (sigma^2 overflows), got {self.sigma!r}.")
         self.N = check_int(N, "N", 8)
         if self.model == "usa" and self.beta > 700:
             raise ValidationError(f"USA's kernel overflows at beta = {self.beta} > 700; use model='sa'.")
@@ -193,7 +195,7 @@ class CircleDensity:
     # --- the right-hand side ------------------------------------------------------------------
     def velocity(self, rho) -> np.ndarray:
         """v[rho] on the grid, shape (..., N)."""
-        r = np.fft.rfft(np.asarray(rho, dtype=float), axis=-1)
+        r = np.fft.rfft(self._check_rho(rho, "rho"), axis=-1)
         return self._velocity_hat(r)
 
     def _velocity_hat(self, r):
@@ -209,7 +211,7 @@ class CircleDensity:
 
     def rhs(self, rho) -> np.ndarray:
         """``d rho / dt`` on the grid, shape (..., N)."""
-        r = np.fft.rfft(np.asarray(rho, dtype=float), axis=-1)
+        r = np.fft.rfft(self._check_rho(rho, "rho"), axis=-1)
         return np.fft.irfft(self.transport(r) + self._diff * r, n=self.N, axis=-1)
 
     def growth_rates(self, kmax: int = 4) -> np.ndarray:
@@ -240,12 +242,15 @@ class CircleDensity:
             ``t`` (m,) = ``saveat`` (default t0 and t1), ``rho`` (m, ..., N).
         """
         rho0 = self._check_rho(rho0)
-        t0, t1 = (float(v) for v in t_span)
-        if not (math.isfinite(t0) and math.isfinite(t1) and t1 >= t0):
+        span = check_finite(as_float_array(t_span, "t_span"), "t_span")
+        if span.shape != (2,):
+            raise ValidationError(f"t_span must be two times (t0, t1), got shape {span.shape}.")
+        t0, t1 = float(span[0]), float(span[1])
+        if not t1 >= t0:
             raise ValidationError(f"t_span must be finite with t0 <= t1, got {t_span!r}.")
         dt = check_positive(dt, "dt")
-        save = np.array([t0, t1]) if saveat is None else np.asarray(saveat, dtype=float)
-        if save.ndim != 1 or np.any(np.diff(save) < 0) or save[0] < t0 or save[-1] > t1:
+        save = np.array([t0, t1]) if saveat is None else check_finite(as_float_array(saveat, "saveat"), "saveat")
+        if save.ndim != 1 or not save.size or np.any(np.diff(save) < 0) or save[0] < t0 or save[-1] > t1:
             raise ValidationError(f"saveat must be increasing times within [{t0}, {t1}], got {saveat!r}.")
         r = np.fft.rfft(rho0, axis=-1)
         out, t = [], t0
@@ -287,7 +292,7 @@ class CircleDensity:
     # --- stationary states ----------------------------------------------------------------------
     def potential(self, rho) -> np.ndarray:
         """Phi[rho] with v = dPhi/dtheta (up to a constant), shape (..., N)."""
-        r = np.fft.rfft(np.asarray(rho, dtype=float), axis=-1)
+        r = np.fft.rfft(self._check_rho(rho, "rho"), axis=-1)
         if self.beta == 0.0:
             return np.fft.irfft(math.pi * (self.k == 1) * r, n=self.N, axis=-1)  # int cos(theta - theta') rho
         Z = np.fft.irfft(self._den * r, n=self.N, axis=-1)
@@ -318,6 +323,7 @@ class CircleDensity:
         ndarray, shape (N,)
             The density on ``theta``; its maximum is at theta = 0 unless it is uniform.
         """
+        tol = check_positive(tol, "tol")
         if self.sigma == 0.0:
             raise ValidationError("stationary_state needs sigma > 0 (without noise the stationary states are "
                                   "Dirac masses).")

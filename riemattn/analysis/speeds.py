@@ -38,7 +38,7 @@ import math
 import numpy as np
 import scipy.integrate as _spi
 
-from .._validation import (as_float_array, check_beta, check_choice, check_finite, check_int, check_positive,
+from .._validation import (as_float_array, check_beta, check_choice, check_finite, check_flag, check_int, check_positive,
                            check_real)
 from ..errors import ValidationError
 
@@ -86,10 +86,10 @@ def equiangular_attention(rho, beta: float, n: int, normalization: str = "softma
     beta = check_beta(beta)
     n = check_int(n, "n", 2)
     normalization = check_choice(normalization, "normalization", _NORMALIZATIONS)
-    if normalization == "paper":
-        if d is None:
-            raise ValidationError("normalization='paper' needs d (its Z_i carries sqrt(d)).")
+    if d is not None:
         d = check_int(d, "d", 1)
+    if normalization == "paper" and d is None:
+        raise ValidationError("normalization='paper' needs d (its Z_i carries sqrt(d)).")
     rho = check_finite(as_float_array(rho, "rho"), "rho")
     lo = -1.0 / (n - 1)
     if rho.size and (rho.min() < lo - 1e-12 or rho.max() > 1.0 + 1e-12):
@@ -116,7 +116,8 @@ def equiangular_rates(rho, r, beta: float, n: int, placement: str, *, normalizat
     """
     placement = check_choice(placement, "placement", PLACEMENTS)
     c, g, a = equiangular_attention(rho, beta, n, normalization, d)
-    r = np.asarray(r, dtype=float)
+    r = check_finite(as_float_array(r, "r"), "r")
+    alpha, late = check_real(alpha, "alpha"), check_flag(late, "late")
     return _rates(c, g, a, r, placement, alpha, late)
 
 
@@ -189,10 +190,10 @@ def equiangular_placement(t, beta: float, n: int, placement: str, *, normalizati
     r0 = check_real(r0, "r0")
     if r0 <= 0:
         raise ValidationError(f"r0 must be > 0, got {r0!r}.")
-    if placement == "mix":
-        if switch is None:
-            raise ValidationError("placement='mix' needs switch.")
+    if switch is not None:
         switch = check_real(switch, "switch")
+    if placement == "mix" and switch is None:
+        raise ValidationError("placement='mix' needs switch.")
     t_arr = check_finite(as_float_array(t, "t"), "t")
     if t_arr.size and t_arr.min() < 0:
         raise ValidationError(f"t must be >= 0, got min {float(t_arr.min())}.")

@@ -35,9 +35,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import use_device
-from .._validation import as_float_array, check_finite, check_positive
+from .._validation import as_float_array, check_beta, check_finite, check_positive
 from ..dynamics.fields import Field
-from ..errors import ValidationError
+from ..errors import IntegrationError, ValidationError
 from ..geometry.manifolds import Euclidean
 from ..solvers.core.events import Event
 from ..solvers.core.integrate import integrate
@@ -48,9 +48,34 @@ __all__ = ["WeightedClusterField", "cluster_staircase", "normalised_energy"]
 
 def normalised_energy(theta, w, beta: float, n: int):
     """(1/n^2) sum_{c,e} w_c w_e e^{beta (cos(theta_c - theta_e) - 1)} = 2 beta e^{-beta} E_beta, shape (...)."""
-    theta = np.asarray(theta, dtype=float)
+    theta = check_finite(as_float_array(theta, "theta"), "theta")
+    if theta.ndim < 1 or theta.shape[-1] < 1:
+        raise ValidationError(f"theta must have shape (..., k) with k >= 1 angles, got shape {theta.shape}.")
+    w = _weights(w, "w", theta.shape[-1])
+    beta = check_beta(beta)
+    n = _total(n)
     d = theta[..., None, :] - theta[..., :, None]
     return np.einsum("...ij,i,j->...", np.exp(beta * (np.cos(d) - 1.0)), w, w) / n**2
+
+
+def _weights(w, name, k=None):
+    """Positive finite weights, shape (k,) (any k >= 1 when k is None)."""
+    w = check_finite(as_float_array(w, name), name)
+    if w.ndim != 1 or w.shape[0] < 1 or (k is not None and w.shape[0] != k) or np.any(w <= 0):
+        want = "k >= 1" if k is None else f"{k} (one per angle of theta)"
+        raise ValidationError(f"{name} must be a 1-D array of {want} positive numbers (particles per cluster), "
+                              f"got shape {w.shape}.")
+    if not np.isfinite(float(np.sum(w)) * float(np.sum(w))):
+        raise ValidationError(f"{name} is too large: (sum {name})^2 overflows (got sum {float(np.sum(w)):.3g}).")
+    return w
+
+
+def _total(n):
+    """The particle count n > 0 (a real: the total weight) with n^2 finite."""
+    n = check_positive(n, "n")
+    if not np.isfinite(n * n):
+        raise ValidationError(f"n is too large: n^2 overflows (got {n:.3g}).")
+    return n
 
 
 def _cross(theta, w, beta):
@@ -72,8 +97,8 @@ class WeightedClusterField(Field):
         Inverse temperature (rescaled USA: any beta, e.g. 1000-4000).
     w : array_like, shape (k,)
         Particles per cluster (positive; sum n).
-    n : int
-        Number of particles.
+    n : float
+        Number of particles, the total weight sum(w) (> 0; a real number: weights need not be integers).
     c0 : float
         The cross energy c at the start (the clock's unit: r' = c0 / c).
     """
@@ -82,7 +107,8 @@ class WeightedClusterField(Field):
     autonomous = True
 
     def __init__(self, beta: float, w, n: int, c0: float):
-        self.beta, self.w, self.n, self.c0 = float(beta), np.asarray(w, dtype=float), float(n), float(c0)
+        self.beta, self.w = check_beta(beta), _weights(w, "w")
+        self.n, self.c0 = _total(n), check_positive(c0, "c0")
 
     def take(self, index, batch_shape: tuple):
         return self
@@ -140,7 +166,7 @@ def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = 
     ------
     ValidationError
         For bad arguments (named).
-    RuntimeError
+    IntegrationError
         When a merge does not come by sigma = 1e4.
 
     References
@@ -154,9 +180,7 @@ def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = 
     beta = check_positive(beta, "beta")
     tol = check_positive(tol, "tol")
     n0 = theta.shape[0]
-    w = np.ones(n0) if weights is None else check_finite(as_float_array(weights, "weights"), "weights")
-    if w.shape != (n0,) or np.any(w <= 0):
-        raise ValidationError(f"weights must be {n0} positive numbers (particles per cluster), got {w.tolist()}.")
+    w = np.ones(n0) if weights is None else _weights(weights, "weights", n0)
     order = np.argsort(theta)
     theta, w = theta[order], w[order]
     n = float(w.sum())
@@ -172,6 +196,9 @@ def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = 
             theta, w = _merge(theta, w, a)
             continue
         c0 = float(_cross(theta, w, beta)[2]) / n**2
+        if not c0 > 0:
+            raise ValidationError(f"the cross energy of the clusters underflows to 0 at beta = {beta} (gaps "
+                                  f"{np.diff(theta).min():.3g} and more): beta is too large for theta0.")
         field = WeightedClusterField(beta, w, n, c0)
         event = Event(lambda t, y, k=k: merge_heights(y[..., :-2, :])[..., k - 2] - tol, direction=-1,
                       terminal=True, name=f"merge_to_{k - 1}")
@@ -180,7 +207,8 @@ def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = 
                             rtol=rtol, atol=atol, events=[event], event_tol=1e-12, max_steps=100_000,
                             raise_on_failure=True)
         if not sol.events.t.shape[-1]:
-            raise RuntimeError(f"no merge by sigma = 1e4 at beta = {beta} ({k} clusters)")
+            raise IntegrationError(f"no merge by sigma = 1e4 at beta = {beta} ({k} clusters): check theta0 "
+                                   "(angles of moderate size), beta, and the integration tolerances rtol, atol.")
         steps += int(sol.n_steps)
         Y = sol.y[..., 0]
         S.append(s0 + Y[:, -2] / c0)
@@ -192,6 +220,8 @@ def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = 
                        "energy": float(E[-1][-1])})
         theta, w = _merge(th, w, a)
         s0, tau0 = merges[-1]["s"], tau
+    if not S:  # every gap within tol at the start: all merges at s = 0, no step taken
+        S = T = E = [np.zeros(0)]
     path = {"s": np.concatenate(S), "tau": np.concatenate(T), "energy": np.concatenate(E), "steps": steps}
     return merges, path
 

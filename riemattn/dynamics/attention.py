@@ -27,7 +27,7 @@ from ._heads import HeadMatrices, bmm, stack_columns
 from ._normalize import HARDMAX_RTOL, SINKHORN_ITERS, SINKHORN_TOL, centred, configure, other_weights
 from ._positional import alibi_bias, check_alibi, check_rope, rope_scores
 from ._softmax import overflow_message, rescaled_scores, weights, weights_device
-from .._validation import check_beta_batch, check_choice, check_points, check_real, check_rescaled, check_times
+from .._validation import check_beta_batch, check_choice, check_flag, check_points, check_real, check_rescaled, check_times
 from ..errors import ValidationError
 from .fields import _CheckedField
 from ..geometry.manifolds import Euclidean, manifold_for
@@ -126,7 +126,7 @@ class AttentionField(_CheckedField):
         self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS + OTHER_NORMALIZATIONS)
         self.beta = check_beta_batch(beta)
         self.rescaled = check_rescaled(rescaled, None if normalization == "mean" else f"{normalization=}", self.beta)
-        self.time_vectorized = None if time_vectorized is None else bool(time_vectorized)
+        self.time_vectorized = None if time_vectorized is None else check_flag(time_vectorized, "time_vectorized")
         self._P = HeadMatrices(P, "P", None, self.time_vectorized)
         d = self._P.shape[-1]
         self._U = None if U is None else HeadMatrices(U, "U", d, self.time_vectorized)

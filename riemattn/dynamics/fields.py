@@ -22,7 +22,9 @@ from typing import Callable
 import numpy as np
 
 from .._backend import convert, is_torch, namespace, to_numpy
-from .._validation import as_float_array, as_token_array, call_user, call_user_on_device, check_finite, check_spd, plain
+from .._validation import (
+    as_float_array, as_token_array, call_user, call_user_on_device, check_finite, check_flag, check_spd, plain,
+)
 from ..errors import InputTypeError, ValidationError
 
 __all__ = ["Field", "VectorField", "AlgebraField", "LinearField", "generator_matrix"]
@@ -192,8 +194,8 @@ class VectorField(Field):
             raise InputTypeError(f"func must be callable as func(t, y), got {type(func).__name__}.")
         self.func = func
         self.manifold = _check_manifold(manifold)
-        self.project = bool(project)
-        self.time_vectorized = None if time_vectorized is None else bool(time_vectorized)
+        self.project = check_flag(project, "project")
+        self.time_vectorized = None if time_vectorized is None else check_flag(time_vectorized, "time_vectorized")
         self.time_mode = {None: None, True: "array", False: "per-time"}[self.time_vectorized]
         self.n_calls = 0
 

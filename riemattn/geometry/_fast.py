@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import constant, convert, dot_last, is_torch, namespace, size
-from .._validation import ON_MANIFOLD_ATOL, as_float_array, check_nonzero_tokens, check_points
+from .._validation import ON_MANIFOLD_ATOL, as_float_array, check_nonnegative, check_nonzero_tokens, check_points
 from ..errors import ValidationError
 
 #: Default absolute tolerance of ``belongs`` / ``is_tangent`` (geomstats uses 1e-12).
@@ -112,7 +112,8 @@ class _FastMixin:
         return constant(self.__dict__.setdefault("_consts", {}), "W", self.W, x)
 
     def is_tangent(self, vector, base_point, atol=ATOL):
-        """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values).
+        """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values; False where v or y
+        holds NaN/inf: a predicate).
 
         ``vector`` and ``base_point`` must have d components and broadcast together
         (ValidationError naming them otherwise)."""
@@ -121,7 +122,7 @@ class _FastMixin:
         base_point = as_float_array(
             check_points(base_point, "base_point", self, on_manifold=False, min_axes=1, finite=False), "base_point")
         check_broadcast((vector, base_point), ("vector", "base_point"))
-        return np.abs(self.inner(base_point, vector)) <= atol
+        return np.abs(self.inner(base_point, vector)) <= check_nonnegative(atol, "atol")
 
     def lie_frame(self, y, slots: int):
         """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
@@ -150,7 +151,9 @@ class _FastMixin:
         return point / self.norm(point)[..., None]
 
     def belongs(self, point, atol=ATOL):
-        """Whether |x^T W x - 1| <= atol, shape (...); False for points with the wrong d."""
+        """Whether |x^T W x - 1| <= atol, shape (...); False for points with the wrong d and for
+        NaN/inf points (a predicate: they do not belong)."""
+        atol = check_nonnegative(atol, "atol")
         point = as_float_array(point, "point")
         if point.shape[-1:] != (self.dim + 1,):
             return np.zeros(point.shape[:-1], dtype=bool)
@@ -204,6 +207,7 @@ class _FastMixin:
         x = self.check_point(point, "point")
         v = self.check_vector(tangent_vec, "tangent_vec")
         x, v = same_kind(x, v)
+        check_broadcast((x, v), ("point", "tangent_vec"))
         return self.retract(x + self.tangent(x, v))
 
     def vector_transport(self, point, tangent_vec, vector, method: str = "projection"):
@@ -221,4 +225,5 @@ class _FastMixin:
         z = self.retraction(point, tangent_vec, method)
         u = self.check_vector(vector, "vector")
         z, u = same_kind(z, u)
+        check_broadcast((z, u), ("the retracted point (of point and tangent_vec)", "vector"))
         return self.tangent(z, u)

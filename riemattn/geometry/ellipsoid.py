@@ -21,7 +21,7 @@ from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 
 from .._backend import constant, is_torch, requires_grad
-from .._validation import check_int, check_spd
+from .._validation import check_flag, check_int, check_spd
 from ..errors import ValidationError
 from ._fast import _FastMixin, check_chart_dim
 from .metrics import EllipsoidMetric
@@ -73,6 +73,7 @@ class Ellipsoid(_FastMixin, LevelSet):
 
     def __init__(self, W, equip: bool = True, metric: str = "W"):
         self._W_param = W if requires_grad(W) else None
+        equip = check_flag(equip, "equip")
         W = check_spd(W, "W")
         if W.shape[0] < 2:
             raise ValidationError(

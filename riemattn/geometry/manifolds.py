@@ -27,7 +27,7 @@ from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 
 from .._backend import dot_last, namespace
-from .._validation import check_int, check_points
+from .._validation import as_float_array, check_finite, check_flag, check_int, check_nonzero_tokens, check_points, check_spd
 from ..errors import ValidationError
 from ._fast import ATOL, _FastMixin, check_chart_dim, same_kind
 from .ellipsoid import Ellipsoid
@@ -52,7 +52,7 @@ class Sphere(_FastMixin, Hypersphere):
 
     def __init__(self, dim: int, equip: bool = True):
         dim = check_int(dim, "dim", 1, " (the sphere S^dim lives in R^(dim+1))")
-        super().__init__(dim, intrinsic=False, equip=equip)
+        super().__init__(dim, intrinsic=False, equip=check_flag(equip, "equip"))
 
     @staticmethod
     def default_metric():
@@ -131,7 +131,7 @@ class Euclidean(_GsEuclidean):
 
     def __init__(self, dim: int, equip: bool = True):
         dim = check_int(dim, "dim", 1, " (the space R^dim)")
-        super().__init__(dim, equip=equip)
+        super().__init__(dim, equip=check_flag(equip, "equip"))
 
     @property
     def ambient_dim(self) -> int:
@@ -210,8 +210,17 @@ class Euclidean(_GsEuclidean):
 
 
 def project(y, W=None):
-    """pi_W(y) = y / |y|_W over the last axis (the sphere when ``W`` is None)."""
-    y = np.asarray(y, dtype=float)
+    """pi_W(y) = y / |y|_W over the last axis (the sphere when ``W`` is None).
+
+    Checked: ``y`` finite real, shape (..., d) with d >= 1 and no zero row; ``W`` symmetric positive
+    definite (d, d) (ValidationError / InputTypeError naming them)."""
+    y = check_nonzero_tokens(check_finite(as_float_array(y, "y"), "y"), "y")
+    if y.ndim < 1 or y.shape[-1] < 1:
+        raise ValidationError(f"y must have shape (..., d) with d >= 1, got shape {y.shape}.")
+    if not np.all(np.isfinite(np.linalg.norm(y, axis=-1))):
+        raise ValidationError("y is too large: a row's norm overflows.")
+    if W is not None:
+        W = check_spd(W, "W", dim=y.shape[-1])
     if W is None:
         return y / np.linalg.norm(y, axis=-1, keepdims=True)
     return y / np.sqrt(np.einsum("...i,...i->...", y, y @ W))[..., None]

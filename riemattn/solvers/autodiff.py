@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .._backend import is_torch, namespace
-from .._validation import check_int, check_points, check_positive, check_real
+from .._validation import check_flag, check_int, check_nonnegative, check_points, check_positive, check_real
 from ..errors import InputTypeError, ValidationError
 from .core.integrate import PerTrajectory, Trajectory, integrate
 from .explicit.steppers import get_stepper
@@ -106,6 +106,8 @@ def integrate_checkpointed(field, y0, t_span, stepper="rk4", dt=None, *, segment
         K = math.ceil(math.sqrt(n)) if segments is None else check_int(segments, "segments", 1)
         bounds, h = _boundaries(t0, t1, n, min(K, n))
         kw = dict(dt=h * (1 + 1e-12))  # each segment: exactly its share of the n steps
+    rtol, atol = check_nonnegative(rtol, "rtol"), check_nonnegative(atol, "atol")
+    project = check_flag(project, "project")
     manifold = getattr(field, "manifold", None)
     if manifold is None or not callable(field):
         raise InputTypeError(

@@ -10,9 +10,10 @@ from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import SearchStrategy
 
 from ..dynamics.attention import MASKS, NORMALIZATIONS, AttentionField
+from .._validation import check_beta, check_real
 from ..errors import ValidationError
 from ..geometry.manifolds import Euclidean, Sphere
-from ._draw import DIMS, HEADS, _floats, _matrix, _positive, _size
+from ._draw import DIMS, HEADS, _flag, _floats, _matrix, _options, _positive, _size
 from ._heads import TimeVaryingHeads, _sym
 from ._manifolds import manifolds, orthogonal_matrices
 
@@ -40,6 +41,10 @@ def head_matrices(draw, h, d, *, symmetric=False, time_varying=False, scale=1.0,
     """
     h, d = _size(draw, h, "h", 1), _size(draw, d, "d", 1)
     scale = _positive(scale, "scale")
+    symmetric = _flag(symmetric, "symmetric")
+    time_varying = _flag(time_varying, "time_varying", allow_none=True)
+    max_terms = _size(None, max_terms, "max_terms", 0)
+    max_omega = _positive(max_omega, "max_omega")
     if time_varying is None:
         time_varying = draw(st.booleans())
     if not time_varying:
@@ -69,6 +74,12 @@ def symmetric_with_top_eigenvector(draw, d, *, min_gap=0.3, dominant=None):
     The other eigenvalues are <= (1 - min_gap) lam_1. ``dominant=True`` also makes them >= -lam_1
     (lam_1 is the spectral radius); False allows down to -3 lam_1; None draws either.
     """
+    from ._manifolds import orthogonal_matrices
+
+    min_gap = _positive(min_gap, "min_gap")
+    if not min_gap < 1.5:  # (1 - min_gap) lam_1 must stay above the lowest eigenvalue -lam_1 (lam_1 >= 0.5 > 0)
+        raise ValidationError(f"min_gap must be in (0, 1.5), got {min_gap!r}.")
+    dominant = _flag(dominant, "dominant", allow_none=True)
     Q = draw(orthogonal_matrices(d))
     d = len(Q)
     lam1 = draw(_floats(0.5, 2.0))
@@ -83,7 +94,8 @@ def symmetric_with_top_eigenvector(draw, d, *, min_gap=0.3, dominant=None):
 
 def betas(*, min_value=0.0, max_value=10.0):
     """Inverse temperatures beta: finite floats in [min_value, max_value] (no subnormals)."""
-    if not (np.isfinite(min_value) and np.isfinite(max_value) and 0 <= min_value <= max_value):
+    min_value, max_value = check_real(min_value, "min_value"), check_real(max_value, "max_value")
+    if not 0 <= min_value <= max_value:
         raise ValidationError(f"need 0 <= min_value <= max_value < inf, got {min_value}, {max_value}.")
     return _floats(float(min_value), float(max_value))
 
@@ -117,13 +129,18 @@ def attention_fields(draw, *, dims=DIMS, heads=HEADS, kinds=("sphere", "ellipsoi
     if isinstance(manifold, Euclidean):
         raise ValidationError("attention_fields: kinds must be a subset of ('sphere', 'ellipsoid').")
     d, h = manifold.ambient_dim, _size(draw, heads, "heads", 1)
+    time_varying = _flag(time_varying, "time_varying", allow_none=True)
+    masks, normalizations = _options(masks, "masks"), _options(normalizations, "normalizations")
+    values = _options(values, "values")
+    if not values or set(values) - {"identity", "matrices"}:
+        raise ValidationError(f"values must be a nonempty subset of ('identity', 'matrices'), got {values!r}.")
     if time_varying is None:
         time_varying = draw(st.booleans())
     P = draw(head_matrices(h, d, time_varying=time_varying, scale=scale))
     U = None
     if draw(st.sampled_from(tuple(values))) == "matrices":
         U = draw(head_matrices(h, d, time_varying=time_varying, scale=scale))
-    b = draw(betas(max_value=2.0)) if beta is None else (draw(beta) if isinstance(beta, SearchStrategy) else beta)
+    b = draw(betas(max_value=2.0)) if beta is None else (draw(beta) if isinstance(beta, SearchStrategy) else check_beta(beta))
     W = None if isinstance(manifold, Sphere) else manifold.W
     return AttentionField(P, U, W=W, mask=draw(st.sampled_from(tuple(masks))),
                           normalization=draw(st.sampled_from(tuple(normalizations))), beta=b)

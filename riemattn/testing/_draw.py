@@ -40,7 +40,7 @@ def _shape(draw, value):
         value = draw(value)
     try:
         shape = tuple(int(s) for s in value)
-    except TypeError:
+    except (TypeError, ValueError):
         raise InputTypeError(f"batch_shape must be a tuple of int or a strategy of tuples, got {value!r}.") from None
     if any(s < 0 for s in shape):
         raise ValidationError(f"batch_shape must have nonnegative sides, got {shape}.")
@@ -51,6 +51,20 @@ def _positive(value, name, minimum=0.0):
     if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) or value <= minimum:
         raise ValidationError(f"{name} must be a finite number > {minimum}, got {value!r}.")
     return float(value)
+
+
+def _flag(value, name, allow_none=False):
+    """True or False (None too with ``allow_none``: drawn), else InputTypeError naming ``name``."""
+    if (value is None and allow_none) or isinstance(value, (bool, np.bool_)):
+        return value
+    raise InputTypeError(f"{name} must be True or False{' or None' if allow_none else ''}, got {value!r}.")
+
+
+def _options(value, name):
+    """A tuple of options (not a bare string, whose characters would be read as options)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list, set, frozenset)):
+        raise InputTypeError(f"{name} must be a tuple of options, got {value!r}.")
+    return tuple(value)
 
 
 def _nonzero_rows(x):

@@ -35,6 +35,11 @@ def orthogonal_matrices(draw, d):
     return Q * np.where(np.diag(R) < 0, -1.0, 1.0)  # sign fixing makes Q a function of A
 
 
+#: The largest condition number drawn: Q diag(lam) Q^T rounds its entries by ~d eps lam_max, so
+#: beyond ~1e12 (d up to 8: 2e-3 of the eigenvalue 1) W is no longer reliably positive definite.
+MAX_CONDITION = 1e12
+
+
 @st.composite
 def spd_matrices(draw, d, *, max_condition=10.0):
     """A symmetric positive definite W, shape (d, d), eigenvalues in [1, max_condition].
@@ -43,8 +48,8 @@ def spd_matrices(draw, d, *, max_condition=10.0):
     Shrinks toward the identity (all eigenvalues 1).
     """
     max_condition = _positive(max_condition, "max_condition", 0.0)
-    if max_condition < 1.0:
-        raise ValidationError(f"max_condition must be >= 1, got {max_condition}.")
+    if not 1.0 <= max_condition <= MAX_CONDITION:
+        raise ValidationError(f"max_condition must be >= 1 and <= {MAX_CONDITION:g}, got {max_condition}.")
     Q = draw(orthogonal_matrices(d))
     lam = np.array(draw(st.lists(_floats(1.0, max_condition), min_size=len(Q), max_size=len(Q))))
     if np.all(lam == 1.0):

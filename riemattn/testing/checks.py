@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.hemispheres import common_hemisphere
+from .._validation import as_float_array, check_finite, check_flag, check_nonnegative, check_real, plain
 from ..errors import InputTypeError, ValidationError
 from ..solvers.core.integrate import integrate
 from ..solvers.explicit.steppers import get_stepper
@@ -60,6 +61,26 @@ def _tokens(y, name="y"):
     return y
 
 
+def _tol(value, name, shape=()):
+    """A finite tolerance >= 0 (a float, or an array broadcasting to ``shape``), checked up front."""
+    arr = check_finite(as_float_array(value, name), name)
+    if np.any(arr < 0):
+        raise ValidationError(f"{name} must be >= 0, got {plain(arr)}.")
+    try:
+        return np.broadcast_to(arr, shape)
+    except ValueError:
+        raise ValidationError(f"{name} must be a number or broadcast to the tokens' shape {shape}, "
+                              f"got shape {arr.shape}.") from None
+
+
+def _t_span(t_span, name="t_span"):
+    """(t0, t1): two finite real times (InputTypeError / ValidationError naming ``name``)."""
+    arr = check_finite(as_float_array(t_span, name), name)
+    if arr.shape != (2,):
+        raise ValidationError(f"{name} must be two times (t0, t1), got shape {arr.shape}.")
+    return float(arr[0]), float(arr[1])
+
+
 def _check_manifold(manifold, name="manifold"):
     if not all(hasattr(manifold, a) for a in ("ambient_dim", "inner", "tangent")):
         what = repr(manifold) if isinstance(manifold, str) else type(manifold).__name__
@@ -94,7 +115,16 @@ def inner_rounding(manifold, a, b):
     (I - a a^T W) b that came before it are at most |a|_2 ||W||_2 |b|_2; 32 d eps covers their O(d)
     roundings, Higham, *Accuracy and Stability of Numerical Algorithms*, eq. 3.5). Up to
     cond(W) times |a|_W |b|_W: at condition number 1e10 it is ~1e-5 |a|_W |b|_W."""
-    d = np.shape(a)[-1]
+    manifold = _check_manifold(manifold)
+    a, b = check_finite(as_float_array(a, "a"), "a"), check_finite(as_float_array(b, "b"), "b")
+    try:
+        ok = a.ndim >= 1 and b.ndim >= 1 and a.shape[-1] == b.shape[-1] >= 1 and np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValidationError(f"a and b must broadcast together, with the same d >= 1 components (last axis), "
+                              f"got shapes {a.shape} and {b.shape}.")
+    d = a.shape[-1]
     return 32 * d * EPS * _norm(a) * _W_norm2(manifold) * _norm(b)
 
 
@@ -133,6 +163,7 @@ def assert_on_manifold(manifold, y, *, atol=1e-10, times=None):
     manifold = _check_manifold(manifold)
     y = _tokens(y)
     _check_dim(y, manifold)
+    atol = _tol(atol, "atol", y.shape[:-1])
     if times is not None:
         try:
             times = np.asarray(times, dtype=float)
@@ -215,6 +246,8 @@ def assert_tangent(field, y, *, t=0.0, atol=None, rtol=1e-12):
     manifold = _manifold_of(field)
     y = _tokens(y)
     _check_dim(y, manifold)
+    t = check_real(t, "t")
+    atol, rtol = _tol(atol, "atol", y.shape[:-1]), float(_tol(rtol, "rtol"))
     F = np.asarray(field(t, y), dtype=float)
     if F.shape != y.shape:
         raise AssertionError(f"field(t, y) at t = {t!r} has shape {F.shape}, expected the shape of y, {y.shape}.")
@@ -253,8 +286,8 @@ def _hemisphere_region(y0, v):
         v = common_hemisphere(y0)
         if v is None or np.isnan(np.asarray(v)).any():
             raise ValidationError("y0 has a configuration in no open hemisphere: give region or v.")
-    v = np.asarray(v, dtype=float)
-    if v.shape[-1] != y0.shape[-1]:
+    v = check_finite(as_float_array(v, "v"), "v")
+    if v.ndim < 1 or v.shape[-1] != y0.shape[-1]:
         raise ValidationError(f"v must have d = {y0.shape[-1]} components, got shape {v.shape}.")
     vb = v[..., None, :]  # (..., 1, d): one v, or one per trajectory
 
@@ -309,8 +342,13 @@ def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper=
         At the first time a margin is <= 0 (or decreases), naming the time, trajectory, token,
         the margin and the integration settings.
     """
-    _manifold_of(field)  # a riemattn field
-    y0 = _tokens(y0, "y0")
+    manifold = _manifold_of(field)  # a riemattn field
+    y0 = check_finite(_tokens(y0, "y0"), "y0")
+    _check_dim(y0, manifold, "y0")
+    t_span = _t_span(t_span)
+    nondecreasing = check_flag(nondecreasing, "nondecreasing")
+    if slack is not None:
+        slack = check_nonnegative(slack, "slack")
     if isinstance(region, str):
         if region != "hemisphere":
             raise ValidationError(f"region must be 'hemisphere' or a callable region(t, y), got {region!r}.")

@@ -33,7 +33,8 @@ from ..errors import InputTypeError, ValidationError
 from ..solvers.core.integrate import integrate
 from ..solvers.explicit.steppers import get_stepper
 from ._fit import Fit, fit_slope
-from .checks import inner_rounding
+from .._validation import as_float_array, check_finite, check_int, check_positive
+from .checks import _check_manifold, _t_span, inner_rounding
 
 __all__ = ["Fit", "check_order", "check_retraction", "check_riemannian_gradient", "reference_solution"]
 
@@ -72,8 +73,8 @@ def reference_solution(field, y0, t_span):
     tangent to the level sets of |x|_W and its solutions project to those of F), whose final value
     is retracted; on the Euclidean space, F itself. Shape of ``y0``.
     """
+    y0, t_span = _initial(field, y0), _t_span(t_span)
     manifold = field.manifold
-    y0 = np.asarray(y0, dtype=float)
     shape = y0.shape
     flat = type(manifold).__name__ == "Euclidean"
 
@@ -110,7 +111,7 @@ def _initial(field, y0):
                               f"{_index(np.argwhere(~np.isfinite(y0))[0][:-1])}.")
     if type(manifold).__name__ != "Euclidean":
         dev, tol = _off(manifold, y0)
-        if np.any(dev > tol):
+        if np.any(dev > tol) or not np.all(np.isfinite(dev)):  # 1e300 tokens: inf <= inf
             k = _index(np.unravel_index(np.argmax(dev - tol), dev.shape))
             raise ValidationError(f"y0 must lie on {manifold!r}: |y^T W y - 1| = {dev[k]:.2e} at token {k} "
                                   f"(> {tol[k]:.1e}).")
@@ -163,10 +164,14 @@ def check_order(stepper, field, y0, *, t_span=(0.0, 1.0), steps=(8, 16, 32, 64),
     st = get_stepper(stepper)
     ns = _steps(steps)
     y0 = _initial(field, y0)
-    t0, t1 = float(t_span[0]), float(t_span[1])
+    t0, t1 = _t_span(t_span)
+    _ = None if expected is None else check_positive(expected, "expected")  # kept as given (an int prints as such)
     if not t1 != t0:
         raise ValidationError(f"t_span must have t1 != t0 to measure an order, got {tuple(t_span)}.")
-    ref = reference_solution(field, y0, (t0, t1)) if reference is None else np.asarray(reference, dtype=float)
+    ref = reference_solution(field, y0, (t0, t1)) if reference is None else check_finite(
+        as_float_array(reference, "reference"), "reference")
+    if ref.shape != y0.shape:
+        raise ValidationError(f"reference must have the shape of y0, {y0.shape}, got {ref.shape}.")
     errors = []
     for n in ns:
         h = (t1 - t0) / n
@@ -190,13 +195,15 @@ def check_order(stepper, field, y0, *, t_span=(0.0, 1.0), steps=(8, 16, 32, 64),
 def _random_point_and_direction(manifold, base_point, tangent_vector, seed, name="tangent_vector", each=True):
     """(y, u): the given or a random point on the manifold and a tangent vector at it, nonzero at
     each point (``each``) or as a whole (one tangent vector of the product manifold)."""
+    manifold = _check_manifold(manifold)
+    seed = check_int(seed, "seed", 0)
     rng = np.random.default_rng(seed)
     d = manifold.ambient_dim
-    y = manifold.retract(rng.standard_normal(d)) if base_point is None else np.asarray(base_point, dtype=float)
+    y = manifold.retract(rng.standard_normal(d)) if base_point is None else as_float_array(base_point, "base_point")
     if y.shape[-1:] != (d,) or not np.all(np.isfinite(y)):
         raise ValidationError(f"base_point must be a finite array of shape (..., {d}), got shape {y.shape}.")
     flat = type(manifold).__name__ == "Euclidean"
-    if not flat and np.any(np.greater(*_off(manifold, y))):
+    if not flat and (np.any(np.greater(*_off(manifold, y))) or not np.all(np.isfinite(_off(manifold, y)[0]))):
         raise ValidationError(f"base_point must lie on {manifold!r} (|y^T W y - 1| <= {ON_MANIFOLD:g} + its rounding), "
                               f"got |y^T W y - 1| up to {np.max(np.abs(manifold.inner(y, y) - 1.0)):.2e}.")
     if y.size == 0:
@@ -204,11 +211,13 @@ def _random_point_and_direction(manifold, base_point, tangent_vector, seed, name
     if tangent_vector is None:  # its own stream: a base point drawn from default_rng(seed) gets a tangent u
         u = manifold.tangent(y, np.random.default_rng((seed, 1)).standard_normal(y.shape))
     else:
-        u = np.asarray(tangent_vector, dtype=float)
+        u = as_float_array(tangent_vector, name)
     if u.shape != y.shape or not np.all(np.isfinite(u)):
         raise ValidationError(f"base_point and {name} must be finite arrays of the same shape (..., {d}), got "
                               f"{y.shape} and {u.shape}.")
     size = manifold.norm(u)
+    if not np.all(np.isfinite(size)):
+        raise ValidationError(f"{name} is too large: |u|_W overflows (got entries up to {np.max(np.abs(u)):.3g}).")
     if each and not np.all(size > 0):
         raise ValidationError(f"{name} must be nonzero at every point (a zero direction checks nothing), got "
                               f"|u|_W = 0 at {np.argwhere(~(size > 0))[0].tolist()}.")
@@ -221,7 +230,7 @@ def _random_point_and_direction(manifold, base_point, tangent_vector, seed, name
 
 
 def _ts(ts, default):
-    ts = np.logspace(*default, 9) if ts is None else np.asarray(ts, dtype=float)
+    ts = np.logspace(*default, 9) if ts is None else as_float_array(ts, "ts")
     if ts.ndim != 1 or ts.size < 2 or not np.all(np.isfinite(ts)) or np.any(ts <= 0):
         raise ValidationError(f"ts must be at least two positive step lengths, got {ts!r}.")
     return ts
@@ -251,7 +260,7 @@ def check_retraction(manifold, *, base_point=None, tangent_vector=None, against=
         rounding of the d-term W-norms of vectors with entries up to 1/sqrt(lambda_min(W))) are
         left out of the fit.
     """
-    if type(manifold).__name__ == "Euclidean":
+    if type(manifold).__name__ == "Euclidean":  # (the manifold is checked by _random_point_and_direction)
         raise ValidationError("check_retraction: the Euclidean space's retraction is exact (no slope to measure).")
     if against not in ("line", "exp"):
         raise ValidationError(f"against must be 'line' or 'exp', got {against!r}.")
@@ -352,6 +361,9 @@ def check_riemannian_gradient(manifold, cost, gradient, base_point, *, direction
     ValidationError
         If ``base_point`` is not on the manifold or ``direction`` is zero or not tangent.
     """
+    for name, fn in (("cost", cost), ("gradient", gradient), ("metric", metric)):
+        if not callable(fn) and not (name == "metric" and fn is None):
+            raise InputTypeError(f"{name} must be a callable, got {type(fn).__name__} {fn!r}.")
     y, u = _random_point_and_direction(manifold, base_point, direction, seed, name="direction", each=False)
     g = np.asarray(gradient(y), dtype=float)
     if g.shape != y.shape:

@@ -30,13 +30,14 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
 
+from .._validation import as_float_array
 from ..errors import InputTypeError, ValidationError
 from ..geometry.manifolds import Ellipsoid, Euclidean, Sphere
 from ._draw import DIMS, HEADS, _floats, _matrix, _nonzero_rows, _positive, _shape, _size
 from ._attention import attention_fields, betas, head_matrices, symmetric_with_top_eigenvector
 from ._manifolds import MANIFOLD_KINDS, ellipsoids, manifolds, orthogonal_matrices, spd_matrices, spheres
 from ._heads import TimeVaryingHeads
-from .checks import inner_rounding
+from .checks import _t_span, inner_rounding
 
 __all__ = [
     "CONFIGURATIONS",
@@ -142,7 +143,7 @@ def step_sizes(t_span, *, max_steps=16, max_factor=4.0):
     takes one step, clipped to t1). Tiny steps come from a tiny horizon. Shrinks toward one step
     over the whole horizon. A span of length 0 gives ``just(1.0)`` (any step is clipped to it).
     """
-    t0, t1 = (float(t) for t in t_span)
+    t0, t1 = _t_span(t_span)
     T = abs(t1 - t0)
     if not np.isfinite(T):
         raise ValidationError(f"t_span must be finite, got {t_span!r}.")
@@ -205,8 +206,8 @@ def hemisphere_points(draw, manifold, *, v=None, tokens=TOKENS, batch_shape=(), 
     if v is None:
         v = draw(unit_vectors(d))
     else:
-        v = np.asarray(v, dtype=float)
-        if v.shape != (d,) or not np.all(np.isfinite(v)) or not np.any(v):
+        v = as_float_array(v, "v")
+        if v.shape != (d,) or not np.isfinite(np.linalg.norm(v)) or not np.any(v):
             raise ValidationError(f"v must be a finite nonzero vector of shape ({d},), got {v!r}.")
     kappa = float(np.sqrt(v @ Winv @ v))
     if m is None:
@@ -236,7 +237,7 @@ def tangent_vectors(draw, manifold, base_point, *, scale=1.0):
     the projection (I - y y^T W) is tangent only at points of the manifold.
     """
     manifold = _manifold(draw, manifold)
-    y = np.asarray(base_point, dtype=float)
+    y = as_float_array(base_point, "base_point")
     if y.ndim < 1 or y.shape[-1] != manifold.ambient_dim:
         raise ValidationError(
             f"base_point must have shape (..., {manifold.ambient_dim}) for {manifold!r}, got {y.shape}."

@@ -154,8 +154,12 @@ def warmup(progress=None) -> dict:
     import numba
     from tqdm.auto import tqdm
 
+    from ..._validation import check_flag
     from ...dynamics.kernels import _kernel_cache
     from ...errors import UnsupportedByEngine
+
+    if progress is not None:  # checked before compiling (minutes)
+        check_flag(progress, "progress")
 
     if numba.config.DISABLE_JIT:
         raise UnsupportedByEngine("warmup: NUMBA_DISABLE_JIT=1 turns numba's JIT off, so there is nothing to "

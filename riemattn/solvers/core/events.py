@@ -116,6 +116,8 @@ class Event:
         else:
             raise ValidationError(f"terminal must be a bool or an integer >= 0 (stop at that crossing), got {plain(t)}.")
         object.__setattr__(self, "terminal", k)
+        if self.name is not None and not isinstance(self.name, str):
+            raise InputTypeError(f"an event's name must be a str or None, got {plain(self.name)}.")
         s = self.samples
         if isinstance(s, bool) or not isinstance(s, Integral) or s < 0:
             raise ValidationError(f"samples must be an integer >= 0, got {plain(s)}.")

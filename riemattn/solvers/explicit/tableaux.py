@@ -16,13 +16,14 @@ Differential Equations I*, 2nd ed., Springer 1993, sections II.2-II.6 and II.10.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field as dc_field
 from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
 
-from ..._validation import check_int
+from ..._validation import as_float_array, check_finite, check_int
 from ...errors import InputTypeError, ValidationError
 
 __all__ = [
@@ -45,11 +46,21 @@ __all__ = [
 
 def coefficient(x) -> float:
     """A coefficient given as a real number or as a fraction string ("-56/15")."""
+    what = "x (a tableau coefficient) must be a real number or a fraction string"
     if isinstance(x, str):
-        return float(Fraction(x))
+        try:
+            return float(Fraction(x))
+        except (ValueError, ZeroDivisionError):
+            raise InputTypeError(f"{what} such as '-56/15', got {x!r}.") from None
     if isinstance(x, (bool, np.bool_, complex, np.complexfloating)) or np.ndim(x) != 0:
-        raise InputTypeError(f"a tableau coefficient must be a real number or a fraction string, got {x!r}.")
-    return float(x)
+        raise InputTypeError(f"{what}, got {x!r}.")
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        raise InputTypeError(f"{what}, got {x!r}.") from None
+    if not math.isfinite(value):
+        raise ValidationError(f"x (a tableau coefficient) must be finite, got {value!r}.")
+    return value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -111,8 +122,10 @@ def _weights(tree, A) -> np.ndarray:
 def order_residuals(A, b, order: int) -> list[tuple[tuple, float]]:
     """For every tree of order <= ``order``: (tree, b . Phi(t) - 1/gamma(t))."""
     order = check_int(order, "order", 0)
-    A = np.asarray(A, dtype=float)
-    b = np.asarray(b, dtype=float)
+    A = check_finite(as_float_array(A, "A"), "A")
+    b = check_finite(as_float_array(b, "b"), "b")
+    if b.ndim != 1 or not b.size or A.shape != (b.size, b.size):
+        raise ValidationError(f"A must be (s, s) and b (s,) with s >= 1, got A {A.shape} and b {b.shape}.")
     res = []
     for q in range(1, order + 1):
         for t in rooted_trees(q):
@@ -130,6 +143,8 @@ def _coefficients(values, name: str, ndim: int) -> np.ndarray:
             arr = np.array([coefficient(x) for x in values])
         else:
             arr = np.array([[coefficient(x) for x in row] for row in values])
+    except ValidationError as exc:  # a NaN/inf coefficient
+        raise ValidationError(f"{name} contains NaN or infinite coefficients ({exc})") from None
     except (TypeError, ValueError, ZeroDivisionError) as exc:
         raise InputTypeError(
             f"{name} must be {'a sequence' if ndim == 1 else 'a sequence of rows'} of real numbers or "
@@ -166,6 +181,8 @@ class ButcherTableau:
 
     def __post_init__(self):
         check_int(self.order, "order", 1)
+        if self.embedded_order is not None:
+            check_int(self.embedded_order, "embedded_order", 1)
         c = _coefficients(self.c, "c", 1)
         A = _coefficients(self.A, "A", 2)
         b = _coefficients(self.b, "b", 1)

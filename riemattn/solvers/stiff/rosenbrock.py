@@ -61,6 +61,7 @@ import math
 import numpy as np
 
 from ..._backend import convert, is_torch, namespace, to_numpy
+from ..._validation import check_positive
 from ...errors import InputTypeError
 from ...dynamics._tangent import applies, on_manifold
 from ...dynamics.attention import AttentionField
@@ -120,7 +121,7 @@ class ProjectedRosenbrock(Stepper):
         docstring); None turns the test off -- only where the Jacobian's structure keeps the solve
         accurate beyond it (a triangular J, e.g. causal attention, solves row by row with each
         row's rounding relative to its own entries) and the result is checked another way."""
-        self.solve_limit = None if solve_limit is None else float(solve_limit)
+        self.solve_limit = None if solve_limit is None else check_positive(solve_limit, "solve_limit")
 
     def jacobian(self, field, t, y, F):
         """The lifted Jacobian at the step's start (a hook: W-methods may approximate it)."""

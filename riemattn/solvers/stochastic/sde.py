@@ -62,7 +62,7 @@ from numbers import Integral
 import numpy as np
 
 from ..._backend import constant, device_of, is_torch, namespace
-from ..._validation import as_float_array, check_finite, check_int, check_nonnegative, check_positive, check_times
+from ..._validation import as_float_array, check_finite, check_int, check_nonnegative, check_positive, check_times, plain
 from ...errors import InputTypeError, ValidationError
 from ..core.integrate import integrate
 from ..explicit.steppers import ProjectedHeun, StepResult, Stepper, per_trajectory
@@ -113,6 +113,13 @@ class SDEStepper(Stepper):
     strong_order = 0.5
 
     def __init__(self, sigma=0.0, seed=None):
+        if not is_torch(sigma):  # a scalar or one value per trajectory: finite, >= 0
+            s = check_finite(as_float_array(sigma, "sigma"), "sigma")
+            if np.any(s < 0):
+                raise ValidationError(f"sigma must be >= 0, got {plain(s)}.")
+            sigma = float(s) if s.ndim == 0 else s
+        if seed is not None and not (isinstance(seed, np.random.Generator) or hasattr(seed, "manual_seed")):
+            seed = check_int(seed, "seed", 0)
         self.sigma = sigma
         self.seed = seed
         self._rng = None if isinstance(seed, (Integral, type(None))) else seed
