@@ -216,10 +216,8 @@ def assert_tangent(field, y, *, t=0.0, atol=None, rtol=1e-12):
     ``field.func(t, y)`` for a :class:`~riemattn.dynamics.fields.VectorField` with
     ``project=True``, else F_i itself. A
     field whose projection removes a large normal part (|v| = e^9, |F| = 1e-12) is judged against
-    |v|, not against the small |F| that is left. Where the value before the projection is not
-    visible (a function that projects inside, ``VectorField(..., project=False)``), its rounding
-    (eps times that unseen magnitude) is unknown: ``atol`` then defaults to 1e-12 (unit-scale
-    tokens and values), else to 0.
+    |v|, not against the small |F| that is left; where v is not visible (a function projecting
+    inside), its rounding is unknown and ``atol`` defaults to 1e-12 (unit-scale values), else 0.
 
     Parameters
     ----------
@@ -231,8 +229,7 @@ def assert_tangent(field, y, *, t=0.0, atol=None, rtol=1e-12):
     t : float, default 0.0
     atol : float or array_like of shape (..., l), optional
         Absolute tolerance (per token if an array). Default: 0 where the value before the
-        projection is known (attention fields, ``VectorField(..., project=True)``), 1e-12 where it
-        is not.
+        projection is known (attention fields, ``VectorField(..., project=True)``), else 1e-12.
     rtol : float, default 1e-12
         Relative to ``|y_i|_W |v_i|_W``: tokens off the manifold by up to ~1e-12.
 
@@ -247,7 +244,7 @@ def assert_tangent(field, y, *, t=0.0, atol=None, rtol=1e-12):
     y = _tokens(y)
     _check_dim(y, manifold)
     t = check_real(t, "t")
-    atol, rtol = _tol(atol, "atol", y.shape[:-1]), float(_tol(rtol, "rtol"))
+    atol, rtol = None if atol is None else _tol(atol, "atol", y.shape[:-1]), float(_tol(rtol, "rtol"))
     F = np.asarray(field(t, y), dtype=float)
     if F.shape != y.shape:
         raise AssertionError(f"field(t, y) at t = {t!r} has shape {F.shape}, expected the shape of y, {y.shape}.")

@@ -64,7 +64,7 @@ KNOWN = [
     ("riemattn.runs.sweep.SweepResult", "*", "*", "skip", "result record built by sweep"),
     ("riemattn.analysis.meanfield.DensityTrajectory", "*", "*", "skip", "result record of CircleDensity.solve"),
     ("riemattn.runs.sweep_config.SimulatePoint", "*", "*", "skip", "record built by run_sweep_file's config"),
-    ("riemattn.llm.models.LoopModel", "*", "*", "skip", "record built by build_model/load_model"),
+    ("riemattn.llm._loop_model.LoopModel", "*", "*", "skip", "record built by build_model/load_model"),
     ("riemattn.testing._fit.Fit*", "*", "*", "skip", "record built by the slope checks (testing/)"),
     ("riemattn.dynamics.kernels._kernel_pack.KernelPack", "*", "*", "skip", "record built by kernels.pack_field"),
     ("riemattn.solvers.stiff.rosenbrock_tableaux.RosenbrockTableau", "*", "*", "skip", "coefficient record (module constants)"),
