@@ -18,9 +18,7 @@ time, with the original exception as ``__cause__``, at every time.
 
 from __future__ import annotations
 
-import signal
 import time
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -33,29 +31,14 @@ from riemattn import gradient_flow as gf
 from riemattn import theory as th
 from riemattn.errors import InputTypeError, RiemattnError, ValidationError
 
-#: Seconds one call may take (the slowest valid calls here take a few milliseconds).
-TIME_LIMIT = 5.0
+# the sweep's guard, TIME_LIMIT (5 s) a call: a hang raises a BaseException that no `except Exception`
+# in the code can swallow (the slowest valid calls here take a few milliseconds)
+from _sweep_catalogue import TIME_LIMIT, time_limit
 
 Y = ra.Sphere(2).projection(np.array([[1.0, 0.2, 0.1], [0.3, 1.0, 0.0], [0.1, 0.4, 1.0], [1.0, 1.0, 1.0]]))
 W = np.diag([1.0, 2.0, 3.0])
 YW = ra.Ellipsoid(W).projection(Y)
 FIELD = ra.AttentionField(np.eye(3))
-
-
-@contextmanager
-def time_limit(seconds=TIME_LIMIT):
-    """Fail (instead of hanging) when the block runs longer than ``seconds``."""
-
-    def handler(signum, frame):
-        raise TimeoutError(f"call took longer than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _arrays(out):
