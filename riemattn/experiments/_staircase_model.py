@@ -1,24 +1,8 @@
 """The pieces of ``meta-staircase``: clusters as weighted particles on a clock that follows them.
 
-Rescaled USA on the circle (docs/low_temperature.md; GLPR eq. 7.1 times e^{-beta}) for k clusters
-at angles theta_c with w_c particles each (sum w_c = n), the exact dynamics of n particles on the
-invariant set where each cluster's particles coincide:
-
-    dtheta_c/ds = (1/n) sum_e w_e e^{beta (cos(theta_e - theta_c) - 1)} sin(theta_e - theta_c).
-
-Why clusters and a clock. Merges at beta = 4000 happen at s ~ 1e132; no step in s can resolve a
-merge (Delta s ~ 10) at s ~ 1e32 (the spacing of floats there is 1e16), and an implicit step in s
-longer than ~1e16 forms I/(h gamma) - J below the rounding of J's O(1) in-cluster rates. Two
-changes remove both limits. (1) A merged cluster is one weighted particle (its particles coincide
-to rounding long before the next merge; the centroid sum w_c theta_c is conserved, so the merged
-particle sits at the weighted centroid). (2) The independent variable is sigma with
-ds = dsigma / c(theta), c = (1/n^2) sum_{c != e} w_c w_e e^{beta (cos - 1)} the cross part of the
-normalised energy: every rate is O(1) in sigma; s is recovered from a bounded row
-r' = c_0 / c in [0, 1] (c never decreases: the energy is non-decreasing and its self part is
-constant), s = s_0 + r / c_0, and the arclength tau of the n-particle path from
-tau' = |ds theta / ds|_w / c, |v|_w^2 = sum_c w_c v_c^2.
-
-The reduction itself is public: :mod:`riemattn.analysis.weighted_clusters`.
+The reduction -- rescaled USA on the circle for k clusters of w_c coincident particles, run in
+the clock variable sigma (ds = dsigma / c(theta)) so that merges at s ~ 1e132 stay resolvable --
+is public, with its derivation: :mod:`riemattn.analysis.weighted_clusters`.
 
 The published iteration (Geshkovski, Koubbi, Polyanskiy, Rigollet, code of arXiv 2410.06833,
 ``staircase.py``, final loop): theta <- theta + lr log(beta) g / |g|, g the rescaled USA
