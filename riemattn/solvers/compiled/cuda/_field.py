@@ -84,25 +84,6 @@ def rhs(t, y, b, ints, floats, per, w, out):
 
 
 @cuda.jit(device=True)
-def wnorm_token(x, i, d, ints, floats):
-    """|x_i|_W of token i of the flat column x (``kernels.wnorm``; 1 on flat space)."""
-    man = ints[MANIFOLD]
-    if man == MAN_FLAT:
-        return 1.0
-    w0 = ints[W_OFF]
-    acc = 0.0
-    for a in range(d):
-        if man == MAN_ELLIPSOID:
-            wa = 0.0
-            for c in range(d):
-                wa += floats[w0 + a * d + c] * x[i * d + c]
-            acc += x[i * d + a] * wa
-        else:
-            acc += x[i * d + a] * x[i * d + a]
-    return math.sqrt(acc)
-
-
-@cuda.jit(device=True)
 def winner_token(y, v, i, d, ints, floats):
     """y_i^T W v_i for token i of flat columns (``kernels._winner``; 0 on flat space)."""
     man = ints[MANIFOLD]
@@ -119,3 +100,11 @@ def winner_token(y, v, i, d, ints, floats):
         else:
             acc += y[i * d + a] * v[i * d + a]
     return acc
+
+
+@cuda.jit(device=True)
+def wnorm_token(x, i, d, ints, floats):
+    """|x_i|_W of token i of the flat column x (``kernels.wnorm``; 1 on flat space)."""
+    if ints[MANIFOLD] == MAN_FLAT:
+        return 1.0
+    return math.sqrt(winner_token(x, x, i, d, ints, floats))  # the same sums, in the same order
