@@ -32,6 +32,11 @@ Cases
     [1, 16], T = 5: compiled rodas4p / auto (one batched call) against SciPy LSODA looped over the
     trajectories, at max error <= 5e-7 (the references, LSODA at 1e-12 with the closed-form
     Jacobian, are accurate to a few 1e-9: see stiff.py).
+(e) One trajectory at a mid size: 32 tokens on S^15, one head (random P, U = I, "softmax"), T = 5:
+    riemattn's default call (``ra.integrate(field, y0, (0, T), "dop853", rtol=tol, atol=tol)``:
+    engine "auto") against SciPy's DOP853 on a right-hand side written in plain NumPy (asserted equal
+    to riemattn's field to 1e-14 before timing). The same tolerance grid for both; error: max
+    |y(T) - y_ref(T)| after renormalisation; reference SciPy DOP853 at 1e-13. Target 1e-8.
 
 Run (the bench venv: ``pip install -e ".[bench]"`` gives jax and diffrax; numbalsoda is in the
 ``bench-lsoda`` extra, which needs a Fortran compiler; see docs/performance.md)::
@@ -66,6 +71,8 @@ STIFF_TOLS = [1e-4, 1e-5, 1e-6, 3e-7, 1e-7, 3e-8, 1e-8, 3e-9]
 LSODA_TOLS = [1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11]
 EXPLICIT_TOLS = [1e-8, 3e-9, 1e-9, 3e-10, 1e-10]
 SIZES = [(6, 3), (10, 3), (32, 16), (64, 64), (200, 2)]
+MID_TOLS = [1e-5, 3e-6, 1e-6, 3e-7, 1e-7, 3e-8, 1e-8, 3e-9, 1e-9]
+MID_SHAPE, MID_T = (32, 16), 5.0
 
 
 def load() -> float:
@@ -119,6 +126,40 @@ def size_problem(l, d, B=1):
 
 # ------------------------------------------------------------------------------------------------
 # numbalsoda: the USA field as a numba cfunc
+def mid_problem():
+    """(e): one head on S^15, 32 tokens; the field and the same field in plain NumPy."""
+    import riemattn as ra
+
+    l, d = MID_SHAPE
+    rng = np.random.default_rng(0)
+    P = rng.standard_normal((d, d)) / math.sqrt(d)
+    y0 = rng.standard_normal((l, d))
+    y0 /= np.linalg.norm(y0, axis=1, keepdims=True)
+
+    def rhs(t, x):
+        Y = x.reshape(l, d)
+        S = Y @ (Y @ P.T).T  # s_ij = y_i . P y_j
+        S -= S.max(axis=1, keepdims=True)
+        A = np.exp(S)
+        A /= A.sum(axis=1, keepdims=True)
+        F = A @ Y
+        F -= np.sum(F * Y, axis=1, keepdims=True) * Y
+        return F.ravel()
+
+    field = ra.AttentionField(P, normalization="softmax")
+    gap = np.max(np.abs(rhs(0.0, y0.ravel()) - np.asarray(field(0.0, y0)).ravel()))
+    assert gap <= 1e-14, f"the NumPy right-hand side differs from riemattn's field by {gap:.1e}"
+    return field, rhs, y0, MID_T
+
+
+def mid_reference():
+    from scipy.integrate import solve_ivp
+
+    field, rhs, y0, T = mid_problem()
+    y = solve_ivp(rhs, (0.0, T), y0.ravel(), method="DOP853", rtol=1e-13, atol=1e-13).y[:, -1].reshape(y0.shape)
+    return y / np.linalg.norm(y, axis=-1, keepdims=True)
+
+
 def usa_cfunc():
     """A numba ``cfunc`` of GLPR's USA field in riemattn's ambient form F_i = f_i - <x_i, f_i> x_i,
     f_i = (1/n) sum_{j (<= i if causal)} e^{beta <x_i, x_j>} x_j; data = (beta, n, d, causal)."""
@@ -183,6 +224,8 @@ def runner(spec):
         field, y0, T = hemisphere_problem(int(case[4:]))
     elif case.startswith("batch"):
         field, betas, y0, T = batch_problem(int(case[5:]), spec["quick"])
+    elif case == "mid":
+        field, rhs, y0, T = mid_problem()
     else:
         field, y0, T = stiff_problem(case, spec["quick"])
 
@@ -194,6 +237,19 @@ def runner(spec):
                                engine=engine, max_steps=10**6)
             assert sol.engine == engine, (sol.engine, engine)
             return sol.y[-1], {"steps": int(sol.n_steps), "nfev": int(sol.nfev), "ok": bool(sol.success)}
+    elif tool == "default dop853":  # engine "auto", as a user calls it
+        def run():
+            sol = ra.integrate(field, y0, (0.0, T), "dop853", rtol=tol, atol=tol)
+            y = np.asarray(sol.y[-1])
+            return (y / np.linalg.norm(y, axis=-1, keepdims=True),
+                    {"steps": int(sol.n_steps), "nfev": int(sol.nfev), "ok": bool(sol.success), "engine": sol.engine})
+    elif tool == "scipy DOP853":
+        from scipy.integrate import solve_ivp
+
+        def run():
+            sol = solve_ivp(rhs, (0.0, T), y0.ravel(), method="DOP853", rtol=tol, atol=tol)
+            y = sol.y[:, -1].reshape(y0.shape)
+            return y / np.linalg.norm(y, axis=-1, keepdims=True), {"nfev": int(sol.nfev), "ok": bool(sol.success)}
     elif tool == "scipy LSODA":
         if case.startswith("batch"):
             fields = [ra.usa(b, 3) for b in betas]
@@ -472,10 +528,26 @@ def case_d(data, quick, repeat, summary):
                        f"{mine['err']:.1e} / {best['scipy LSODA']['err']:.1e})")
 
 
+def case_e(data, quick, repeat, summary):
+    l, d = MID_SHAPE
+    title = f"one trajectory, {l} tokens on S^{d - 1}, one head, T = {MID_T:g}"
+    print(f"\n== (e) {title} ==  load {load():.1f}", flush=True)
+    np.save(os.path.join(data, "ref_mid.npy"), stiff.cached("mid_ref", repr(MID_SHAPE).encode(), mid_reference))
+    best = {tool: sweep("mid", tool, MID_TOLS, STIFF_TARGET, data, quick, repeat)
+            for tool in ("default dop853", "scipy DOP853")}
+    report(title, best, "scipy DOP853", STIFF_TARGET)
+    mine, peer = best["default dop853"], best["scipy DOP853"]
+    if mine and peer:
+        summary.append(f"(e) {title}: riemattn's default (engine {mine.get('engine')}) "
+                       f"{peer['time'] / mine['time']:.2f}x faster than SciPy DOP853 on a NumPy right-hand side "
+                       f"({mine['time'] * 1e3:.2f} ms vs {peer['time'] * 1e3:.2f} ms, errors {mine['err']:.1e} / "
+                       f"{peer['err']:.1e})")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller grids and sizes")
-    ap.add_argument("--only", default="abcd", help="cases to run, e.g. ab")
+    ap.add_argument("--only", default="abcde", help="cases to run, e.g. ab")
     ap.add_argument("--repeat", type=int, default=3, help="timed calls per process (best kept)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--size-worker", help=argparse.SUPPRESS)
@@ -506,6 +578,8 @@ def main(argv=None):
         case_c(args.quick, args.repeat, summary)
     if "d" in args.only:
         case_d(data, args.quick, args.repeat, summary)
+    if "e" in args.only:
+        case_e(data, args.quick, args.repeat, summary)
     print("\nsummary (equal measured error; each tool in fresh processes, best of "
           f"{args.repeat} calls after a warm-up call):")
     for line in summary:

@@ -44,6 +44,7 @@ from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MASK, MASK_CA
                              RESCALED, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
                              U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
 from .._softmax import RESCALED_ROUNDING
+from ._kernel_rows import normalize_row, scores, transposed_rows, weighted_rows
 
 
 # Calls between jitted functions pass no literal constants (a slot index, 0, True): numba
@@ -187,65 +188,40 @@ def forward(op, t, y, b, ints, floats, per, w):
     elif uk != SRC_IDENTITY:
         heads_at(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], d, 1.0, w, oU)
     causal = ints[MASK] == MASK_CAUSAL
-    nrm = ints[NORM]
+    mean = ints[NORM] == NORM_MEAN
     s = norm_scale(ints)
     hld, hll = l * d, l * l
+    oyT = odfh  # y transposed (d, l): odfh is the time derivative's, used after forward only
+    for i in range(l):
+        for a in range(d):
+            w[oyT + a * l + i] = y[i * d + a]
     for e in range(h):
-        pe, Ae = opy + e * hld, oA + e * hll
+        pe, Ae, qe = opy + e * hld, oA + e * hll, oq + e * hld
         if e > 0 and hP == 1:  # one P shared by the U heads: the same attention
             for m in range(hll):
                 w[Ae + m] = w[oA + m]
             for m in range(hld):
                 w[pe + m] = w[opy + m]
-                w[oq + e * hld + m] = w[oq + m]
+                w[qe + m] = w[oq + m]
             continue
-        qe, Pe = oq + e * hld, oP + e * d * d
+        Pe = oP + e * d * d
         if pk == SRC_SCALAR:  # p_j = q_j = c y_j
             for m in range(hld):
                 w[pe + m] = cP * y[m]
                 w[qe + m] = cP * y[m]
-        else:  # p_j = P y_j, q_j = P^T y_j
-            rows_times(w, Pe, y, 0 * l, w, pe, l, d)
+        else:  # q_i = P^T y_i (the scores q_i . y_j); p_j = P y_j for the Jacobian only
+            transposed_rows(w, Pe, y, w, qe, l, d)
             if need_q:
-                for j in range(l):
-                    for a in range(d):
-                        acc = 0.0
-                        for c in range(d):
-                            acc += w[Pe + c * d + a] * y[j * d + c]
-                        w[qe + j * d + a] = acc
+                rows_times(w, Pe, y, 0 * l, w, pe, l, d)
+        scores(w, qe, w, oyT, w, Ae, l, d, causal)
         for i in range(l):
             jmax = i + 1 if causal else l
-            r0 = Ae + i * l
-            m = -math.inf
-            for j in range(jmax):
-                acc = 0.0
-                for a in range(d):
-                    acc += y[i * d + a] * w[pe + j * d + a]
-                if rescaled:  # the rule of riemattn.dynamics._softmax (R): rounding of G_ij - 1 -> 0
-                    acc -= 1.0
-                    acc = 0.0 if abs(acc) <= RESCALED_ROUNDING else acc * beta
-                w[r0 + j] = acc
-                if acc > m or acc != acc:
-                    m = acc
-            for j in range(jmax, l):
-                w[r0 + j] = 0.0
-            if nrm == NORM_MEAN:
-                if m < MEAN_DIRECT_MAX:
-                    for j in range(jmax):
-                        w[r0 + j] = math.exp(w[r0 + j]) * (1.0 / l)
-                else:  # inf where exp(m) overflows (where the NumPy field raises)
-                    em = math.exp(m) / l
-                    for j in range(jmax):
-                        w[r0 + j] = math.exp(w[r0 + j] - m) * em
-            else:
-                z = 0.0
+            row = w[Ae + i * l:Ae + i * l + jmax]
+            if rescaled:  # the rule of riemattn.dynamics._softmax (R): rounding of G_ij - 1 -> 0
                 for j in range(jmax):
-                    x = math.exp(w[r0 + j] - m)
-                    w[r0 + j] = x
-                    z += x
-                r = 1.0 / (s * z)
-                for j in range(jmax):
-                    w[r0 + j] *= r
+                    acc = row[j] - 1.0
+                    row[j] = 0.0 if abs(acc) <= RESCALED_ROUNDING else acc * beta
+            normalize_row(row, jmax, mean, s, l, MEAN_DIRECT_MAX)
         if rescaled and need_q:  # the Jacobian's p = beta P y_j, q = beta P^T y_i (linear in alpha)
             for m in range(hld):
                 w[pe + m] *= beta
@@ -262,16 +238,9 @@ def forward(op, t, y, b, ints, floats, per, w):
                 w[ue + m] = cU * y[m]
         else:
             rows_times(w, Ue, y, 0 * l, w, ue, l, d)
-        for i in range(l):  # fh_i = sum_j A_ij u_j: rows of u added in j order (contiguous in a)
-            jmax = i + 1 if causal else l
-            for a in range(d):
-                w[fe + i * d + a] = 0.0
-            for j in range(jmax):
-                a_ij = w[Ae + i * l + j]
-                for a in range(d):
-                    w[fe + i * d + a] += a_ij * w[ue + j * d + a]
-            for a in range(d):
-                w[of + i * d + a] += w[fe + i * d + a]
+        weighted_rows(w, Ae, w, ue, w, fe, l, d, causal)  # fh_i = sum_j A_ij u_j
+        for m in range(hld):
+            w[of + m] += w[fe + m]
     return cU
 
 

@@ -3,7 +3,7 @@
 :func:`solve_row` is :func:`riemattn.solvers.core._loops.run_adaptive` for one row of the batch (the
 same initial step, PI controller, acceptance, last-step rule, statuses and save rule), with the
 steps of :mod:`riemattn.solvers.compiled._steps`; :func:`run_rows` runs rows to its end,
-one share of the rows per thread (:func:`riemattn.solvers.compiled._engine.in_threads`; each row's
+one share of the rows per thread (:func:`riemattn.solvers.compiled._threads.in_threads`; each row's
 arithmetic is independent of the others and of the thread that runs it, so the results do not
 depend on the number of threads).
 """

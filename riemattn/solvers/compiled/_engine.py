@@ -19,52 +19,7 @@ from ...dynamics._tangent import applies
 from ..stiff.rosenbrock import DT_FACTOR
 from . import _tables
 from ._events import CODES, EventData, no_events
-
-
-def threads() -> int:
-    """Threads of a compiled run: numba's setting (``numba.set_num_threads``, ``NUMBA_NUM_THREADS``;
-    default: one per core)."""
-    import numba
-
-    return max(1, int(numba.get_num_threads()))
-
-
-def in_threads(fn, B, halt):
-    """``fn(start, stride)`` for start = 0 .. n - 1 on n threads (the compiled row loops release the
-    GIL): row b is run by thread b mod n, whatever n, with the same arithmetic. Returns (the calls'
-    results, the exception that interrupted the wait or None). In the main thread the loops always
-    run in worker threads while it waits: a signal's handler then runs at once (numba's code does not
-    return to Python until it ends), and its exception (KeyboardInterrupt on Ctrl-C) sets
-    ``halt[0] = 1``, which the loops check before every step, and is returned after they stopped."""
-    import threading
-
-    n = max(1, min(threads(), B))
-    if n == 1 and threading.current_thread() is not threading.main_thread():
-        return [fn(0, 1)], None  # no signal reaches this thread: no need to wait in another
-    out, errors = [None] * n, []
-    done = [threading.Event() for _ in range(n)]  # (not Thread.join: interrupted, it may report a running thread ended)
-
-    def work(k):
-        try:
-            out[k] = fn(k, n)
-        except BaseException as exc:  # noqa: BLE001 -- re-raised in the caller's thread
-            errors.append(exc)
-        finally:
-            done[k].set()
-
-    for k in range(n):
-        threading.Thread(target=work, args=(k,), daemon=True, name=f"riemattn-compiled-{k}").start()
-    pending = None
-    for event in done:
-        while not event.is_set():
-            try:
-                event.wait()
-            except BaseException as exc:  # noqa: BLE001 -- Ctrl-C (or a handler's exception): stop the rows
-                halt[0] = 1
-                pending = pending or exc
-    if errors:
-        raise errors[0]
-    return out, pending
+from ._threads import in_threads
 
 
 #: crossings stored per trajectory (at least; up to :data:`EVENT_MEMORY` float64 states for the batch);

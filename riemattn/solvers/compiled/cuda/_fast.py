@@ -17,7 +17,9 @@ one (l, d, h, dtype), :func:`kernels` builds the same kernels with the field rep
 
 In float64 the arithmetic is that of ``_kernel_attention.forward`` (value only, ``OP_RHS``) and
 ``tangent_rows`` operation for operation, in the same order (the simulator tests compare both
-with the compiled engine): scores ``y_i . p_j`` summed over a, the row's maximum, ``exp(s - m)``
+with the compiled engine): scores ``q_i . y_j`` (``q_i = P^T y_i``, each summed over the index of
+P's rows, the scores over the components in order), the row's maximum, ``exp(s - m)`` (the
+device's ``exp``; the CPU kernel's vectorised polynomial, ``_kernel_rows.exp_row``, is within 2.2 ulp of it)
 summed in j order, ``r = 1 / (s z)``, ``alpha = x r``, ``fh_i = sum_j alpha_ij u_j`` in j order,
 ``f_i += fh_i`` head after head. Heads sharing one P (``P_HEADS == 1``) recompute the same rows
 (the same operations, hence the same values the generic kernel copies).
@@ -99,7 +101,7 @@ def make_rhs(l, d, h, is32):
         beta_c = CAST(beta)
         zero = CAST(0.0)
         nP = hP if hP > 1 else 1
-        for e in range(min(nP, H_)):  # p_j = P_e y_j (or c y_j) for each distinct P head
+        for e in range(min(nP, H_)):  # q_j = P_e^T y_j (or c y_j) for each distinct P head
             pe = e * LD
             if pk == SRC_SCALAR:
                 for m in range(LD):
@@ -110,7 +112,7 @@ def make_rhs(l, d, h, is32):
                     for a in range(D_):
                         acc = zero
                         for c in range(D_):
-                            acc += Pl[Pe + a * D_ + c] * yl[j * D_ + c]
+                            acc += Pl[Pe + c * D_ + a] * yl[j * D_ + c]
                         pl[pe + j * D_ + a] = acc
         nU = hU if hU > 1 else 1
         if uk != SRC_IDENTITY:
@@ -138,7 +140,7 @@ def make_rhs(l, d, h, is32):
                 for j in range(jmax):  # the row's scores
                     acc = zero
                     for a in range(D_):
-                        acc += yl[i * D_ + a] * pl[pe + j * D_ + a]
+                        acc += pl[pe + i * D_ + a] * yl[j * D_ + a]
                     if rescaled:  # the rule of riemattn.dynamics._softmax (R)
                         acc -= CAST(1.0)
                         acc = zero if abs(acc) <= RESCALED_ROUNDING else acc * beta_c

@@ -31,6 +31,7 @@ import types
 from numba import cuda
 
 from ....dynamics.kernels import _kernel_attention as _src
+from ....dynamics.kernels import _kernel_rows as _rows
 from ....dynamics.kernels._kernel_layout import D, H, L, LOC_PER, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, OP_RHS, W_OFF
 
 #: the kernel functions compiled from their CPU sources (each calls only functions of this list
@@ -62,7 +63,21 @@ def device_functions(module, names, extra):
     return out
 
 
-_DEV = device_functions(_src, SHARED, {"source": source})
+@cuda.jit(device=True)
+def exp_row(row, n, shift):
+    """``_kernel_rows.exp_row`` with the device's ``exp`` (the CPU version's polynomial writes the
+    exponent bits through an integer view, which a strided column does not allow)."""
+    z = 0.0
+    for j in range(n):
+        x = math.exp(row[j] - shift)
+        row[j] = x
+        z += x
+    return z
+
+
+#: the row helpers of ``forward`` (riemattn.dynamics.kernels._kernel_rows), compiled from their CPU sources
+ROWS = ("transposed_rows", "scores", "normalize_row", "weighted_rows")
+_DEV = device_functions(_src, SHARED, dict(device_functions(_rows, ROWS, {"exp_row": exp_row}), source=source))
 forward = _DEV["forward"]
 offsets = _DEV["offsets"]
 tangent_rows = _DEV["tangent_rows"]
