@@ -78,10 +78,17 @@ def test_scores_weighted_rows_and_transposed_rows_equal_numpy(l, d, causal):
     q_ref = y @ P
     bound = 2 * d * EPS * (np.abs(y) @ np.abs(P))
     assert np.all(np.abs(q[2:].reshape(l, d) - q_ref) <= bound)
-    # scores A_ij = q_i . y_j for j < jmax(i), 0 beyond
+    # q transposed from the tokens transposed: the same sums in the same order, the same bits
     yT = np.concatenate([[5.0], y.T.ravel()])
+    qT = np.full(1 + l * d, 3.0)
+    R.transposed_cols(M, 3, yT, 1, qT, 1, l, d)
+    np.testing.assert_array_equal(qT[1:].reshape(d, l), q[2:].reshape(l, d).T)
+    # scores A_ij = q_i . y_j for j < jmax(i), 0 beyond, from q as rows or transposed
     A = np.full(1 + l * l, 4.0)
-    R.scores(q, 2, yT, 1, A, 1, l, d, causal)
+    R.scores(q, 2, d, 1, yT, 1, A, 1, l, d, causal)
+    AT = np.full(1 + l * l, 4.0)
+    R.scores(qT, 1, 1, l, yT, 1, AT, 1, l, d, causal)
+    np.testing.assert_array_equal(A, AT)
     Q = q[2:].reshape(l, d)
     S_ref, S_abs = Q @ y.T, np.abs(Q) @ np.abs(y.T)
     keep = np.tril(np.ones((l, l), bool)) if causal else np.ones((l, l), bool)

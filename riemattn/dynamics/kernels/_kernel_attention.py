@@ -44,7 +44,7 @@ from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MASK, MASK_CA
                              RESCALED, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
                              U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
 from .._softmax import RESCALED_ROUNDING
-from ._kernel_rows import normalize_row, scores, transposed_rows, weighted_rows
+from ._kernel_rows import normalize_row, scores, transposed_cols, transposed_rows, weighted_rows
 
 
 # Calls between jitted functions pass no literal constants (a slot index, 0, True): numba
@@ -205,15 +205,19 @@ def forward(op, t, y, b, ints, floats, per, w):
                 w[qe + m] = w[oq + m]
             continue
         Pe = oP + e * d * d
+        si, sc = d, 1 + 0 * d  # q as rows (l, d); (1, l): transposed
         if pk == SRC_SCALAR:  # p_j = q_j = c y_j
             for m in range(hld):
                 w[pe + m] = cP * y[m]
                 w[qe + m] = cP * y[m]
-        else:  # q_i = P^T y_i (the scores q_i . y_j); p_j = P y_j for the Jacobian only
+        elif need_q or l <= d:  # q_i = P^T y_i (the scores q_i . y_j); p_j = P y_j for the Jacobian
             transposed_rows(w, Pe, y, w, qe, l, d)
             if need_q:
                 rows_times(w, Pe, y, 0 * l, w, pe, l, d)
-        scores(w, qe, w, oyT, w, Ae, l, d, causal)
+        else:  # only the scores, more tokens than components: q transposed, the same values
+            transposed_cols(w, Pe, w, oyT, w, qe, l, d)
+            si, sc = 1 + 0 * d, l
+        scores(w, qe, si, sc, w, oyT, w, Ae, l, d, causal)
         for i in range(l):
             jmax = i + 1 if causal else l
             row = w[Ae + i * l:Ae + i * l + jmax]

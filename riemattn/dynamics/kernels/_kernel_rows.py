@@ -41,18 +41,22 @@ def exp_row(row, n, shift):
     """row[:n] <- exp(row[:n] - shift); returns their sum (added in index order).
 
     ``row`` is a contiguous slice; the sum is that of the stored values."""
-    lo, hi, nan = math.inf, -math.inf, False
+    lo, hi = math.inf, -math.inf
     for j in range(n):
         x = row[j]
         if x < lo:
             lo = x
-        if x > hi:
+        if x > hi or x != x:
             hi = x
-        if x != x:
-            nan = True
+    return exp_shifted(row, n, shift, lo, hi)
+
+
+@jit
+def exp_shifted(row, n, shift, lo, hi):
+    """:func:`exp_row` given the row's minimum ``lo`` and maximum ``hi`` (NaN if a value is NaN)."""
     z = 0.0
-    if n < EXP_VECTOR_MIN or nan or not (lo - shift >= -EXP_FAST_MAX and hi - shift <= EXP_FAST_MAX):
-        for j in range(n):
+    if n < EXP_VECTOR_MIN or not (lo - shift >= -EXP_FAST_MAX and hi - shift <= EXP_FAST_MAX):
+        for j in range(n):  # (the comparisons are False for NaN and inf - inf)
             x = math.exp(row[j] - shift)
             row[j] = x
             z += x
@@ -98,17 +102,33 @@ def transposed_rows(M, om, y, out, oo, l, d):
 
 
 @jit
-def scores(q, oq, yT, oyT, A, oA, l, d, causal):
+def transposed_cols(M, om, yT, oyT, qT, oqT, l, d):
+    """qT[oqT + c l + i] = (M^T y_i)_c = sum_a M[a, c] y_i[a] (a in order): q transposed (d, l),
+    from the tokens transposed (d, l) at yT[oyT:] -- the same values as :func:`transposed_rows`
+    with the loop over the tokens vectorised (longer than the one over the components for l > d)."""
+    for m in range(l * d):
+        qT[oqT + m] = 0.0
+    for a in range(d):
+        ya = yT[oyT + a * l:oyT + a * l + l]
+        for c in range(d):
+            mac = M[om + a * d + c]
+            qc = qT[oqT + c * l:oqT + c * l + l]
+            for i in range(l):
+                qc[i] += mac * ya[i]
+
+
+@jit
+def scores(q, oq, si, sc, yT, oyT, A, oA, l, d, causal):
     """A[oA + i l + j] = q_i . y_j = sum_c q_i[c] y_j[c] (c in order) for j < jmax(i) (i + 1 if
-    ``causal``, else l), 0 beyond; q_i = q[oq + i d:], yT the tokens transposed (d, l) at yT[oyT:].
-    Component c is added to every score before component c + 1 (no chain of dependent additions
-    in the inner loop)."""
+    ``causal``, else l), 0 beyond; q_i[c] = q[oq + i si + c sc] (rows: si = d, sc = 1; transposed:
+    si = 1, sc = l), yT the tokens transposed (d, l) at yT[oyT:]. Component c is added to every
+    score before component c + 1 (no chain of dependent additions in the inner loop)."""
     for m in range(l * l):
         A[oA + m] = 0.0
     for c in range(d):
         yc = yT[oyT + c * l:oyT + c * l + l]
         for i in range(l):
-            qc = q[oq + i * d + c]
+            qc = q[oq + i * si + c * sc]
             jmax = i + 1 if causal else l
             row = A[oA + i * l:oA + i * l + jmax]
             for j in range(jmax):
@@ -120,22 +140,24 @@ def normalize_row(row, jmax, mean, s, l, direct_max):
     """The attention row from its scores row[:jmax]: softmax rows (``mean`` False) divided by
     ``s`` after the shift by their maximum; "mean" rows exp(score) / l, shifted by the maximum
     only where it is at least ``direct_max`` (so that an overflow of exp(max) gives inf)."""
-    m = -math.inf
+    m, lo = -math.inf, math.inf
     for j in range(jmax):
         acc = row[j]
-        if acc > m or acc != acc:
+        if acc > m or acc != acc:  # NaN stays the maximum once met
             m = acc
+        if acc < lo:
+            lo = acc
     if mean:
         if m < direct_max:
-            exp_row(row, jmax, 0.0)
+            exp_shifted(row, jmax, 0.0, lo, m)
             em = 1.0 / l
         else:
             em = math.exp(m) / l
-            exp_row(row, jmax, m)
+            exp_shifted(row, jmax, m, lo, m)
         for j in range(jmax):
             row[j] *= em
         return
-    z = exp_row(row, jmax, m)
+    z = exp_shifted(row, jmax, m, lo, m)
     r = 1.0 / (s * z)
     for j in range(jmax):
         row[j] *= r

@@ -55,29 +55,38 @@ def _last_nonzero(row, n):
 
 
 @njit(**_JIT)
+def _combine(h, coef, m, K, out1):
+    """out1 = sum_{j < m} coef_j K_j (flat), the stages added one after another (for each element
+    the same sum, in the same order, as a loop over j per element; the loop over the elements is
+    vectorised)."""
+    n = out1.shape[0]
+    for e in range(n):
+        out1[e] = 0.0
+    for j in range(m):
+        cj = coef[j]
+        Kj = K[j].reshape(n)
+        for e in range(n):
+            out1[e] += cj * Kj[e]
+
+
+@njit(**_JIT)
 def axpy(y, h, coef, n, K, out):
     """out = y + h * sum_j coef_j K_j over the first n stages (up to the last nonzero coefficient)."""
     l, d = y.shape
-    m = _last_nonzero(coef, n)
-    for i in range(l):
-        for a in range(d):
-            acc = 0.0
-            for j in range(m):
-                acc += coef[j] * K[j, i, a]
-            out[i, a] = acc * h + y[i, a]
+    o1, y1 = out.reshape(l * d), y.reshape(l * d)
+    _combine(h, coef, _last_nonzero(coef, n), K, o1)
+    for e in range(l * d):
+        o1[e] = o1[e] * h + y1[e]
 
 
 @njit(**_JIT)
 def hsum(h, coef, n, K, out):
     """out = h * sum_j coef_j K_j over the first n stages."""
     l, d = out.shape
-    m = _last_nonzero(coef, n)
-    for i in range(l):
-        for a in range(d):
-            acc = 0.0
-            for j in range(m):
-                acc += coef[j] * K[j, i, a]
-            out[i, a] = acc * h
+    o1 = out.reshape(l * d)
+    _combine(h, coef, _last_nonzero(coef, n), K, o1)
+    for e in range(l * d):
+        o1[e] = o1[e] * h
 
 
 @njit(**_JIT)

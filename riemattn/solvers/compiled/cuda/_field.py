@@ -64,8 +64,8 @@ def device_functions(module, names, extra):
 
 
 @cuda.jit(device=True)
-def exp_row(row, n, shift):
-    """``_kernel_rows.exp_row`` with the device's ``exp`` (the CPU version's polynomial writes the
+def exp_shifted(row, n, shift, lo, hi):
+    """``_kernel_rows.exp_shifted`` with the device's ``exp`` (the CPU version's polynomial writes the
     exponent bits through an integer view, which a strided column does not allow)."""
     z = 0.0
     for j in range(n):
@@ -76,8 +76,8 @@ def exp_row(row, n, shift):
 
 
 #: the row helpers of ``forward`` (riemattn.dynamics.kernels._kernel_rows), compiled from their CPU sources
-ROWS = ("transposed_rows", "scores", "normalize_row", "weighted_rows")
-_DEV = device_functions(_src, SHARED, dict(device_functions(_rows, ROWS, {"exp_row": exp_row}), source=source))
+ROWS = ("transposed_rows", "transposed_cols", "scores", "normalize_row", "weighted_rows")
+_DEV = device_functions(_src, SHARED, dict(device_functions(_rows, ROWS, {"exp_shifted": exp_shifted}), source=source))
 forward = _DEV["forward"]
 offsets = _DEV["offsets"]
 tangent_rows = _DEV["tangent_rows"]
