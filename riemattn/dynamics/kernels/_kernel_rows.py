@@ -166,13 +166,38 @@ def normalize_row(row, jmax, mean, s, l, direct_max):
 @jit
 def weighted_rows(A, oA, u, ou, f, of_, l, d, causal):
     """f[of_ + i d:][:d] = sum_{j < jmax(i)} A[oA + i l + j] u_j (j in order), u_j = u[ou + j d:][:d];
-    jmax(i) = i + 1 if ``causal``, else l. Token j's term is added to every f_i before j + 1's."""
+    jmax(i) = i + 1 if ``causal``, else l (the entries beyond are not read). Tokens are added four
+    at a time, in order, to every f_i (for each element the same sum, in the same order)."""
     for m in range(l * d):
         f[of_ + m] = 0.0
-    for j in range(l):
+    j = 0
+    while j + 4 <= l:
+        u0 = u[ou + j * d:ou + j * d + d]
+        u1 = u[ou + (j + 1) * d:ou + (j + 1) * d + d]
+        u2 = u[ou + (j + 2) * d:ou + (j + 2) * d + d]
+        u3 = u[ou + (j + 3) * d:ou + (j + 3) * d + d]
+        i0 = 0
+        if causal:  # rows j .. j + 2 take only the block's tokens up to themselves
+            for i in range(j, j + 3):
+                fi = f[of_ + i * d:of_ + i * d + d]
+                for k in range(j, i + 1):
+                    a_ik = A[oA + i * l + k]
+                    uk = u[ou + k * d:ou + k * d + d]
+                    for a in range(d):
+                        fi[a] += a_ik * uk[a]
+            i0 = j + 3
+        for i in range(i0, l):
+            r = oA + i * l + j
+            a0, a1, a2, a3 = A[r], A[r + 1], A[r + 2], A[r + 3]
+            fi = f[of_ + i * d:of_ + i * d + d]
+            for a in range(d):
+                fi[a] = (((fi[a] + a0 * u0[a]) + a1 * u1[a]) + a2 * u2[a]) + a3 * u3[a]
+        j += 4
+    while j < l:
         uj = u[ou + j * d:ou + j * d + d]
         for i in range(j if causal else 0, l):
             a_ij = A[oA + i * l + j]
             fi = f[of_ + i * d:of_ + i * d + d]
             for a in range(d):
                 fi[a] += a_ij * uj[a]
+        j += 1
