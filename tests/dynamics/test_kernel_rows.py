@@ -45,8 +45,11 @@ def test_exp_row_shift_and_short_rows():
     row, _ = _exp_row(x, 3.0)
     assert np.all(np.abs(row - np.exp(x - 3.0)) <= 4 * EPS * np.exp(x - 3.0))
     assert row[0] == 1.0  # exp(0) is exact: k = 0, r = 0
-    short, _ = _exp_row(x[:5], 3.0)  # below EXP_VECTOR_MIN: math.exp
-    assert short.tolist() == [math.exp(v - 3.0) for v in x[:5]]
+    short, _ = _exp_row(x[:13], 3.0)  # shorter than EXP_VECTOR_MIN = 16: math.exp
+    assert short.tolist() == [math.exp(v - 3.0) for v in x[:13]]
+    mixed, _ = _exp_row(x[:21], 3.0)  # two vectors of 8 by the polynomial, the 5 after them by math.exp
+    assert mixed[16:].tolist() == [math.exp(v - 3.0) for v in x[16:21]]
+    assert np.all(np.abs(mixed[:16] - np.exp(x[:16] - 3.0)) <= 4 * EPS * np.exp(x[:16] - 3.0))
 
 
 @pytest.mark.parametrize("bad", [-709.0, -800.0, -np.inf, np.inf, np.nan, 710.0])
