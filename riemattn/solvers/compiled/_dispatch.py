@@ -34,11 +34,17 @@ def _preference() -> str:
     return value if value in ("compiled", "numpy") else ""
 
 
+#: loops found compiled in this process (``signatures`` hashes numba types: 40 us a call)
+_READY: dict = {}
+
+
 def ready(adaptive: bool) -> bool:
     """Whether the compiled code a call would use (the field kernel and the loop) is compiled in this
     process, or in numba's on-disk cache for this CPU, completely written (loading it takes a
     fraction of a second; compiling it, about a minute). A cache built for another CPU
     (``NUMBA_CPU_NAME``, a shared home, a container image) does not count."""
+    if _READY.get(adaptive):
+        return True
     try:
         import numba
 
@@ -51,7 +57,8 @@ def ready(adaptive: bool) -> bool:
             from ._adaptive import solve_rows as loop
         else:
             from ._fixed import fixed_rows as loop
-        if loop.signatures and _kernel.evaluate.signatures:
+        if loop.overloads and _kernel.evaluate.overloads:  # compiled in this process: for good
+            _READY[adaptive] = True
             return True
         return all(cached_for_this_cpu(f) and _written(f) for f in (_kernel.evaluate, loop))
     except Exception:  # noqa: BLE001 -- a numba without these internals: never auto-compile
