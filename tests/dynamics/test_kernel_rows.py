@@ -132,3 +132,46 @@ def test_normalize_row_mean_overflow_gives_inf():
     row = np.array([800.0, 0.0] + [1.0] * 30)
     R.normalize_row(row, 32, True, 0.0, 32, 700.0)
     assert row[0] == np.inf and np.isnan(row[1:]).all()
+
+
+@pytest.mark.parametrize("l", [1, 3, 10, 16, 32, 33])
+def test_softmax_rows_is_normalize_row_for_every_row(l):
+    """One exp over the shifted matrix: the softmax of every row (NumPy's, to exp's 4 ulp and the
+    row's sum); rows of 16 or more whose length is a multiple of 8 take the polynomial for every
+    value, alone or in the matrix, so they agree bit for bit."""
+    rng = np.random.default_rng(l)
+    s = 1.3
+    A = rng.standard_normal((l, l)) * 4
+    got = np.concatenate([[2.5], A.ravel()])
+    R.softmax_rows(got, 1, l, s)
+    assert got[0] == 2.5
+    got = got[1:].reshape(l, l)
+    e = np.exp(A - A.max(axis=1, keepdims=True))
+    ref = e / (s * e.sum(axis=1, keepdims=True))
+    assert np.all(np.abs(got - ref) <= (6 + l) * EPS * ref)
+    if l >= 16 and l % 8 == 0:
+        for i in range(l):
+            row = A[i].copy()
+            R.normalize_row(row, l, False, s, l, 700.0)
+            np.testing.assert_array_equal(got[i], row)
+
+
+@pytest.mark.parametrize("bad", [-1e4, np.inf, -np.inf, np.nan])
+def test_softmax_rows_with_extreme_scores_is_the_row_by_row_math_exp(bad):
+    """A score far below its row's maximum, an infinity or NaN: the whole matrix through math.exp,
+    each row as normalize_row computes it alone (exp(x - m), the sum in order, 1 / (s z))."""
+    l = 20
+    A = np.random.default_rng(3).standard_normal((l, l))
+    A[7, 3] = bad
+    got = A.copy().ravel()
+    with np.errstate(invalid="ignore"):
+        R.softmax_rows(got, 0, l, 1.0)
+    for i in range(l):
+        m = np.nan if np.isnan(A[i]).any() else A[i].max()
+        with np.errstate(invalid="ignore"):
+            ex = [math.nan if math.isnan(v - m) else math.exp(v - m) for v in A[i]]
+        z = 0.0
+        for v in ex:
+            z += v
+        want = [v * (1.0 / (1.0 * z)) for v in ex]
+        np.testing.assert_array_equal(got[i * l:(i + 1) * l], want)

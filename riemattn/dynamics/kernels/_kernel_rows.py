@@ -170,6 +170,37 @@ def normalize_row(row, jmax, mean, s, l, direct_max):
 
 
 @jit
+def softmax_rows(A, oA, l, s):
+    """:func:`normalize_row` (softmax) for every row of a full (not causal) matrix A[oA:oA + l l], with
+    one ``exp`` over the whole matrix after each row is shifted by its maximum in place (the same
+    values, ``x - m`` then ``exp(. - 0)``): rows shorter than :data:`EXP_VECTOR_MIN` also run the
+    vectorised polynomial."""
+    lo, hi = math.inf, 0.0
+    for i in range(l):
+        row = A[oA + i * l:oA + i * l + l]
+        m, rlo = -math.inf, math.inf
+        for j in range(l):
+            acc = row[j]
+            if acc > m or acc != acc:  # NaN stays the maximum once met
+                m = acc
+            if acc < rlo:
+                rlo = acc
+        for j in range(l):
+            row[j] -= m
+        if rlo - m < lo or rlo - m != rlo - m:
+            lo = rlo - m  # (NaN where m is NaN or infinite: every row then goes through math.exp)
+    exp_shifted(A[oA:oA + l * l], l * l, 0.0, lo, hi)
+    for i in range(l):
+        row = A[oA + i * l:oA + i * l + l]
+        z = 0.0
+        for j in range(l):
+            z += row[j]
+        r = 1.0 / (s * z)
+        for j in range(l):
+            row[j] *= r
+
+
+@jit
 def weighted_rows(A, oA, u, ou, f, of_, l, d, causal):
     """f[of_ + i d:][:d] = sum_{j < jmax(i)} A[oA + i l + j] u_j (j in order), u_j = u[ou + j d:][:d];
     jmax(i) = i + 1 if ``causal``, else l (the entries beyond are not read). Tokens are added four
