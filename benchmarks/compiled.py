@@ -37,6 +37,8 @@ Cases
     engine "auto") against SciPy's DOP853 on a right-hand side written in plain NumPy (asserted equal
     to riemattn's field to 1e-14 before timing). The same tolerance grid for both; error: max
     |y(T) - y_ref(T)| after renormalisation; reference SciPy DOP853 at 1e-13. Target 1e-8.
+(f) Thread efficiency: (b)'s problem at B = 1000 (quick: 200), compiled dopri5 at tol 1e-9, on 1 and
+    on 2 threads (``numba.set_num_threads``), each in a fresh process: time on 1 / (2 x time on 2).
 
 Run (the bench venv: ``pip install -e ".[bench]"`` gives jax and diffrax; numbalsoda is in the
 ``bench-lsoda`` extra, which needs a Fortran compiler; see docs/performance.md)::
@@ -308,6 +310,10 @@ def worker(spec):
     if vd is None:
         import vs_diffrax as vd
     vd.pin_cpu()
+    if spec.get("threads"):
+        import numba
+
+        numba.set_num_threads(int(spec["threads"]))
     run, ref = runner(spec)
     t0 = time.perf_counter()
     run()  # compile (numba cache / jit) and warm up
@@ -544,10 +550,31 @@ def case_e(data, quick, repeat, summary):
                        f"{peer['err']:.1e})")
 
 
+def case_f(data, quick, repeat, summary):
+    """Thread efficiency of the compiled engine on 2 cores: time on 1 thread / (2 x time on 2)."""
+    import vs_diffrax
+
+    B = 200 if quick else 1000
+    field, y0, T = hemisphere_problem(B)
+    print(f"\n== (f) thread efficiency: hemisphere ensemble, B = {B}, compiled dopri5, tol 1e-9 ==  "
+          f"load {load():.1f}", flush=True)
+    ref = stiff.cached(f"hemi_ref_{B}", y0.tobytes(), lambda: vs_diffrax.reference(y0))
+    np.save(os.path.join(data, f"ref_hemi{B}.npy"), ref)
+    r = {n: spawn(dict(case=f"hemi{B}", tool="compiled dopri5", tol=1e-9, data=data, quick=quick,
+                       repeat=repeat, threads=n)) for n in (1, 2)}
+    if None in r.values():
+        return
+    eff = r[1]["time"] / (2 * r[2]["time"])
+    print(f"    1 thread {r[1]['time']:.3f} s, 2 threads {r[2]['time']:.3f} s: efficiency {eff:.2f}  "
+          f"load {r[2]['load']:.1f}", flush=True)
+    summary.append(f"(f) hemisphere B = {B}: thread efficiency on 2 threads {eff:.2f} "
+                   f"({r[1]['time']:.3f} s on 1 thread, {r[2]['time']:.3f} s on 2)")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller grids and sizes")
-    ap.add_argument("--only", default="abcde", help="cases to run, e.g. ab")
+    ap.add_argument("--only", default="abcdef", help="cases to run, e.g. ab")
     ap.add_argument("--repeat", type=int, default=3, help="timed calls per process (best kept)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--size-worker", help=argparse.SUPPRESS)
@@ -580,6 +607,8 @@ def main(argv=None):
         case_d(data, args.quick, args.repeat, summary)
     if "e" in args.only:
         case_e(data, args.quick, args.repeat, summary)
+    if "f" in args.only:
+        case_f(data, args.quick, args.repeat, summary)
     print("\nsummary (equal measured error; each tool in fresh processes, best of "
           f"{args.repeat} calls after a warm-up call):")
     for line in summary:

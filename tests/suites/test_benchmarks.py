@@ -30,3 +30,15 @@ def test_field_timer_does_the_same_work(stepper):
     assert timed.per_trajectory.n_steps.min() < timed.per_trajectory.n_steps.max()  # compacted
     assert timer.acc[1] == timed.nfev == plain.nfev
     assert timer.acc[0] > 0.0
+
+
+def test_compiled_benchmark_mid_size_rhs_is_the_field():
+    """benchmarks/compiled.py (e) times SciPy's DOP853 on a plain NumPy right-hand side: it must be
+    riemattn's field (softmax attention, one head, sphere), at tokens other than the start too."""
+    compiled = pytest.importorskip("compiled")
+    field, rhs, y0, T = compiled.mid_problem()  # (asserts the two agree at y0)
+    y = np.random.default_rng(5).standard_normal(y0.shape)
+    y /= np.linalg.norm(y, axis=-1, keepdims=True)
+    want = np.asarray(field(0.3, y))
+    # the same products in other orders: 2 (l + d) eps times the terms' size (|y_i| = 1, |A| rows sum to 1)
+    assert np.max(np.abs(rhs(0.3, y.ravel()).reshape(y.shape) - want)) <= 2 * sum(y0.shape) * np.finfo(float).eps * 4
