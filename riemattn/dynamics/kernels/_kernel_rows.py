@@ -95,16 +95,31 @@ def exp_shifted(row, n, shift, lo, hi):
 @jit
 def transposed_rows(M, om, y, out, oo, l, d):
     """out[oo + i d + c] = (M^T y_i)_c = sum_a M[a, c] y_i[a] (a in order): M (d, d) row-major at
-    M[om:], y flat (l d). Row a of M times y_i[a] is added to every q_i before row a + 1."""
+    M[om:], y flat (l d). Rows a .. a + 3 of M times y_i[a..a+3] are added, in order, to every q_i
+    before row a + 4 (for each element the same sum, in the same order, as one row at a time)."""
     for m in range(l * d):
         out[oo + m] = 0.0
-    for a in range(d):
+    a = 0
+    while a + 4 <= d:
+        M0 = M[om + a * d:om + a * d + d]
+        M1 = M[om + (a + 1) * d:om + (a + 1) * d + d]
+        M2 = M[om + (a + 2) * d:om + (a + 2) * d + d]
+        M3 = M[om + (a + 3) * d:om + (a + 3) * d + d]
+        for i in range(l):
+            b = i * d + a
+            y0, y1, y2, y3 = y[b], y[b + 1], y[b + 2], y[b + 3]
+            qi = out[oo + i * d:oo + i * d + d]
+            for c in range(d):
+                qi[c] = (((qi[c] + M0[c] * y0) + M1[c] * y1) + M2[c] * y2) + M3[c] * y3
+        a += 4
+    while a < d:
         Ma = M[om + a * d:om + a * d + d]
         for i in range(l):
             yia = y[i * d + a]
             qi = out[oo + i * d:oo + i * d + d]
             for c in range(d):
                 qi[c] += Ma[c] * yia
+        a += 1
 
 
 @jit
@@ -114,24 +129,53 @@ def transposed_cols(M, om, yT, oyT, qT, oqT, l, d):
     with the loop over the tokens vectorised (longer than the one over the components for l > d)."""
     for m in range(l * d):
         qT[oqT + m] = 0.0
-    for a in range(d):
+    a = 0
+    while a + 4 <= d:
+        y0 = yT[oyT + a * l:oyT + a * l + l]
+        y1 = yT[oyT + (a + 1) * l:oyT + (a + 1) * l + l]
+        y2 = yT[oyT + (a + 2) * l:oyT + (a + 2) * l + l]
+        y3 = yT[oyT + (a + 3) * l:oyT + (a + 3) * l + l]
+        for c in range(d):
+            b = om + a * d + c
+            m0, m1, m2, m3 = M[b], M[b + d], M[b + 2 * d], M[b + 3 * d]
+            qc = qT[oqT + c * l:oqT + c * l + l]
+            for i in range(l):
+                qc[i] = (((qc[i] + m0 * y0[i]) + m1 * y1[i]) + m2 * y2[i]) + m3 * y3[i]
+        a += 4
+    while a < d:
         ya = yT[oyT + a * l:oyT + a * l + l]
         for c in range(d):
             mac = M[om + a * d + c]
             qc = qT[oqT + c * l:oqT + c * l + l]
             for i in range(l):
                 qc[i] += mac * ya[i]
+        a += 1
 
 
 @jit
 def scores(q, oq, si, sc, yT, oyT, A, oA, l, d, causal):
     """A[oA + i l + j] = q_i . y_j = sum_c q_i[c] y_j[c] (c in order) for j < jmax(i) (i + 1 if
     ``causal``, else l), 0 beyond; q_i[c] = q[oq + i si + c sc] (rows: si = d, sc = 1; transposed:
-    si = 1, sc = l), yT the tokens transposed (d, l) at yT[oyT:]. Component c is added to every
-    score before component c + 1 (no chain of dependent additions in the inner loop)."""
+    si = 1, sc = l), yT the tokens transposed (d, l) at yT[oyT:]. Components c .. c + 3 are added,
+    in order, to every score before c + 4 (no chain of dependent additions in the inner loop, and a
+    quarter of the passes over the matrix)."""
     for m in range(l * l):
         A[oA + m] = 0.0
-    for c in range(d):
+    c = 0
+    while c + 4 <= d:
+        y0 = yT[oyT + c * l:oyT + c * l + l]
+        y1 = yT[oyT + (c + 1) * l:oyT + (c + 1) * l + l]
+        y2 = yT[oyT + (c + 2) * l:oyT + (c + 2) * l + l]
+        y3 = yT[oyT + (c + 3) * l:oyT + (c + 3) * l + l]
+        for i in range(l):
+            b = oq + i * si + c * sc
+            q0, q1, q2, q3 = q[b], q[b + sc], q[b + 2 * sc], q[b + 3 * sc]
+            jmax = i + 1 if causal else l
+            row = A[oA + i * l:oA + i * l + jmax]
+            for j in range(jmax):
+                row[j] = (((row[j] + q0 * y0[j]) + q1 * y1[j]) + q2 * y2[j]) + q3 * y3[j]
+        c += 4
+    while c < d:
         yc = yT[oyT + c * l:oyT + c * l + l]
         for i in range(l):
             qc = q[oq + i * si + c * sc]
@@ -139,6 +183,7 @@ def scores(q, oq, si, sc, yT, oyT, A, oA, l, d, causal):
             row = A[oA + i * l:oA + i * l + jmax]
             for j in range(jmax):
                 row[j] += qc * yc[j]
+        c += 1
 
 
 @jit

@@ -62,11 +62,19 @@ def _combine(h, coef, m, K, out1):
     n = out1.shape[0]
     for e in range(n):
         out1[e] = 0.0
-    for j in range(m):
+    j = 0
+    while j + 4 <= m:  # four stages per pass, added in order
+        c0, c1, c2, c3 = coef[j], coef[j + 1], coef[j + 2], coef[j + 3]
+        K0, K1, K2, K3 = K[j].reshape(n), K[j + 1].reshape(n), K[j + 2].reshape(n), K[j + 3].reshape(n)
+        for e in range(n):
+            out1[e] = (((out1[e] + c0 * K0[e]) + c1 * K1[e]) + c2 * K2[e]) + c3 * K3[e]
+        j += 4
+    while j < m:
         cj = coef[j]
         Kj = K[j].reshape(n)
         for e in range(n):
             out1[e] += cj * Kj[e]
+        j += 1
 
 
 @njit(**_JIT)
