@@ -66,3 +66,18 @@ def test_mode_selection_claims_can_fail():
     bad = ds.copy(deep=True)
     bad["growth_rate"][0, :] *= 1 + 1e-5  # no longer pi gamma_k to rounding
     assert m.claims(bad)["most_unstable_mode"]["status"] == NOT_REPRODUCED
+
+
+def test_model_is_the_notebooks_particle_system():
+    """The reproduction's field, CircleField(beta, "usa"), is the authors' notebook's
+    ParticlesSimulation.F written out: dtheta_i/dt = -(1/N) sum_j K(theta_i - theta_j),
+    K(x) = e^{beta cos x} sin x (their sign and 1/N, no time rescaling), for both evaluations; sums of
+    N terms of size e^beta, compared to 64 N eps e^beta."""
+    rng = np.random.default_rng(8)
+    theta = rng.uniform(0, 2 * np.pi, 300)
+    for beta in (5.0, 14.0):
+        D = theta[:, None] - theta[None, :]
+        F = -np.sum(np.exp(beta * np.cos(D)) * np.sin(D), axis=-1) / theta.size
+        for ev in ("direct", "fourier"):
+            got = ra.circle.CircleField(beta, "usa", evaluation=ev)(0.0, theta)
+            assert np.max(np.abs(got - F)) <= 64 * theta.size * np.finfo(float).eps * np.exp(beta)
