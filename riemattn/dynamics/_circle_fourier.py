@@ -83,7 +83,8 @@ def fourier_field(theta: np.ndarray, beta: float, model: str, rescaled: bool, ca
     z = np.exp(1j * theta)
     P = np.cumprod(np.broadcast_to(z[..., None], theta.shape + (K,)), axis=-1)  # e^{i k theta_j}, (..., n, K)
     M = np.cumsum(P, axis=-2) if causal else np.sum(P, axis=-2, keepdims=True)  # (..., n or 1, K)
-    R = np.conj(P) * M  # e^{-i k theta_i} M_k
+    R = np.conjugate(P, out=P)  # in place: a fresh (n, K) temporary per call costs page faults
+    R *= M  # e^{-i k theta_i} M_k
     num = R.imag @ ck  # e^{-beta} sum_j e^{beta cos} sin
     if model == "sa":
         terms = np.arange(1, n + 1) if causal else n
