@@ -10,7 +10,7 @@ A :class:`Problem` is a field on a manifold, initial tokens, a time span and a s
   itself), K and a with entries up to 3 -- with K skew and W = I this is issue 34's rotation field
   a x y + a - <y, a> y;
 * ``"circle"``: a :class:`~riemattn.dynamics.circle.CircleField` (SA, USA or rescaled USA, beta from
-  ``betas`` or 0) on ``Euclidean(1)``, angles as a column (..., n, 1): generic, coincident or
+  ``betas`` or 0, direct or Fourier evaluation) on ``Euclidean(1)``, angles as a column (..., n, 1): generic, coincident or
   antipodal (theta, theta + pi) angles.
 
 ``FIELD_KINDS`` maps each field kind to the manifold kinds it is drawn on: a new kind of field
@@ -103,7 +103,8 @@ def attention(draw, manifold, normalization="paper"):
 def circle_field(draw):
     model = draw(st.sampled_from(["sa", "usa"]))
     rescaled = model == "usa" and draw(st.booleans())
-    return CircleField(draw(st.one_of(rs.betas(max_value=2.0), st.just(0.0))), model, rescaled=rescaled)
+    return CircleField(draw(st.one_of(rs.betas(max_value=2.0), st.just(0.0))), model, rescaled=rescaled,
+                       evaluation=draw(st.sampled_from(["direct", "fourier"])))
 
 
 @st.composite

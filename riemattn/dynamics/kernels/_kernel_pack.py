@@ -226,6 +226,8 @@ def _pack_circle(field: CircleField, batch: tuple, l: int, d: int):
         raise ValidationError(f"the circle form's tokens are angles of shape (..., n, 1), got d = {d}.")
     if getattr(field, "mask", "full") != "full":
         _unsupported("a causal CircleField (mask='causal')", " (the circle kernel is full attention)")
+    if getattr(field, "evaluation", "direct") != "direct":
+        _unsupported(f"CircleField(evaluation={field.evaluation!r})", " (the circle kernel runs the direct sums)")
     ints = np.zeros(K.N_INTS, dtype=np.int64)
     builder = _Builder(batch)
     ints[K.KIND], ints[K.MANIFOLD] = K.KIND_CIRCLE, K.MAN_FLAT
