@@ -312,8 +312,10 @@ def test_layer_step_of_every_placement_agrees(placement):
 
 def test_auto_keeps_large_problems_on_the_numpy_engine(monkeypatch):
     """The size rule of "auto" (docs/performance.md, "Which engine when"): explicit steppers run
-    compiled while B h (l d (l + d) + 2 l^2) <= 4e4 (4e5 with time-dependent weights), Rosenbrock
-    steppers while l d <= 400; engine="compiled" and RIEMATTN_ENGINE=compiled ignore it."""
+    compiled while B h (l d (l + d) + 2 l^2) <= 1e5 (4e5 with time-dependent weights), or for
+    attention with d >= 8 while one trajectory's work is at most 3e5 (6e5 for a batch), or when the
+    batch's attention matrices hold at least 2e6 numbers; Rosenbrock steppers while l d <= 400; engine="compiled" and
+    RIEMATTN_ENGINE=compiled ignore it."""
     from riemattn.dynamics.kernels import pack_field
     from riemattn.dynamics.schedules import TimeVaryingHeads
     from riemattn.solvers.compiled import _dispatch
@@ -334,6 +336,23 @@ def test_auto_keeps_large_problems_on_the_numpy_engine(monkeypatch):
     assert ra.integrate(field16, wide, (0.0, 0.1), "rodas4p", max_steps=3, raise_on_failure=False).engine == "numpy"
     timed = ra.AttentionField(TimeVaryingHeads(np.eye(3)[None], np.eye(3)[None, None], [1.0], [0.0]))
     assert ra.integrate(timed, big, (0.0, 0.5), "rk4", dt=0.1).engine == "compiled"  # 1.2e5 <= 4e5
+    # work up to 1e5 (here 100 * 590); one trajectory of 200 x 2 (w = 1.6e5): NumPy
+    rk4 = ra.STEPPERS["rk4"]()
+    assert _dispatch.pays(pack_field(field, (100, 10, 3)), rk4, 100)
+    f2 = ra.AttentionField(np.eye(2), beta=2.0)
+    assert not _dispatch.pays(pack_field(f2, (200, 2)), rk4, 1)
+    # d >= 8: the vectorised kernels, while one trajectory's work is at most 3e5 (6e5 for a batch)
+    f8, f64 = ra.AttentionField(np.eye(8), beta=2.0), ra.AttentionField(np.eye(64), beta=2.0)
+    wide8 = tokens(rng, (50,), 32, 8)  # 50 * (256 * 40 + 2048) = 6.1e5 > 1e5, w = 12 288
+    assert _dispatch.pays(pack_field(f8, wide8.shape), rk4, 50)
+    assert ra.integrate(f8, wide8, (0.0, 0.2), "rk4", dt=0.1).engine == "compiled"
+    assert _dispatch.pays(pack_field(f64, (10, 64, 64)), rk4, 10)  # w = 5.3e5 <= 6e5
+    assert not _dispatch.pays(pack_field(f64, (64, 64)), rk4, 1)  # one trajectory: 5.3e5 > 3e5
+    assert not _dispatch.pays(pack_field(f64, (2, 80, 64)), rk4, 2)  # w = 7.5e5
+    # a batch's attention matrices beyond 2e6 numbers: compiled; below, or one trajectory: NumPy
+    assert _dispatch.pays(pack_field(f2, (100, 200, 2)), rk4, 100)  # 100 * 200^2 = 4e6
+    assert not _dispatch.pays(pack_field(f2, (10, 200, 2)), rk4, 10)  # 4e5
+    assert not _dispatch.pays(pack_field(f2, (2000, 2)), rk4, 1)
     monkeypatch.setenv("RIEMATTN_ENGINE", "compiled")
     assert ra.integrate(field, big, (0.0, 0.5), "rk4", dt=0.1).engine == "compiled"
 

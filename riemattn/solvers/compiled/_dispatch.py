@@ -77,14 +77,22 @@ def _written(dispatcher) -> bool:
     return bool(names) and all(os.path.exists(os.path.join(cache.cache_path, name)) for name in names)
 
 
-#: Where "auto" stops choosing the compiled engine (docs/performance.md, "Which engine when";
-#: measured with benchmarks/compiled.py (c) on a 2-core AMD EPYC). Explicit steppers: the NumPy
-#: engine batches the field in BLAS products and vectorised exp while the kernels loop in scalar
-#: code, so it wins once the batch's work per evaluation, B h w with w = l d (l + d) + 2 l^2, passes
-#: about 3e4-4e4 (one trajectory of 24 x 32 tokens, or 64 trajectories of 10 x 3); with
-#: time-dependent weights (P(t), U(t): the NumPy engine forms them per trajectory) only past about
-#: 3.5e5 (the hemisphere ensemble: compiled 7.8x faster at B = 10, 1.8x at 100, 1.06x at 300).
-EXPLICIT_WORK, TIMED_WORK = 4.0e4, 4.0e5
+#: Where "auto" chooses the compiled engine for explicit steppers (docs/performance.md, "Which engine
+#: when"; measured with benchmarks/compiled.py (c) on the 2-core development machine after the kernels
+#: were vectorised, best of 5 calls). The batch's work per evaluation is B h w, w = l d (l + d) + 2 l^2
+#: for one trajectory. Up to 1e5 the compiled engine was faster in every measured cell (100
+#: trajectories of 10 x 3: 1.6x); the NumPy engine won at one trajectory of 200 x 2 tokens (w =
+#: 1.6e5; its BLAS products and vectorised exp over long rows of few components). With
+#: time-dependent weights (P(t), U(t): the NumPy engine forms them per trajectory) up to 4e5 (the
+#: hemisphere ensemble: compiled 2.1x faster at B = 100, equal at 1000). From d = 8 on the kernels
+#: vectorise: one trajectory while w <= 3e5 (at 64 x 64, w = 5.3e5, the engines were within 5 %
+#: for dopri5 and NumPy 1.2x faster for rk4), a batch (two threads) while w <= 6e5 (64 x 64: 1.6x
+#: at B = 10 and 100). And once a batch's attention matrices, B h l^2 numbers, pass 2e6 (16 MB),
+#: the NumPy engine's arrays leave the cache: compiled 1.4x faster at 100 trajectories of 200 x 2
+#: (the NumPy engine 1.3x faster at 10).
+EXPLICIT_WORK, TIMED_WORK = 1.0e5, 4.0e5
+WIDE_D, WIDE_WORK_ONE, WIDE_WORK_BATCH = 8, 3.0e5, 6.0e5
+SCORES_OUT_OF_CACHE = 2.0e6
 #: Rosenbrock steppers (and "auto"): the compiled engine was faster at every measured size, 11.7x
 #: at l d = 18 down to 1.1x at l d = 384 for one trajectory (its dense LU is unblocked scalar code).
 STIFF_SIZE = 400
@@ -101,7 +109,10 @@ def work(pack, batch_size) -> float:
 def pays(pack, step, batch_size) -> bool:
     """Whether "auto" runs a supported call on the compiled engine: Rosenbrock steppers (and
     ``"auto"``) while l d <= :data:`STIFF_SIZE`; explicit ones while :func:`work` <=
-    :data:`EXPLICIT_WORK` (:data:`TIMED_WORK` for time-dependent weights)."""
+    :data:`EXPLICIT_WORK` (:data:`TIMED_WORK` for time-dependent weights), and for attention
+    fields also while d >= :data:`WIDE_D` and one trajectory's work is at most
+    :data:`WIDE_WORK_ONE` (:data:`WIDE_WORK_BATCH` for a batch), or for a batch whose attention
+    matrices hold at least :data:`SCORES_OUT_OF_CACHE` numbers."""
     from ...dynamics.kernels import _kernel_layout as lay
     from . import _tables
 
@@ -110,8 +121,15 @@ def pays(pack, step, batch_size) -> bool:
     if kind in (_tables.ROSENBROCK, _tables.AUTO):
         return l * d <= STIFF_SIZE
     timed = any(int(pack.ints[k]) in (lay.SRC_SINES, lay.SRC_STEPS) for k in (lay.P_KIND, lay.U_KIND))
-    timed = timed and int(pack.ints[lay.KIND]) == lay.KIND_ATTENTION
-    return work(pack, batch_size) <= (TIMED_WORK if timed else EXPLICIT_WORK)
+    attention = int(pack.ints[lay.KIND]) == lay.KIND_ATTENTION
+    if work(pack, batch_size) <= (TIMED_WORK if timed and attention else EXPLICIT_WORK):
+        return True
+    if not attention or int(pack.ints[lay.PLACEMENT]) != lay.PL_POST:  # (measured: plain attention)
+        return False
+    h = max(int(pack.ints[lay.H]), 1)
+    if d >= WIDE_D and work(pack, 1) <= (WIDE_WORK_BATCH if batch_size >= 2 else WIDE_WORK_ONE):
+        return True
+    return batch_size >= 2 and batch_size * h * l * l >= SCORES_OUT_OF_CACHE
 
 
 def empty_engine(engine, field, step, y0, save_fn, events, progress, dense_output) -> str:
