@@ -57,6 +57,7 @@ import numpy as np
 import xarray as xr
 from scipy import special
 
+from .._backend import use_device
 from ..analysis.meanfield import CircleDensity
 from ..dynamics.circle import CircleField
 from ..runs.plotting import legend_below, styled
@@ -134,8 +135,9 @@ def run(config: dict) -> xr.Dataset:
         field = CircleField(beta, "usa", evaluation="fourier")
         ts = taus / lam[b].max()
         for s in range(S):
-            y = integrate(field, starts[s][:, None], (0.0, ts[-1]), "dopri5", rtol=1e-8, atol=1e-10, saveat=ts,
-                          engine="numpy").y[..., 0]
+            with use_device("cpu"):  # CircleField is NumPy code: on the host whatever `reproduce --device` says
+                y = integrate(field, starts[s][:, None], (0.0, ts[-1]), "dopri5", rtol=1e-8, atol=1e-10,
+                              saveat=ts, engine="numpy").y[..., 0]
             counts[b, s] = count_clusters(y)
             if example is None:
                 example = np.mod(y[:, :: max(1, N // 400)], 2 * np.pi)
