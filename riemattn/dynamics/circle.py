@@ -72,6 +72,7 @@ from .._validation import (as_float_array, check_beta, check_choice, check_finit
                            check_rescaled, check_times)
 from ..errors import InputTypeError, IntegrationError, ValidationError
 from ..geometry.manifolds import Euclidean
+from .._backend import convert, is_torch
 from ._circle_fourier import fourier_field
 from .fields import _CheckedField
 
@@ -185,7 +186,14 @@ class CircleField(_CheckedField):
         return (np.tril(w) if self.mask == "causal" else w), diff
 
     def __call__(self, t, theta) -> np.ndarray:
-        """dtheta/dt, shape (..., n); the Field state (..., n, 1) gives shape (..., n, 1)."""
+        """dtheta/dt, shape (..., n); the Field state (..., n, 1) gives shape (..., n, 1).
+
+        Computed in NumPy; angles given as a torch tensor give a tensor of their dtype and device
+        (values only, as every NumPy field: no gradient flows through), so that ``integrate`` can
+        step a CircleField on tensors with the explicit steppers (the Rosenbrock steppers on tensors
+        differentiate the field with torch's autograd, which NumPy code does not support: give them
+        NumPy angles)."""
+        like = theta
         theta = as_float_array(theta, "theta")
         column = theta.ndim >= 2 and theta.shape[-1] == 1
         if column:
@@ -199,7 +207,8 @@ class CircleField(_CheckedField):
             else:
                 w, diff = self._weights(theta)
                 out = np.sum(w * np.sin(diff), axis=-1)
-        return out[..., None] if column else out
+        out = out[..., None] if column else out
+        return convert(out, like) if is_torch(like) else out
 
     def jacobian(self, t, theta) -> np.ndarray:
         """Closed-form Jacobian J_ik = d(dtheta_i/dt)/dtheta_k, shape (..., n, n).
@@ -210,8 +219,9 @@ class CircleField(_CheckedField):
         diagonal is minus the sum of the row's other entries (a common rotation of all angles leaves
         the field unchanged). Masked entries (k > i, causal) are 0. The Field state (..., n, 1) gives
         the Field Jacobian layout (..., n, 1, n, 1) (what :func:`riemattn.dynamics.jacobians.jacobian`
-        returns).
+        returns). Tensors in, a tensor out, as for :meth:`__call__`.
         """
+        like = theta
         theta = as_float_array(theta, "theta")
         column = theta.ndim >= 2 and theta.shape[-1] == 1
         theta = theta[..., 0] if column else theta
@@ -227,7 +237,8 @@ class CircleField(_CheckedField):
         idx = np.arange(n)
         A[..., idx, idx] = 0.0
         A[..., idx, idx] = -np.sum(A, axis=-1)
-        return A[..., :, None, :, None] if column else A
+        A = A[..., :, None, :, None] if column else A
+        return convert(A, like) if is_torch(like) else A
 
     def _rescaled(self, rescaled) -> bool:
         return self.rescaled if rescaled is None else check_rescaled(rescaled)
