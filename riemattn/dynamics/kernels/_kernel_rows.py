@@ -198,6 +198,11 @@ def normalize_row(row, jmax, mean, s, l, direct_max):
             m = acc
         if acc < lo:
             lo = acc
+    if mean and jmax < EXP_VECTOR_MIN:  # a short row: libm's exp and the factor in one pass
+        shift, em = (0.0, 1.0 / l) if m < direct_max else (m, math.exp(m) / l)
+        for j in range(jmax):
+            row[j] = math.exp(row[j] - shift) * em
+        return
     if mean:
         if m < direct_max:
             exp_shifted(row, jmax, 0.0, lo, m)
