@@ -112,7 +112,10 @@ def test_readiness_counts_only_code_for_this_cpu(tmp_path):
 
 
 CTRL_C = """
-    import sys, time, numpy as np, riemattn as ra
+    import signal, sys, time, numpy as np, riemattn as ra
+    # like a terminal's Ctrl-C whatever started the tests: a background job (CI runners, `cmd &`)
+    # inherits SIGINT ignored, and the interrupt below would then be lost (as in tests/runs/test_sweep.py)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # one token under a skew U: dy/dt = U y, a rotation that never settles, so at rtol 1e-12 the
     # solve to 1e6 takes ~3e7 steps (~100 s; measured 3411 steps per 100 time units) on any machine:
     # the signal always arrives inside it (a converging field let step sizes grow and finished first)
