@@ -1,7 +1,7 @@
 """The vectorised row operations of the compiled attention kernel (riemattn.dynamics.kernels._kernel_rows)
 against NumPy: exp, the scores, the weighted sums of the values and q_i = P^T y_i.
 
-Tolerances: ``exp_row``'s polynomial is a fixed sequence of IEEE operations (no fused multiply-add,
+Tolerances: ``exp_shifted``'s polynomial is a fixed sequence of IEEE operations (no fused multiply-add,
 no reassociation: the same bits on every CPU); measured at most 2.2 ulp from ``numpy.exp`` on [-708, 0]
 (the module docstring). NumPy's own ``exp`` is within 1 ulp of the exact value and differs between
 CPUs (SIMD or scalar), so the test allows 4 ulp. The sums are compared with NumPy's products (BLAS,
@@ -22,8 +22,10 @@ EPS = np.finfo(float).eps
 
 
 def _exp_row(values, shift):
+    """exp_shifted on a copy of ``values``, given their minimum and maximum (NaN if one is NaN)."""
     row = np.array(values, dtype=float)
-    z = R.exp_row(row, row.size, float(shift))
+    lo, hi = (math.nan, math.nan) if np.isnan(row).any() else (row.min(), row.max())
+    z = R.exp_shifted(row, row.size, float(shift), lo, hi)
     return row, z
 
 

@@ -6,7 +6,7 @@ reads and writes consecutive addresses). Every element is still computed by the 
 IEEE operations, in a fixed order, vector lanes or not (no ``fastmath``: no reassociation, no
 contraction into fused multiply-adds): the results do not depend on the CPU's vector width.
 
-:func:`exp_row` evaluates ``exp`` in the loop itself, with the classical reduction
+:func:`exp_shifted` evaluates ``exp`` in the loop itself, with the classical reduction
 ``x = k ln 2 + r``, ``k = floor(x / ln 2 + 1/2)``, ``|r| <= ln 2 / 2`` (``ln 2`` split in two
 parts, Cody & Waite, so that ``k ln2_hi`` is exact for ``|k| < 2^21``), the Taylor polynomial of
 degree 13 in Horner form (truncation ``|r|^14 / 14! < 5e-18`` relative) and ``2^k`` added to the
@@ -40,23 +40,11 @@ EXP_VECTOR_MIN = 16  # shorter rows: math.exp (measured there: 8 values by the p
 
 
 @jit
-def exp_row(row, n, shift):
-    """row[:n] <- exp(row[:n] - shift); returns their sum (added in index order).
-
-    ``row`` is a contiguous slice; the sum is that of the stored values."""
-    lo, hi = math.inf, -math.inf
-    for j in range(n):
-        x = row[j]
-        if x < lo:
-            lo = x
-        if x > hi or x != x:
-            hi = x
-    return exp_shifted(row, n, shift, lo, hi)
-
-
-@jit
 def exp_shifted(row, n, shift, lo, hi):
-    """:func:`exp_row` given the row's minimum ``lo`` and maximum ``hi`` (NaN if a value is NaN)."""
+    """row[:n] <- exp(row[:n] - shift); returns their sum (the stored values added in index order).
+
+    ``row`` is a contiguous slice; ``lo`` and ``hi`` are its minimum and maximum (``hi`` NaN if a
+    value is NaN), which the callers' own scans of the row (for its maximum) give."""
     z = 0.0
     if n < EXP_VECTOR_MIN or not (lo - shift >= -EXP_FAST_MAX and hi - shift <= EXP_FAST_MAX):
         for j in range(n):  # (the comparisons are False for NaN and inf - inf)

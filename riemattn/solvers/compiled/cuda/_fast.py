@@ -19,7 +19,7 @@ In float64 the arithmetic is that of ``_kernel_attention.forward`` (value only, 
 ``tangent_rows`` operation for operation, in the same order (the simulator tests compare both
 with the compiled engine): scores ``q_i . y_j`` (``q_i = P^T y_i``, each summed over the index of
 P's rows, the scores over the components in order), the row's maximum, ``exp(s - m)`` (the
-device's ``exp``; the CPU kernel's vectorised polynomial, ``_kernel_rows.exp_row``, is within 2.2 ulp of it)
+device's ``exp``; the CPU kernel's vectorised polynomial, ``_kernel_rows.exp_shifted``, is within 2.2 ulp of it)
 summed in j order, ``r = 1 / (s z)``, ``alpha = x r``, ``fh_i = sum_j alpha_ij u_j`` in j order,
 ``f_i += fh_i`` head after head. Heads sharing one P (``P_HEADS == 1``) recompute the same rows
 (the same operations, hence the same values the generic kernel copies).
