@@ -148,8 +148,12 @@ class _Worker:
         child.close()
 
     def send(self, task):
+        """Give ``task`` to this worker. A worker already dead (killed before it read it) gets it
+        anyway: the pipe has no reader, so nothing is written, and the main loop finds the death
+        through the process's sentinel and reports the task as failed."""
         self.task = task
-        self.conn.send(task)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.conn.send(task)
 
 
 def run_parallel(tasks, workers, target, args, on_done, on_died, partial_files, threads=1):

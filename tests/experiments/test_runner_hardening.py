@@ -381,3 +381,37 @@ def test_a_worker_killed_from_outside_fails_its_figure_and_the_run_goes_on(tmp_p
     assert [s["name"] for s in summaries] == names
     assert all(s["passed"] for s in summaries if "error" not in s)
     assert not (tmp_path / died[0]["name"] / "summary.json").exists()
+
+
+def test_a_worker_dead_before_its_first_task_fails_that_task_and_the_rest_run(monkeypatch):
+    """The race CI met: the worker is killed between its start and the parent's first send.
+
+    Writing to a pipe with no reader raised BrokenPipeError out of ``run_parallel``; the death
+    must instead be found through the process's sentinel, as for a worker killed mid-task.
+    """
+    import operator
+
+    from riemattn.experiments import _workers
+
+    started = []
+    original = _workers._Worker.__init__
+
+    def init_then_kill_the_first(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if not started:
+            self.proc.kill()
+            self.proc.join(10.0)
+        started.append(self.proc.pid)
+
+    monkeypatch.setattr(_workers._Worker, "__init__", init_then_kill_the_first)
+    done = []
+    _workers.run_parallel(
+        [1, 2, 3],
+        workers=2,
+        target=operator.neg,
+        args=(),
+        on_done=done.append,
+        on_died=lambda task, code: ("died", task, code),
+        partial_files=lambda task: [],
+    )
+    assert sorted(done, key=str) == sorted([("died", 1, -signal.SIGKILL), -2, -3], key=str)
