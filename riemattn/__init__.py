@@ -32,11 +32,11 @@ from .dynamics.layernorm import layernorm
 
 # solvers: integrate and the stepper families (importing a family registers its steppers)
 from .solvers.core.integrate import Trajectory, integrate
-from .solvers.explicit import dormand_prince, tableaux
+from .solvers.explicit import dormand_prince, tableaux  # noqa: F401 (registers its steppers)
 from .solvers.explicit.steppers import STEPPERS, Stepper
 from .solvers.explicit.tableaux import ButcherTableau
 from .solvers.lie_group import lie
-from .solvers.stiff import auto, rosenbrock
+from .solvers.stiff import auto, rosenbrock  # noqa: F401 (registers its steppers)
 from .solvers.stochastic.sde import integrate_sde
 from .solvers.autodiff import integrate_checkpointed
 from .solvers.compiled import warmup
@@ -79,6 +79,7 @@ __all__ = [
     "use_device",
     "integrate",
     "integrate_sde",
+    "integrate_checkpointed",
     "warmup",
     "sweep",
     "sa",

@@ -26,7 +26,7 @@ import numpy as np
 import riemattn as ra
 from riemattn.errors import RiemattnError
 
-from _sweep_valid import CONSTRAINED, FREE_TEXT, VALID, VALID_AT
+from _sweep_valid import FREE_TEXT, VALID, VALID_AT
 
 #: Seconds one call may take before it counts as a hang (the issue's bound).
 TIME_LIMIT = 5.0

@@ -77,7 +77,6 @@ VALID = {
     # more tokens, vectors and matrices
     "X": lambda: ra.Sphere(D - 1).to_tangent(np.ones((4, D)), Y),
     "Y": lambda: ra.Sphere(D - 1).to_tangent(np.arange(12.0).reshape(4, D), Y),
-    "V": lambda: np.eye(D),
     "F": lambda: ra.Sphere(D - 1).to_tangent(np.ones((4, D)), Y),
     "vector": lambda: ra.Sphere(D - 1).to_tangent(np.ones((4, D)), Y),
     "tangent_vec": lambda: ra.Sphere(D - 1).to_tangent(np.ones((4, D)), Y),

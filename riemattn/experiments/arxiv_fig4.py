@@ -31,7 +31,7 @@ from ..analysis.diagnostics import misalignment, token_lyapunov
 from ..solvers.core.integrate import integrate
 from ..analysis.theory import consensus_points
 from ._papers import D1, P_FIG4, U_FIG4
-from ..runs.plotting import draw_point, legend_below, plot_sphere_trajectories, styled
+from ..runs.plotting import draw_point, plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig4"
 PAPER = "ARXIV"

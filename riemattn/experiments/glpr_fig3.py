@@ -88,7 +88,6 @@ def run(config: dict) -> xr.Dataset:
 
     n, eps = config["n"], config["eps"]
     sw = run_phase_sweep(config, "sa")
-    betas = sw.beta.values
     # The equiangular curve beta*(t) of eq. (6.12) is the level set T(beta) = t of the clustering time
     # of the equiangular solution: tabulate T on a fine beta grid (one quadrature each).
     beta_curve = np.linspace(0.0, config["beta_max"], 73)

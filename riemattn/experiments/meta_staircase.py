@@ -44,7 +44,7 @@ from .._backend import use_device
 from ..dynamics.circle import CircleField
 from ..runs.plotting import legend_below, styled
 from ..solvers.core.integrate import integrate
-from ._staircase_model import (greedy_merges, normalised_energy, published_iteration, staircase,
+from ._staircase_model import (greedy_merges, published_iteration, staircase,
                                two_cluster_log_time)
 from ._verdict import NOT_CHECKED, claim
 

@@ -50,7 +50,7 @@ _LAZY = {
     "seed_for": "models",
 }
 
-__all__ = ["FAMILIES", "GPT2_SIZES", "GPT_NEO_SIZES", "add_loop_arguments", "run_loop_command", "plot_loop",
+__all__ = ["FAMILIES", "GPT2_SIZES", "GPT_NEO_SIZES", "add_loop_arguments", "run_loop_command", "plot_loop",  # noqa: PLE0604 (the keys of _LAZY are strings)
            "require_torch", *_LAZY]
 
 

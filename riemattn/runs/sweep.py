@@ -281,11 +281,9 @@ def sweep(point_fn, grid, store="out.zarr", client=None, *, seed: int = 0, batch
 
     # units of work: the Cartesian product of the non-batched parameters (or the listed points)
     if kind == "list":
-        grid_dims = [_POINT_DIM]
         unit_index = [((i,), dict(zip(dims, vals)), dict(zip(dims, vals)))
                       for i, vals in enumerate(zip(*values))]
     else:
-        grid_dims = list(dims)
         free = [i for i, d in enumerate(dims) if d not in batch_dims]
         unit_index = []
         for combo in itertools.product(*[range(len(values[i])) for i in free]):

@@ -74,8 +74,6 @@ def symmetric_with_top_eigenvector(draw, d, *, min_gap=0.3, dominant=None):
     The other eigenvalues are <= (1 - min_gap) lam_1. ``dominant=True`` also makes them >= -lam_1
     (lam_1 is the spectral radius); False allows down to -3 lam_1; None draws either.
     """
-    from ._manifolds import orthogonal_matrices
-
     min_gap = _positive(min_gap, "min_gap")
     if not min_gap < 1.5:  # (1 - min_gap) lam_1 must stay above the lowest eigenvalue -lam_1 (lam_1 >= 0.5 > 0)
         raise ValidationError(f"min_gap must be in (0, 1.5), got {min_gap!r}.")

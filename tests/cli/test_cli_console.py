@@ -32,7 +32,7 @@ def test_reproduce_prints_two_lines_per_figure_at_most_and_the_claims_with_verbo
     assert main(["reproduce", *names, "--quick", "--out", str(tmp_path), "--no-progress", "--verbose"]) == 0
     verbose = _lines(capsys.readouterr())
     assert all(len(line) <= WIDTH for line in verbose)
-    assert any(f"(cached)" in line for line in verbose)
+    assert any("(cached)" in line for line in verbose)
     for cname in claims:
         assert any(f"] {cname}: " in line for line in verbose), cname
 

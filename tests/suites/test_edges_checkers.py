@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 import riemattn as ra
 from riemattn import testing as rt
-from riemattn.errors import ValidationError
 from riemattn.testing import strategies as rs
 
 from _edge_problems import attention
