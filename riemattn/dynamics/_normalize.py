@@ -133,7 +133,11 @@ def _sweeps(S, g, iters: int, tol: float, xp, numpy: bool):
     for done in range(1, iters + 1):
         f = -_lse(S + g, -1, xp)  # (..., l, h, 1): rows sum to 1
         logcol = _lse(S + f, -3, xp) + g  # log column sums of exp(S + f + g)
-        dev = np.abs(np.expm1(logcol)) if numpy else xp.abs(xp.expm1(logcol.detach()))
+        if numpy:  # a column sum beyond e^709 (beta ~ 1e300) is a deviation of inf: not converged yet
+            with np.errstate(over="ignore"):
+                dev = np.abs(np.expm1(logcol))
+        else:
+            dev = xp.abs(xp.expm1(logcol.detach()))
         err = float(dev.max()) if math.prod(dev.shape) else 0.0
         if err <= tol:
             return f, g, done, err

@@ -159,3 +159,18 @@ def test_positional_jacobian_falls_back_to_differences():
     a = ra.integrate(field, y, (0.0, 1.0), "rodas4", rtol=1e-8, atol=1e-10)
     b = ra.integrate(field, y, (0.0, 1.0), "dop853", rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(a.y[-1], b.y[-1], rtol=0, atol=1e-6)
+
+
+def test_alibi_slopes_at_the_float_limit_give_the_limit_without_warnings():
+    """m |i - j| overflows for m ~ 1e308: the bias is -inf off the diagonal (each token attends to
+    itself only), so f_i = y_i and F_i = y_i - (y_i . y_i) y_i, zero up to the rounding of the
+    product y_i . y_i (d + 1 roundings of a unit vector's entries); no RuntimeWarning escapes."""
+    import warnings
+
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=(5, 3))
+    y /= np.linalg.norm(y, axis=-1, keepdims=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        F = ra.AttentionField(np.eye(3), alibi=[1e308])(0.0, y)
+    assert np.max(np.abs(F)) <= (3 + 1) * np.finfo(float).eps

@@ -162,3 +162,19 @@ def test_sinkhorn_energy_decreases_along_a_trajectory():
 def test_sinkhorn_energy_rejects_nonsymmetric_p():
     with pytest.raises(ra.errors.ValidationError, match="symmetric"):
         sinkhorn_energy(np.eye(3)[:2], np.arange(9.0).reshape(3, 3))
+
+
+def test_sinkhorn_at_beta_near_the_float_limit_is_tangent_and_warning_free():
+    """beta = 1e300: column sums beyond e^709 make expm1 overflow in the convergence check (a
+    deviation of inf, i.e. not converged yet); no RuntimeWarning escapes and the field stays a
+    finite tangent field (y_i . F_i = 0 to rounding: |F_i| <= 2, so 4 eps per token)."""
+    import warnings
+
+    rng = np.random.default_rng(4)
+    y = rng.normal(size=(5, 3))
+    y /= np.linalg.norm(y, axis=-1, keepdims=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        F = ra.AttentionField(np.eye(3), beta=1e300, normalization="sinkhorn")(0.0, y)
+    assert np.all(np.isfinite(F))
+    assert np.max(np.abs(np.sum(y * F, axis=-1))) <= 4 * np.finfo(float).eps * 3
