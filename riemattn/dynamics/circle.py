@@ -219,7 +219,7 @@ class CircleField(_CheckedField):
         diagonal is minus the sum of the row's other entries (a common rotation of all angles leaves
         the field unchanged). Masked entries (k > i, causal) are 0. The Field state (..., n, 1) gives
         the Field Jacobian layout (..., n, 1, n, 1) (what :func:`riemattn.dynamics.jacobians.jacobian`
-        returns). Tensors in, a tensor out, as for :meth:`__call__`.
+        returns). Tensors in, a tensor out, as for the field's value ``field(t, theta)``.
         """
         like = theta
         theta = as_float_array(theta, "theta")
