@@ -39,6 +39,14 @@ Cases
     |y(T) - y_ref(T)| after renormalisation; reference SciPy DOP853 at 1e-13. Target 1e-8.
 (f) Thread efficiency: (b)'s problem at B = 1000 (quick: 200), compiled dopri5 at tol 1e-9, on 1 and
     on 2 threads (``numba.set_num_threads``), each in a fresh process: time on 1 / (2 x time on 2).
+(g) Ensembles of other shapes (``benchmarks/_shapes.py``): constant heads P_eta with entries
+    N(0, 1/d) (fixed seeds), beta = 1, U = I, "softmax", full mask, tokens on S^{d-1}, T = 20, for
+    (l, d, h) = (8, 4, 1), (16, 8, 2), (32, 8, 1), at B = 100 and 1000 (quick: 20 and 100): (b)'s
+    tools less the NumPy dop853 (compiled dopri5 / dop853, NumPy dopri5, diffrax Dopri5 under
+    ``jax.vmap`` on a JAX field asserted equal to riemattn's to 1e-12). Reference: SciPy DOP853 at
+    1e-13 on the flattened batch (a NumPy right-hand side), checked against per-trajectory solves
+    of 3 trajectories. Target 1e-8; summary lines against issue 42's >= 4x diffrax (every B) and
+    >= 3x the NumPy engine (B = 1000).
 
 Run (the bench venv: ``pip install -e ".[bench]"`` gives jax and diffrax; numbalsoda is in the
 ``bench-lsoda`` extra, which needs a Fortran compiler; see docs/performance.md)::
@@ -48,7 +56,7 @@ Run (the bench venv: ``pip install -e ".[bench]"`` gives jax and diffrax; numbal
     .venv-bench/bin/python benchmarks/compiled.py --only ab  # some cases
 
 Without jax/diffrax or numbalsoda their lines say "not installed". Prints a summary with the
-issue-37 ratios.
+issue-37 and issue-42 ratios.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import _shapes  # noqa: E402  (case (g)'s problems)
 import stiff  # noqa: E402  (references, cache, token draws shared with benchmarks/stiff.py)
 
 STIFF_TARGET, BATCH_TARGET = 1e-8, 5e-7
@@ -224,6 +233,8 @@ def runner(spec):
     ref = np.load(os.path.join(data, f"ref_{case}.npy"))
     if case.startswith("hemi"):
         field, y0, T = hemisphere_problem(int(case[4:]))
+    elif case.startswith("shape"):
+        field, y0, T = _shapes.problem(case)
     elif case.startswith("batch"):
         field, betas, y0, T = batch_problem(int(case[5:]), spec["quick"])
     elif case == "mid":
@@ -282,7 +293,9 @@ def runner(spec):
     elif tool == "diffrax Dopri5":
         import vs_diffrax
 
-        jax, jfield = vs_diffrax.jax_field()
+        # the field in JAX: the hemisphere's (b), or the shape's constant heads (g)
+        jax, jfield = vs_diffrax.jax_field() if case.startswith("hemi") else \
+            _shapes.jax_field(_shapes.heads(*_shapes.parse(case)[:3]))
         import diffrax
 
         def solve(y):
@@ -366,7 +379,8 @@ def report(title, best, base, target):
             print(f"    {tool:18s} --  (no run reached the target)")
             continue
         ratio = f"  {b['time'] / r['time']:7.2f}x faster than {base}" if b and tool != base else ""
-        print(f"    {tool:18s} {r['time']:9.4f} s  (tol {r['tol']:.0e}, error {r['err']:.2e}){ratio}")
+        print(f"    {tool:18s} {r['time']:9.4f} s  (tol {r['tol']:.0e}, error {r['err']:.2e}, steps "
+              f"{r.get('steps', '-')}){ratio}")
 
 
 def installed(module):
@@ -408,6 +422,21 @@ def case_a(data, quick, repeat, summary):
                                    f"{best[peer]['err']:.1e})")
 
 
+def ensemble(case, title, tools, data, quick, repeat):
+    """Sweep ``tools`` (and diffrax's Dopri5 when installed) over the explicit tolerance grid on the
+    ensemble ``case`` (its reference saved in ``data``), print the report; return (best per tool,
+    the fastest compiled run)."""
+    if installed("diffrax"):
+        tools = tools + ["diffrax Dopri5"]
+    else:
+        print("    diffrax: not installed, its lines skipped (pip install -e '.[bench]')")
+    best = {tool: sweep(case, tool, EXPLICIT_TOLS[::2] if quick else EXPLICIT_TOLS, STIFF_TARGET, data, quick,
+                        repeat) for tool in tools}
+    report(title, best, "numpy dopri5", STIFF_TARGET)
+    ours = [best[t] for t in best if t.startswith("compiled") and best[t]]
+    return best, (min(ours, key=lambda r: r["time"]) if ours else None)
+
+
 def case_b(data, quick, repeat, summary):
     import vs_diffrax
 
@@ -418,20 +447,52 @@ def case_b(data, quick, repeat, summary):
         ref = stiff.cached(f"hemi_ref_{B}", y0.tobytes(), lambda: vs_diffrax.reference(y0))
         np.save(os.path.join(data, f"ref_hemi{B}.npy"), ref)
         tools = ["compiled dopri5", "compiled dop853", "numpy dopri5", "numpy dop853"]
-        if installed("diffrax"):
-            tools.append("diffrax Dopri5")
-        best = {}
-        for tool in tools:
-            best[tool] = sweep(f"hemi{B}", tool, EXPLICIT_TOLS[::2] if quick else EXPLICIT_TOLS,
-                               STIFF_TARGET, data, quick, repeat)
-        report(f"hemisphere B = {B}", best, "numpy dopri5", STIFF_TARGET)
-        ours = [best[t] for t in best if t.startswith("compiled") and best[t]]
-        mine = min(ours, key=lambda r: r["time"]) if ours else None
+        best, mine = ensemble(f"hemi{B}", f"hemisphere B = {B}", tools, data, quick, repeat)
         if mine:
             for peer in ("diffrax Dopri5", "numpy dopri5", "numpy dop853"):
                 if best.get(peer):
                     summary.append(f"(b) hemisphere B = {B}: {mine['tool']} {best[peer]['time'] / mine['time']:.1f}x "
                                    f"faster than {peer} ({mine['time']:.4f} s vs {best[peer]['time']:.4f} s)")
+
+
+def case_g(data, quick, repeat, summary):
+    """Ensembles of other shapes: constant heads, softmax (benchmarks/_shapes.py); issue 42's targets
+    >= 4x diffrax at every B and >= 3x the NumPy engine at B = 1000."""
+    for l, d, h, T in _shapes.SHAPES:
+        for B in [20, 100] if quick else [100, 1000]:
+            case = _shapes.case_name(l, d, h, B)
+            title = f"{l} tokens on S^{d - 1}, {h} head{'s' if h > 1 else ''}, B = {B}"
+            print(f"\n== (g) {title}, T = {T:g} (constant heads, softmax) ==  load {load():.1f}", flush=True)
+            if installed("diffrax"):
+                print(f"    JAX field vs riemattn's field(t, y): max relative difference "
+                      f"{_shapes.check_jax(case):.1e} (asserted <= 1e-12)", flush=True)
+            field, y0, T = _shapes.problem(case)
+
+            def compute():
+                ref, gap = _shapes.reference(case)
+                print(f"    reference (SciPy DOP853 1e-13, flattened batch) vs per-trajectory solves of 3 "
+                      f"trajectories: max difference {gap:.1e}", flush=True)
+                assert gap <= 0.1 * STIFF_TARGET, "the batch reference is not 10x below the target"
+                return ref
+
+            key = y0.tobytes() + _shapes.heads(l, d, h).tobytes() + repr(T).encode()
+            np.save(os.path.join(data, f"ref_{case}.npy"), stiff.cached(f"{case}_ref", key, compute))
+            best, mine = ensemble(case, title, ["compiled dopri5", "compiled dop853", "numpy dopri5"],
+                                  data, quick, repeat)
+            if not mine:
+                continue
+            line = f"(g) {title}: {mine['tool']} {mine['time']:.4f} s (tol {mine['tol']:.0e}, error " \
+                   f"{mine['err']:.1e}, steps {mine.get('steps')})"
+            for peer, target in (("diffrax Dopri5", 4.0), ("numpy dopri5", 3.0 if B == 1000 else None)):
+                r = best.get(peer)
+                if r is None:
+                    line += f"; {peer}: not measured"
+                    continue
+                ratio = r["time"] / mine["time"]
+                goal = "" if target is None else f", target >= {target:g}x {'met' if ratio >= target else 'NOT met'}"
+                line += f"; {peer}/compiled {ratio:.2f} ({r['time']:.4f} s, steps {r.get('steps')}{goal})"
+            print(f"    {line[4:]}  load {load():.1f}", flush=True)
+            summary.append(line)
 
 
 def size_worker(spec):
@@ -579,7 +640,7 @@ def case_f(data, quick, repeat, summary):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller grids and sizes")
-    ap.add_argument("--only", default="abcdef", help="cases to run, e.g. ab")
+    ap.add_argument("--only", default="abcdefg", help="cases to run, e.g. ab")
     ap.add_argument("--repeat", type=int, default=3, help="timed calls per process (best kept)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--size-worker", help=argparse.SUPPRESS)
@@ -614,6 +675,8 @@ def main(argv=None):
         case_e(data, args.quick, args.repeat, summary)
     if "f" in args.only:
         case_f(data, args.quick, args.repeat, summary)
+    if "g" in args.only:
+        case_g(data, args.quick, args.repeat, summary)
     print("\nsummary (equal measured error; each tool in fresh processes, best of "
           f"{args.repeat} calls after a warm-up call):")
     for line in summary:
