@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the riemattn package
 #: them recompiles nothing; tests/solvers/test_compiled_user.py checks that every module with compiled code is here)
 PATTERNS = ("dynamics/kernels/*.py",
             *(f"solvers/compiled/{name}.py" for name in ("_adaptive", "_events", "_fixed", "_interp", "_kernel",
-                                                         "_rosenbrock", "_steps")))
+                                                         "_lanes", "_rosenbrock", "_steps")))
 
 
 @functools.lru_cache(maxsize=8)

@@ -38,8 +38,9 @@ def _preference() -> str:
 _READY: dict = {}
 
 
-def ready(adaptive: bool) -> bool:
-    """Whether the compiled code a call would use (the field kernel and the loop) is compiled in this
+def ready(adaptive) -> bool:
+    """Whether the compiled code a call would use (the field kernel and the loop: ``adaptive`` True,
+    False, or ``"lanes"`` for the ensembles' lane loop) is compiled in this
     process, or in numba's on-disk cache for this CPU, completely written (loading it takes a
     fraction of a second; compiling it, about a minute). A cache built for another CPU
     (``NUMBA_CPU_NAME``, a shared home, a container image) does not count."""
@@ -53,7 +54,9 @@ def ready(adaptive: bool) -> bool:
         from ...dynamics.kernels._kernel_cache import cached_for_this_cpu
         from . import _kernel
 
-        if adaptive:
+        if adaptive == "lanes":
+            from ._lanes import solve_lanes as loop
+        elif adaptive:
             from ._adaptive import solve_rows as loop
         else:
             from ._fixed import fixed_rows as loop
@@ -90,6 +93,10 @@ def _written(dispatcher) -> bool:
 #: at B = 10 and 100). And once a batch's attention matrices, B h l^2 numbers, pass 2e6 (16 MB),
 #: the NumPy engine's arrays leave the cache: compiled 1.4x faster at 100 trajectories of 200 x 2
 #: (the NumPy engine 1.3x faster at 10).
+#: Where dopri5 runs eight trajectories at a time (``_engine.lanes_apply``: small tokens, a batch of
+#: at least 8 per thread), "auto" takes the compiled engine whatever the work: measured faster than
+#: the NumPy engine in every such cell (B = 16 to 1000; 10 x 3: 2.6--7.5x, 32 x 8: 1.6--2.4x,
+#: 200 x 2: 1.3--2.6x; docs/performance.md), the rule below deciding for the other calls.
 EXPLICIT_WORK, TIMED_WORK = 1.0e5, 4.0e5
 WIDE_D, WIDE_WORK_ONE, WIDE_WORK_BATCH = 8, 3.0e5, 6.0e5
 SCORES_OUT_OF_CACHE = 2.0e6
@@ -179,16 +186,21 @@ def dispatch(engine, field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat
         if engine == "compiled":
             raise UnsupportedByEngine(_refusal(why))
         return None
+    lanes = _engine.lanes_apply(step, pack, y0, saveat, events)
     if engine == "auto" and preference != "compiled":
-        if not pays(pack, step, math.prod(y0.shape[:-2])):
-            return None
-        if not ready(step.adaptive):  # it would pay: compile it in another process for the calls to come
-            from ._warmup import start_background
+        from ._warmup import start_background
 
+        if lanes and not ready("lanes"):  # compile it in another process; meanwhile, as without lanes
+            start_background(True)
+            lanes = False
+        if not lanes and not pays(pack, step, math.prod(y0.shape[:-2])):
+            return None
+        if not lanes and not ready(step.adaptive):  # it would pay: compile it for the calls to come
             start_background(step.adaptive)
             return None
     sol = _engine.run(field, step, y0, t0, t1, dt=dt, rtol=rtol, atol=atol, first_step=first_step,
-                      saveat=saveat, max_steps=max_steps, events=events or (), event_tol=event_tol, pack=pack)
+                      saveat=saveat, max_steps=max_steps, events=events or (), event_tol=event_tol, pack=pack,
+                      lanes=lanes)
     if raise_on_failure and not sol.success:
         raise IntegrationError(sol.message)
     return sol

@@ -121,9 +121,22 @@ def _loop_task(stepper, **kw):
     return task
 
 
+def _lanes_task():
+    """An ensemble large enough for the lane loop (riemattn.solvers.compiled._lanes) on this machine."""
+    import numpy as np
+
+    from ..core.integrate import integrate
+    from ._engine import LANES_MIN_PER_THREAD
+    from ._threads import threads
+
+    field, y = _tiny()
+    batch = np.broadcast_to(y, (LANES_MIN_PER_THREAD * threads(),) + y.shape).copy()
+    integrate(field, batch, (0.0, 0.1), "dopri5", engine="compiled", saveat=[0.1])
+
+
 #: what :func:`warmup` compiles, in order: (name, function)
 TASKS = (("field kernels", _kernels_task), ("fixed-step loop", _loop_task("rk4", dt=0.05)),
-         ("adaptive loop", _loop_task("dopri5")))
+         ("adaptive loop", _loop_task("dopri5")), ("ensemble loop", _lanes_task))
 
 
 def warmup(progress=None) -> dict:
@@ -142,7 +155,8 @@ def warmup(progress=None) -> dict:
     Returns
     -------
     dict
-        Seconds per part (``"field kernels"``, ``"fixed-step loop"``, ``"adaptive loop"``; a part
+        Seconds per part (``"field kernels"``, ``"fixed-step loop"``, ``"adaptive loop"``,
+        ``"ensemble loop"``: dopri5 on eight trajectories at a time; a part
         loaded from the cache takes a fraction of a second) and ``"total"``; ``"cached"``: whether
         the code is cached on disk for later processes (False: no writable cache directory).
 
@@ -212,12 +226,12 @@ def start_background(adaptive: bool = True) -> bool:
 
 
 def _main(first: str = "adaptive") -> None:
-    """The background process: compile (the kernels, the ``first`` loop, the other loop) unless
+    """The background process: compile (the kernels, the ``first`` loop, the others) unless
     another process is compiling; each loop is usable by other processes as soon as it is written."""
     with contextlib.suppress(OSError):
         os.nice(5)
-    kernels, fixed, adaptive = TASKS
-    order = (kernels, adaptive, fixed) if first == "adaptive" else (kernels, fixed, adaptive)
+    kernels, fixed, adaptive, lanes = TASKS
+    order = (kernels, adaptive, lanes, fixed) if first == "adaptive" else (kernels, fixed, adaptive, lanes)
     with locked(block=False) as held:
         if held:
             for _, task in order:
