@@ -99,31 +99,22 @@ def v_copy(typingctx, D, r, A, ra):
     return types.void(D, r, A, ra), codegen
 
 
-@intrinsic
-def v_add(typingctx, D, r, A, ra):
-    """D[r:r+8] = D[r:r+8] + A[ra:ra+8]."""
-    def codegen(context, builder, sig, args):
-        d, a = (_load(context, builder, sig.args[k], args[k], args[k + 1]) for k in (0, 2))
-        _store(context, builder, sig.args[0], args[0], args[1], builder.fadd(d, a))
-    return types.void(D, r, A, ra), codegen
+def _inplace(name, op, doc):
+    """The intrinsic ``name(D, r, A, ra)``: D[r:r+8] = D[r:r+8] op A[ra:ra+8] (op an IR builder method)."""
+    def impl(typingctx, D, r, A, ra):
+        def codegen(context, builder, sig, args):
+            d, a = (_load(context, builder, sig.args[k], args[k], args[k + 1]) for k in (0, 2))
+            _store(context, builder, sig.args[0], args[0], args[1], getattr(builder, op)(d, a))
+        return types.void(D, r, A, ra), codegen
+
+    impl.__name__ = impl.__qualname__ = name
+    impl.__doc__ = doc
+    return intrinsic(impl)
 
 
-@intrinsic
-def v_sub(typingctx, D, r, A, ra):
-    """D[r:r+8] = D[r:r+8] - A[ra:ra+8]."""
-    def codegen(context, builder, sig, args):
-        d, a = (_load(context, builder, sig.args[k], args[k], args[k + 1]) for k in (0, 2))
-        _store(context, builder, sig.args[0], args[0], args[1], builder.fsub(d, a))
-    return types.void(D, r, A, ra), codegen
-
-
-@intrinsic
-def v_mul(typingctx, D, r, A, ra):
-    """D[r:r+8] = D[r:r+8] * A[ra:ra+8]."""
-    def codegen(context, builder, sig, args):
-        d, a = (_load(context, builder, sig.args[k], args[k], args[k + 1]) for k in (0, 2))
-        _store(context, builder, sig.args[0], args[0], args[1], builder.fmul(d, a))
-    return types.void(D, r, A, ra), codegen
+v_add = _inplace("v_add", "fadd", "D[r:r+8] = D[r:r+8] + A[ra:ra+8].")
+v_sub = _inplace("v_sub", "fsub", "D[r:r+8] = D[r:r+8] - A[ra:ra+8].")
+v_mul = _inplace("v_mul", "fmul", "D[r:r+8] = D[r:r+8] * A[ra:ra+8].")
 
 
 @intrinsic

@@ -25,7 +25,7 @@ from ...dynamics.kernels._kernel_simd import (LANES, v_add, v_axpy, v_copy, v_di
 from ._adaptive import MAX_STEPS, NON_FINITE, REACHED, RUNNING, UNDERFLOW, initial_step
 from ._interp import interp
 from ._kernel import RHS
-from ._steps import rms_norm
+from ._steps import _last_nonzero, rms_norm
 
 _JIT = dict(error_model="numpy")
 
@@ -40,15 +40,6 @@ def _combine(coef, m, K, n, out):
         c = coef[j]
         for e in range(n):
             v_axpy(out, e * W, c, K, (j * n + e) * W)
-
-
-@njit(**_JIT)
-def _last_nonzero(row, n):
-    m = 0
-    for j in range(n):
-        if row[j] != 0.0:
-            m = j + 1
-    return m
 
 
 @njit(**_JIT)
