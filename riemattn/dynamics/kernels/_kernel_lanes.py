@@ -50,7 +50,8 @@ def lanes_supported(ints) -> bool:
     return bool(int(ints[KIND]) == KIND_ATTENTION and int(ints[PLACEMENT]) == PL_POST
                 and int(ints[MANIFOLD]) == MAN_SPHERE and int(ints[W_OFF]) < 0
                 and int(ints[MASK]) == MASK_FULL and int(ints[NORM]) != NORM_MEAN
-                and int(ints[RESCALED]) == 0 and int(ints[U_KIND]) == SRC_IDENTITY)
+                and int(ints[RESCALED]) == 0 and int(ints[U_KIND]) == SRC_IDENTITY
+                and int(ints[H]) == max(int(ints[P_HEADS]), 1))  # (U = I: the heads are P's)
 
 
 def lanes_work(ints) -> tuple[int, int]:
@@ -130,9 +131,8 @@ def lanes_rhs(t, X, rows, ints, floats, per, wk, wp, out):
                 wk[(oPl + m) * W + w] = wp[w * hp * dd + m]
     for m in range(of, of + l * d):
         v_fill(wk, m * W, 0.0)
-    for e in range(h):
-        if e == 0 or hp > 1:  # (one P shared by the heads: the same attention and update)
-            _head(X, wk, oPl + e * dd, pk, oq, oA, ofh, om, orlo, olo, ofast, ocP, l, d, s)
+    for e in range(h):  # (U = I: the heads are P's, h = hp)
+        _head(X, wk, oPl + e * dd, pk, oq, oA, ofh, om, orlo, olo, ofast, ocP, l, d, s)
         for m in range(l * d):
             v_add(wk, (of + m) * W, wk, (ofh + m) * W)
     for i in range(l):  # F_i = f_i - (y_i . f_i) y_i

@@ -10,7 +10,6 @@ depend on the number of threads).
 
 from __future__ import annotations
 
-import math
 
 from ...dynamics.kernels._kernel_cache import njit
 import numpy as np
@@ -19,7 +18,7 @@ from ._events import check_events, start_events
 from ._interp import interp
 from ._kernel import RHS
 from ._rosenbrock import explicit_signal, ros_step, stiff_signal
-from ._steps import dop853_extra, dop853_norm, fsal_next, normalize, rk_step, rms_norm
+from ._steps import dop853_extra, fsal_next, next_h, normalize, rk_step, rms_norm, step_error
 
 _JIT = dict(error_model="numpy")
 
@@ -77,10 +76,7 @@ def solve_rows(fn, m, Y, start, stride, flat, autonomous, diff, dt_factor, t0, t
     kind = m.ints[0]
     s = max(m.ints[1], 1)
     fsal = m.ints[4] != 0
-    k = m.ints[3]
-    pi_beta, safety, facmin, facmax = m.ctrl[0], m.ctrl[1], m.ctrl[2], m.ctrl[3]
-    last_rtol, under_rtol, err_floor = m.ctrl[4], m.ctrl[5], m.ctrl[6]
-    alpha = 1.0 / k - 0.75 * pi_beta
+    last_rtol, under_rtol = m.ctrl[4], m.ctrl[5]  # (the controller's constants: _steps.next_h)
     work = np.empty(max(work_len, 1))
     K = np.zeros((s, l, d))
     Kx = np.zeros((16 if kind == DOP853 else 1, l, d))
@@ -184,21 +180,7 @@ def solve_rows(fn, m, Y, start, stride, flat, autonomous, diff, dt_factor, t0, t
                 nfev += ros_step(fn, m, flat, autonomous, diff, dt_factor, t, y, h_try, k1, has_k1, b, ints, floats,
                                  per, work, J, M, piv, Us, Ft, F0, x, X, r, x1, y_new, r_new, err, k_next)
                 signal = stiff_signal(m, h_try, J) if kind == AUTO else 0.0
-            for i in range(l):
-                for a in range(d):
-                    scale[i, a] = atol + rtol * max(abs(y[i, a]), abs(y_new[i, a]))
-            if kind == DOP853:
-                e = dop853_norm(err, e3, scale)
-            else:
-                e = rms_norm(err, scale)
-            finite = math.isfinite(e)
-            if finite:
-                for i in range(l):
-                    for a in range(d):
-                        if not math.isfinite(y_new[i, a]):
-                            finite = False
-            if not finite:
-                e = np.inf
+            e, finite = step_error(err, e3, y, y_new, atol, rtol, kind == DOP853, scale)
             accept = e <= 1.0
             t_new = t1 if last else t + h_try
             if kind == AUTO:  # the switching rule of riemattn.solvers.auto, on every attempted step
@@ -235,18 +217,7 @@ def solve_rows(fn, m, Y, start, stride, flat, autonomous, diff, dt_factor, t0, t
                         srow[nxt, :, :] = u
                     nxt += 1
             # ---- step-size update (the PI controller of riemattn.solvers.core._loops.run_adaptive)
-            if accept:
-                if e > 0:
-                    grow = safety * e ** (-alpha) * err_prev ** pi_beta
-                else:
-                    grow = facmax
-                grow = max(grow, facmin)
-                grow = min(grow, 1.0) if rejected_prev else min(grow, facmax)
-                h = (max(h, h_try) if last else h_try) * grow
-                err_prev = max(e, err_floor)
-            else:
-                shrink = max(safety * e ** (-1.0 / k), facmin) if (finite and e > 1.0) else facmin
-                h = h_try * shrink
+            h, err_prev = next_h(m, accept, e, finite, h, h_try, last, err_prev, rejected_prev)
             rejected_prev = not accept
             nonfinite_prev = not finite
             if accept:

@@ -161,12 +161,12 @@ def _capacity(B, l, d):
 
 
 def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_steps, events, event_tol, pack,
-        lanes=True):
+        lanes=False):
     """Integrate on the compiled engine (every argument already validated by integrate). Ctrl-C
     (KeyboardInterrupt, or another exception of a signal handler) stops every trajectory before
     its next step and is raised again with the result so far as its ``trajectory`` attribute.
-    ``lanes``: ensembles where :func:`lanes_apply` holds run eight trajectories at a time (the
-    same bits; False: one at a time)."""
+    ``lanes``: run eight trajectories at a time (the same bits; the caller decides, with
+    :func:`lanes_apply`); False: one at a time."""
     from ..core._loops import message
     from ..core._trajectory import PerTrajectory, Trajectory  # not integrate: it imports us
 
@@ -193,7 +193,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
                np.full(B, np.nan), None)
     else:
         def solve(Y, per, ev, batch):
-            if step.adaptive and lanes and ev.n == 0 and lanes_apply(step, pack, Y, saveat, events):
+            if lanes:
                 return _run_lanes(meth, Y, t0, t1, rtol, atol, first_step, saveat, max_steps, ints, floats, per,
                                   pack.work, halt)
             if step.adaptive:

@@ -14,7 +14,6 @@ trajectory, and the dense output at a ``saveat`` time inside a step.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from ...dynamics.kernels._kernel_simd import (LANES, v_add, v_axpy, v_copy, v_di
 from ._adaptive import MAX_STEPS, NON_FINITE, REACHED, RUNNING, UNDERFLOW, initial_step
 from ._interp import interp
 from ._kernel import RHS
-from ._steps import _last_nonzero, rms_norm
+from ._steps import _last_nonzero, next_h, step_error
 
 _JIT = dict(error_model="numpy")
 
@@ -84,10 +83,7 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
     n = l * d
     s = m.ints[1]
     fsal = m.ints[4] != 0
-    k = m.ints[3]
-    pi_beta, safety, facmin, facmax = m.ctrl[0], m.ctrl[1], m.ctrl[2], m.ctrl[3]
-    last_rtol, under_rtol, err_floor = m.ctrl[4], m.ctrl[5], m.ctrl[6]
-    alpha = 1.0 / k - 0.75 * pi_beta
+    last_rtol, under_rtol = m.ctrl[4], m.ctrl[5]  # (the controller's constants: _steps.next_h)
     n_save = saveat.shape[0]
     # the per-trajectory code's buffers (start of a trajectory, dense output)
     work = np.empty(max(work_len, 1))
@@ -217,18 +213,7 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
             _lane_out(y, w, ys)
             _lane_out(y_new, w, ynew_s)
             _lane_out(err, w, errs)
-            for i in range(l):
-                for a in range(d):
-                    scale[i, a] = atol + rtol * max(abs(ys[i, a]), abs(ynew_s[i, a]))
-            e = rms_norm(errs, scale)
-            finite = math.isfinite(e)
-            if finite:
-                for i in range(l):
-                    for a in range(d):
-                        if not math.isfinite(ynew_s[i, a]):
-                            finite = False
-            if not finite:
-                e = np.inf
+            e, finite = step_error(errs, errs, ys, ynew_s, atol, rtol, False, scale)
             accept = e <= 1.0
             ht, tw = h_try[w], t[w]
             t_new = t1 if last[w] else tw + ht
@@ -253,17 +238,7 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
                                           knext_s, prep, b, ints, floats, per, work, xs, Xs, rs, K2, r2, e2, theta, u)
                         saved[nxt[w], b, :, :] = u
                     nxt[w] += 1
-                if e > 0:
-                    grow = safety * e ** (-alpha) * err_prev[w] ** pi_beta
-                else:
-                    grow = facmax
-                grow = max(grow, facmin)
-                grow = min(grow, 1.0) if rej_prev[w] else min(grow, facmax)
-                h[w] = (max(h[w], ht) if last[w] else ht) * grow
-                err_prev[w] = max(e, err_floor)
-            else:
-                shrink = max(safety * e ** (-1.0 / k), facmin) if (finite and e > 1.0) else facmin
-                h[w] = ht * shrink
+            h[w], err_prev[w] = next_h(m, accept, e, finite, h[w], ht, last[w], err_prev[w], rej_prev[w])
             rej_prev[w] = not accept
             nonfin_prev[w] = not finite
             if accept:

@@ -196,6 +196,43 @@ def dop853_norm(e5, e3, scale):
 
 
 @njit(**_JIT)
+def step_error(err, e3, y, y_new, atol, rtol, dop853, scale):
+    """(e, finite): the step's scaled error norm (RMS of ``err``, or DOP853's with ``e3``) against
+    ``scale = atol + rtol max(|y|, |y_new|)`` (written into ``scale``), inf where it or a value of
+    ``y_new`` is not finite (riemattn.solvers.core._loops.run_adaptive)."""
+    l, d = y.shape
+    for i in range(l):
+        for a in range(d):
+            scale[i, a] = atol + rtol * max(abs(y[i, a]), abs(y_new[i, a]))
+    e = dop853_norm(err, e3, scale) if dop853 else rms_norm(err, scale)
+    finite = math.isfinite(e)
+    if finite:
+        for i in range(l):
+            for a in range(d):
+                if not math.isfinite(y_new[i, a]):
+                    finite = False
+    return (e if finite else np.inf), finite
+
+
+@njit(**_JIT)
+def next_h(m, accept, e, finite, h, h_try, last, err_prev, rejected_prev):
+    """(h, err_prev) after an attempted step: the PI controller of
+    riemattn.solvers.core._loops.run_adaptive (constants from the method record ``m``)."""
+    k = m.ints[3]
+    pi_beta, safety, facmin, facmax, err_floor = m.ctrl[0], m.ctrl[1], m.ctrl[2], m.ctrl[3], m.ctrl[6]
+    if accept:
+        if e > 0:
+            grow = safety * e ** (-(1.0 / k - 0.75 * pi_beta)) * err_prev ** pi_beta
+        else:
+            grow = facmax
+        grow = max(grow, facmin)
+        grow = min(grow, 1.0) if rejected_prev else min(grow, facmax)
+        return (max(h, h_try) if last else h_try) * grow, max(e, err_floor)
+    shrink = max(safety * e ** (-1.0 / k), facmin) if (finite and e > 1.0) else facmin
+    return h_try * shrink, err_prev
+
+
+@njit(**_JIT)
 def dopri5_dense(m, flat, y, h, K, theta, ints, floats, x, out):
     """Shampine's continuous extension of DOPRI5 at theta, retracted."""
     l, d = y.shape
