@@ -25,7 +25,7 @@ from riemattn.dynamics import kernels as kk
 from riemattn.dynamics.kernels._kernel_lanes import lanes_rhs, lanes_supported, lanes_work
 from riemattn.dynamics.kernels._kernel_simd import LANES
 from riemattn.dynamics.schedules import PiecewiseConstantHeads, TimeVaryingHeads
-from riemattn.solvers.compiled import _engine
+from riemattn.solvers.compiled import _engine, _tables
 from riemattn.solvers.compiled._threads import threads
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_lane_kernel_is_the_per_trajectory_kernel_bit_for_bit(name, make, l, d):
     assert np.array_equal(got, want, equal_nan=True)
 
 
-def _solve(monkeypatch, lanes, field, y0, T, **kw):
+def _solve(monkeypatch, lanes, field, y0, T, stepper="dopri5", **kw):
     """integrate on the compiled engine, the lane path forced on or off; asserts which one ran."""
     calls = []
     real = _engine._run_lanes
@@ -99,7 +99,7 @@ def _solve(monkeypatch, lanes, field, y0, T, **kw):
 
     monkeypatch.setattr(_engine, "_run_lanes", spy)
     monkeypatch.setattr(_engine, "LANES_MIN_PER_THREAD", 0 if lanes else 10**9)
-    sol = ra.integrate(field, y0, (0.0, T), "dopri5", engine="compiled", **kw)
+    sol = ra.integrate(field, y0, (0.0, T), stepper, engine="compiled", **kw)
     assert sol.engine == "compiled" and bool(calls) == lanes
     return sol
 
@@ -113,26 +113,28 @@ def _same(a, b):
     assert a.success == b.success and a.message == b.message
 
 
+@pytest.mark.parametrize("stepper", _engine.LANE_STEPPERS)
 @pytest.mark.parametrize("B", [3, 2 * LANES + 5])
 @pytest.mark.parametrize("name,make,l,d", FORMS, ids=[f[0] for f in FORMS])
-def test_lanes_give_the_per_trajectory_loop_bits(monkeypatch, name, make, l, d, B):
+def test_lanes_give_the_per_trajectory_loop_bits(monkeypatch, name, make, l, d, B, stepper):
     """A batch not a multiple of 8 (lanes refill and run empty), interior save times (the
     per-trajectory dense output inside a step), a step size given for some rows and not others."""
     rng = np.random.default_rng(11)
     field = make(rng, B)
     y0 = _tokens(rng, (B, l, d))
     assert _eligible(field, y0.shape), name
-    kw = dict(rtol=1e-7, atol=1e-7, saveat=[0.0, 0.37, 1.2, 2.5])
+    kw = dict(rtol=1e-7, atol=1e-7, saveat=[0.0, 0.37, 1.2, 2.5], stepper=stepper)
     _same(_solve(monkeypatch, True, field, y0, 2.5, **kw), _solve(monkeypatch, False, field, y0, 2.5, **kw))
 
 
-def test_lanes_stop_as_the_loop_does(monkeypatch):
+@pytest.mark.parametrize("stepper", _engine.LANE_STEPPERS)
+def test_lanes_stop_as_the_loop_does(monkeypatch, stepper):
     """max_steps reached by some rows (status MAX_STEPS), an empty interval and huge beta (overflow:
     the NumPy field's error, as on the per-trajectory loop)."""
     rng = np.random.default_rng(3)
     field = ra.AttentionField(rng.normal(size=(3, 3)), beta=4.0)
     y0 = _tokens(rng, (2 * LANES + 1, 6, 3))
-    kw = dict(rtol=1e-10, atol=1e-10, saveat=[0.0, 5.0], max_steps=25)
+    kw = dict(rtol=1e-10, atol=1e-10, saveat=[0.0, 5.0], max_steps=25, stepper=stepper)
     a, b = _solve(monkeypatch, True, field, y0, 5.0, **kw), _solve(monkeypatch, False, field, y0, 5.0, **kw)
     _same(a, b)
     assert not a.success and "max_steps" in a.message
@@ -142,13 +144,14 @@ def test_lanes_stop_as_the_loop_does(monkeypatch):
     errors = []
     for lanes in (True, False):
         with pytest.raises(ra.ValidationError) as exc:
-            _solve(monkeypatch, lanes, huge, y0, 1.0, saveat=[1.0])
+            _solve(monkeypatch, lanes, huge, y0, 1.0, stepper, saveat=[1.0])
         errors.append(str(exc.value))
     assert errors[0] == errors[1] and "beta" in errors[0]
 
 
 def test_the_lane_path_is_taken_where_it_applies(monkeypatch):
-    """dopri5 on a lane form with at least LANES_MIN_PER_THREAD trajectories per thread, saveat
+    """A stepper of LANE_STEPPERS (every other stepper the compiled engine runs stays on the
+    per-trajectory loop) on a lane form with at least LANES_MIN_PER_THREAD trajectories per thread, saveat
     given, no events, tokens small enough (LANES_MAX_SIZE numbers, or LANES_ANY_L_D components);
     everything else stays on the per-trajectory loop."""
     calls = []
@@ -167,8 +170,9 @@ def test_the_lane_path_is_taken_where_it_applies(monkeypatch):
 
     assert runs(ok, y0)
     assert not runs(ok, y0[:-1])  # fewer trajectories than lanes per thread
-    assert not runs(ok, y0, "dop853")
-    assert not runs(ok, y0, "rk4", dt=0.1)
+    for name, (cls, _kind) in _tables.SUPPORTED.items():
+        kw = {} if cls.adaptive else dict(dt=0.1)
+        assert runs(ok, y0, name, **kw) == (name in _engine.LANE_STEPPERS), name
     assert not runs(ra.AttentionField(np.eye(3), mask="causal"), y0)
     assert not runs(ra.usa(2.0, 3), y0)  # "mean" rows
     assert not runs(ra.AttentionField(np.eye(3), U=2 * np.eye(3)), y0)

@@ -41,7 +41,8 @@ from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, KIND, KIND_ATTENTION, L, 
                              PLACEMENT, RESCALED, SRC_CONST, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, U_KIND,
                              W_OFF, LOC_FLOATS)
 from ._kernel_rows import EXP_FAST_MAX, EXP_LANES, EXP_VECTOR_MIN
-from ._kernel_simd import LANES, v_add, v_axpy, v_exp_poly, v_fill, v_maxmin, v_mul, v_muladd, v_sub, v_submul
+from ._kernel_simd import (LANES, v_add, v_axpy, v_dots1, v_dots4, v_exp_poly, v_exp_run, v_fill, v_mul, v_muladd,
+                           v_rowmaxmin, v_rowsum, v_sub, v_submul)
 
 
 
@@ -87,13 +88,14 @@ def _exp_lanes(A, oA, n, fast, tmp):
     every = True
     for w in range(W):
         every = every and A[fast * W + w] != 0.0
-    for m in range(oA, oA + nv):
-        if not every:  # (a lane with a score below -708 or NaN: math.exp there)
+    if every:
+        v_exp_run(A, oA * W, nv)
+    else:
+        for m in range(oA, oA + nv):  # (a lane with a score below -708 or NaN: math.exp there)
             for w in range(W):
                 if A[fast * W + w] == 0.0:
                     A[tmp * W + w] = math.exp(A[m * W + w])
-        v_exp_poly(A, m * W)
-        if not every:
+            v_exp_poly(A, m * W)
             for w in range(W):
                 if A[fast * W + w] == 0.0:
                     A[m * W + w] = A[tmp * W + w]
@@ -177,21 +179,16 @@ def _head(X, wk, oP, pk, oq, oA, ofh, om, orlo, olo, ofast, ocP, l, d, s):
             for c in range(d):
                 v_muladd(wk, (oq + i * d + c) * W, wk, ocP * W, X, (i * d + c) * W)
             continue
-        for a in range(d):
-            for c in range(d):
-                v_muladd(wk, (oq + i * d + c) * W, wk, (oP + a * d + c) * W, X, (i * d + a) * W)
+        _dots(wk, (oq + i * d) * W, W, X, (i * d) * W, W, wk, oP * W, W, d * W, d, d)
     for m in range(oA, oA + l * l):  # scores q_i . y_j, summed over c in order
         v_fill(wk, m * W, 0.0)
     for i in range(l):
-        for c in range(d):
-            for j in range(l):
-                v_muladd(wk, (oA + i * l + j) * W, wk, (oq + i * d + c) * W, X, (j * d + c) * W)
+        _dots(wk, (oA + i * l) * W, W, wk, (oq + i * d) * W, W, X, 0 * W, d * W, W, d, l)
     v_fill(wk, olo * W, math.inf)
     for i in range(l):  # each row shifted by its maximum (NaN stays the maximum once met)
         v_fill(wk, om * W, -math.inf)
         v_fill(wk, orlo * W, math.inf)
-        for j in range(l):
-            v_maxmin(wk, (oA + i * l + j) * W, wk, om * W, wk, orlo * W)
+        v_rowmaxmin(wk, (oA + i * l) * W, W, l, wk, om * W, wk, orlo * W)
         for j in range(l):
             v_sub(wk, (oA + i * l + j) * W, wk, om * W)
         for w in range(W):
@@ -203,8 +200,7 @@ def _head(X, wk, oP, pk, oq, oA, ofh, om, orlo, olo, ofast, ocP, l, d, s):
     _exp_lanes(wk, oA, l * l, ofast, orlo)
     for i in range(l):  # rows divided by s times their sum (summed in order)
         v_fill(wk, om * W, 0.0)
-        for j in range(l):
-            v_add(wk, om * W, wk, (oA + i * l + j) * W)
+        v_rowsum(wk, om * W, wk, (oA + i * l) * W, W, l)
         for w in range(W):
             wk[om * W + w] = 1.0 / (s * wk[om * W + w])
         for j in range(l):
@@ -212,6 +208,17 @@ def _head(X, wk, oP, pk, oq, oA, ofh, om, orlo, olo, ofast, ocP, l, d, s):
     for m in range(ofh, ofh + l * d):  # fh_i = sum_j alpha_ij y_j, summed over j in order
         v_fill(wk, m * W, 0.0)
     for i in range(l):
-        for j in range(l):
-            for a in range(d):
-                v_muladd(wk, (ofh + i * d + a) * W, wk, (oA + i * l + j) * W, X, (j * d + a) * W)
+        _dots(wk, (ofh + i * d) * W, W, wk, (oA + i * l) * W, W, X, 0 * W, W, d * W, l, d)
+
+
+@jit
+def _dots(D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n, count):
+    """For k < count: D[rd + k dj] += sum_{c < n} A[ra + c ac] Bm[rb + k bj + c bc] (vectors of
+    LANES; each sum in the order of c), four k at a time with the sums in registers."""
+    k = 0
+    while k + 4 <= count:
+        v_dots4(D, rd + k * dj, dj, A, ra, ac, Bm, rb + k * bj, bj, bc, n)
+        k += 4
+    while k < count:
+        v_dots1(D, rd + k * dj, dj, A, ra, ac, Bm, rb + k * bj, bj, bc, n)
+        k += 1

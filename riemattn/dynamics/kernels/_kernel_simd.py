@@ -53,6 +53,43 @@ def v_muladd(typingctx, D, r, A, ra, B, rb):
     return types.void(D, r, A, ra, B, rb), codegen
 
 
+def _dots(J):
+    """The intrinsic ``v_dots{J}(D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n)``: for j < J,
+    D[rd + j dj : +8] += sum_{c < n} A[ra + c ac : +8] * Bm[rb + j bj + c bc : +8], each sum adding
+    its terms in the order c = 0, 1, ... to D's value (the bits of n ``v_muladd`` calls per j). The J
+    sums are carried in registers through one loop over c (a ``v_muladd`` reads and writes its
+    accumulator in memory on every term), and A's vector is loaded once for the J of them."""
+    def impl(typingctx, D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n):
+        def codegen(context, builder, sig, args):
+            d_, rd_, dj_, a_, ra_, ac_, b_, rb_, bj_, bc_, n_ = args
+            ty = sig.args
+            accs = []
+            for j in range(J):
+                slot = cgutils.alloca_once(builder, _VEC)
+                off = builder.add(rd_, builder.mul(dj_, ir.Constant(_I64, j)))
+                builder.store(_load(context, builder, ty[0], d_, off), slot)
+                accs.append(slot)
+            with cgutils.for_range(builder, n_) as loop:
+                c = loop.index
+                a = _load(context, builder, ty[3], a_, builder.add(ra_, builder.mul(c, ac_)))
+                base = builder.add(rb_, builder.mul(c, bc_))
+                for j in range(J):
+                    b = _load(context, builder, ty[6], b_, builder.add(base, builder.mul(bj_, ir.Constant(_I64, j))))
+                    builder.store(builder.fadd(builder.load(accs[j]), builder.fmul(a, b)), accs[j])
+            for j in range(J):
+                off = builder.add(rd_, builder.mul(dj_, ir.Constant(_I64, j)))
+                _store(context, builder, ty[0], d_, off, builder.load(accs[j]))
+        return types.void(D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n), codegen
+
+    impl.__name__ = impl.__qualname__ = f"v_dots{J}"
+    return intrinsic(impl)
+
+
+#: J sums of n products each, carried in registers (see :func:`_dots`)
+v_dots4 = _dots(4)
+v_dots1 = _dots(1)
+
+
 @intrinsic
 def v_submul(typingctx, D, r, F, rf, C, rc, Y, ry):
     """D[r:r+8] = F[rf:rf+8] - C[rc:rc+8] * Y[ry:ry+8]."""
@@ -138,29 +175,101 @@ def v_maxmin(typingctx, A, ra, M, rm, N, rn):
 
 
 @intrinsic
+def v_rowmaxmin(typingctx, A, ra, ac, n, M, rm, N, rn):
+    """``v_maxmin`` over c = 0..n-1 of A[ra + c ac : +8] in that order, M and N carried in registers."""
+    def codegen(context, builder, sig, args):
+        a_, ra_, ac_, n_, m_, rm_, nn_, rn_ = args
+        ty = sig.args
+        mx, mn = cgutils.alloca_once(builder, _VEC), cgutils.alloca_once(builder, _VEC)
+        builder.store(_load(context, builder, ty[4], m_, rm_), mx)
+        builder.store(_load(context, builder, ty[6], nn_, rn_), mn)
+        with cgutils.for_range(builder, n_) as loop:
+            acc = _load(context, builder, ty[0], a_, builder.add(ra_, builder.mul(loop.index, ac_)))
+            m, n = builder.load(mx), builder.load(mn)
+            up = builder.or_(builder.fcmp_ordered(">", acc, m), builder.fcmp_unordered("uno", acc, acc))
+            builder.store(builder.select(up, acc, m), mx)
+            builder.store(builder.select(builder.fcmp_ordered("<", acc, n), acc, n), mn)
+        _store(context, builder, ty[4], m_, rm_, builder.load(mx))
+        _store(context, builder, ty[6], nn_, rn_, builder.load(mn))
+    return types.void(A, ra, ac, n, M, rm, N, rn), codegen
+
+
+@intrinsic
+def v_rowsum(typingctx, S, rs, A, ra, ac, n):
+    """S[rs:rs+8] += A[ra + c ac : +8] for c = 0..n-1 in that order, the sum carried in a register."""
+    def codegen(context, builder, sig, args):
+        s_, rs_, a_, ra_, ac_, n_ = args
+        ty = sig.args
+        acc = cgutils.alloca_once(builder, _VEC)
+        builder.store(_load(context, builder, ty[0], s_, rs_), acc)
+        with cgutils.for_range(builder, n_) as loop:
+            a = _load(context, builder, ty[2], a_, builder.add(ra_, builder.mul(loop.index, ac_)))
+            builder.store(builder.fadd(builder.load(acc), a), acc)
+        _store(context, builder, ty[0], s_, rs_, builder.load(acc))
+    return types.void(S, rs, A, ra, ac, n), codegen
+
+
+def _exp_vectors(builder, vs):
+    """The Cody--Waite polynomial of :func:`riemattn.dynamics.kernels._kernel_rows.exp_shifted` on the
+    vectors ``vs``, the same operations in the same order for each; the vectors' steps interleaved
+    (independent chains for the out-of-order core)."""
+    from ._kernel_rows import INV_LN2, LN2_HI, LN2_LO
+
+    def c(x):
+        return _splat(builder, ir.Constant(_F64, x))
+
+    floor = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC]), "llvm.floor.v8f64")
+    ks = [builder.call(floor, [builder.fadd(builder.fmul(v, c(INV_LN2)), c(0.5))]) for v in vs]
+    rs = [builder.fsub(builder.fsub(v, builder.fmul(k, c(LN2_HI))), builder.fmul(k, c(LN2_LO))) for v, k in zip(vs, ks)]
+    ps = [c(1.0 / 6227020800.0) for _ in vs]
+    for coef in (1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+                 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0):
+        ps = [builder.fadd(c(coef), builder.fmul(r, p)) for r, p in zip(rs, ps)]
+    out = []
+    for r, p, k in zip(rs, ps, ks):
+        y = builder.fadd(c(1.0), builder.fmul(r, p))
+        ki = builder.shl(builder.fptosi(k, _IVEC), _splat_i(builder, 52))
+        out.append(builder.bitcast(builder.add(builder.bitcast(y, _IVEC), ki), _VEC))
+    return out
+
+
+@intrinsic
 def v_exp_poly(typingctx, A, ra):
     """A[ra:ra+8] <- exp by the Cody--Waite polynomial of
     :func:`riemattn.dynamics.kernels._kernel_rows.exp_shifted`, the same operations in the same order
     (valid on [-708, 708]; the callers send other values to ``math.exp``)."""
-    from ._kernel_rows import INV_LN2, LN2_HI, LN2_LO
-
     def codegen(context, builder, sig, args):
-        def c(x):
-            return _splat(builder, ir.Constant(_F64, x))
-
         v = _load(context, builder, sig.args[0], args[0], args[1])
-        floor = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VEC, [_VEC]), "llvm.floor.v8f64")
-        k = builder.call(floor, [builder.fadd(builder.fmul(v, c(INV_LN2)), c(0.5))])
-        r = builder.fsub(builder.fsub(v, builder.fmul(k, c(LN2_HI))), builder.fmul(k, c(LN2_LO)))
-        p = c(1.0 / 6227020800.0)
-        for coef in (1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
-                     1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0):
-            p = builder.fadd(c(coef), builder.fmul(r, p))
-        y = builder.fadd(c(1.0), builder.fmul(r, p))
-        ki = builder.shl(builder.fptosi(k, _IVEC), _splat_i(builder, 52))
-        bits = builder.add(builder.bitcast(y, _IVEC), ki)
-        _store(context, builder, sig.args[0], args[0], args[1], builder.bitcast(bits, _VEC))
+        _store(context, builder, sig.args[0], args[0], args[1], _exp_vectors(builder, [v])[0])
     return types.void(A, ra), codegen
+
+
+#: vectors of :func:`v_exp_run` in flight at once
+EXP_GROUP = 4
+
+
+@intrinsic
+def v_exp_run(typingctx, A, ra, n):
+    """``v_exp_poly`` on the n consecutive vectors from A[ra], :data:`EXP_GROUP` of them interleaved
+    (each vector's bits as ``v_exp_poly``'s)."""
+    def codegen(context, builder, sig, args):
+        a_, ra_, n_ = args
+        ty = sig.args[0]
+        G = EXP_GROUP
+        step = ir.Constant(_I64, LANES)
+        groups = builder.sdiv(n_, ir.Constant(_I64, G))
+        with cgutils.for_range(builder, groups) as loop:
+            base = builder.add(ra_, builder.mul(loop.index, ir.Constant(_I64, G * LANES)))
+            offs = [builder.add(base, builder.mul(step, ir.Constant(_I64, g))) for g in range(G)]
+            vs = [_load(context, builder, ty, a_, o) for o in offs]
+            for o, v in zip(offs, _exp_vectors(builder, vs)):
+                _store(context, builder, ty, a_, o, v)
+        done = builder.mul(groups, ir.Constant(_I64, G))
+        with cgutils.for_range(builder, builder.sub(n_, done)) as loop:
+            o = builder.add(ra_, builder.mul(builder.add(done, loop.index), step))
+            v = _load(context, builder, ty, a_, o)
+            _store(context, builder, ty, a_, o, _exp_vectors(builder, [v])[0])
+    return types.void(A, ra, n), codegen
 
 
 def _splat_i(builder, x):

@@ -298,25 +298,27 @@ def _run_adaptive(meth, Y, flat, autonomous, diff, t0, t1, rtol, atol, first_ste
     return (times, saved, stats[:, 0], stats[:, 1], stats[:, 2], stats[:, 3], t_fail, None), pending
 
 
-#: ensembles of at least this many trajectories per thread run dopri5 eight at a time, in vector
+#: ensembles of at least this many trajectories per thread run dopri5 or dop853 eight at a time, in vector
 #: lanes (riemattn.solvers.compiled._lanes; the same bits) -- for tokens of at most LANES_MAX_SIZE
 #: numbers (l d), or of at most LANES_ANY_L_D components: measured at B = 100 (docs/performance.md),
 #: lanes/one-at-a-time time 0.42 at 10 x 3 (two heads), 0.75 at 32 x 8, 0.75 at 16 x 16, 0.63 at
 #: 8 x 32, 0.73 at 200 x 2; 1.2 at 64 x 16, 1.3 at 32 x 32, 3.9 at 64 x 64 (eight lanes of a large
 #: attention matrix leave the cache, where one trajectory's kernel vectorises over tokens anyway)
 LANES_MIN_PER_THREAD = 8
+#: the steppers the lanes run (each lane the per-trajectory loop's bits)
+LANE_STEPPERS = ("dopri5", "dop853")
 LANES_MAX_SIZE, LANES_ANY_L_D = 256, 4
 
 
 def lanes_apply(step, pack, y0, saveat, events) -> bool:
     """Whether a call runs eight trajectories at a time (:mod:`riemattn.solvers.compiled._lanes`):
-    dopri5 on a form of the lane kernel (``lanes_supported``), saving at ``saveat``, no events, tokens
+    a stepper of :data:`LANE_STEPPERS` on a form of the lane kernel (``lanes_supported``), saving at ``saveat``, no events, tokens
     of at most :data:`LANES_MAX_SIZE` numbers or :data:`LANES_ANY_L_D` components, and at least
     :data:`LANES_MIN_PER_THREAD` trajectories per thread."""
     from ...dynamics.kernels._kernel_lanes import lanes_supported
 
     l, d = y0.shape[-2:]
-    return (step.name == "dopri5" and saveat is not None and not events and lanes_supported(pack.ints)
+    return (step.name in LANE_STEPPERS and saveat is not None and not events and lanes_supported(pack.ints)
             and (l * d <= LANES_MAX_SIZE or d <= LANES_ANY_L_D)
             and math.prod(y0.shape[:-2]) >= max(1, LANES_MIN_PER_THREAD * threads()))
 

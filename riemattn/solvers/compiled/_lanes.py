@@ -1,6 +1,9 @@
-"""Ensembles on the compiled engine, eight trajectories per step: DOPRI5 in vector lanes (private).
+"""Ensembles on the compiled engine, eight trajectories per step: DOPRI5 and DOP853 in vector lanes
+(private).
 
-:func:`solve_lanes` is :func:`riemattn.solvers.compiled._adaptive.solve_rows` for ``dopri5`` on
+:func:`solve_lanes` is :func:`riemattn.solvers.compiled._adaptive.solve_rows` for ``dopri5`` and
+``dop853`` (its second error estimate and closing evaluation, :func:`~riemattn.solvers.compiled._steps.dop853_extra`,
+in lanes too) on
 the attention forms of :func:`riemattn.dynamics.kernels._kernel_lanes.lanes_supported`, with the
 trajectories of one thread's share taken eight at a time, one per vector lane
 (:data:`~riemattn.dynamics.kernels._kernel_simd.LANES`): each lane has its own time, step size,
@@ -21,7 +24,7 @@ from ...dynamics.kernels._kernel_cache import njit
 from ...dynamics.kernels._kernel_lanes import lanes_rhs
 from ...dynamics.kernels._kernel_simd import (LANES, v_add, v_axpy, v_copy, v_div, v_fill, v_mul, v_muladd,
                                               v_sqrt, v_submul)
-from ._adaptive import MAX_STEPS, NON_FINITE, REACHED, RUNNING, UNDERFLOW, initial_step
+from ._adaptive import DOP853, MAX_STEPS, NON_FINITE, REACHED, RUNNING, UNDERFLOW, initial_step
 from ._interp import interp
 from ._kernel import RHS
 from ._steps import _last_nonzero, next_h, step_error
@@ -55,6 +58,24 @@ def _normalize(x, l, d, X, r):
 
 
 @njit(**_JIT)
+def _tangent_error(coef, s, K, h, y_new, r_new, l, d, x, c, out):
+    """out = (I - y_new y_new^T) (h sum_j coef_j K_j) / |x| per token and lane (_steps.hsum, then
+    _steps.tangent_error); x and c (one vector) are scratch."""
+    W = LANES
+    n = l * d
+    _combine(coef, _last_nonzero(coef, s), K, n, x)
+    for e in range(n):
+        v_mul(x, e * W, h, 0 * e)
+    for p in range(l):
+        v_fill(c, 0, 0.0)
+        for a in range(d):
+            v_muladd(c, 0, y_new, (p * d + a) * W, x, (p * d + a) * W)
+        for a in range(d):
+            v_submul(out, (p * d + a) * W, x, (p * d + a) * W, c, 0, y_new, (p * d + a) * W)
+            v_div(out, (p * d + a) * W, out, (p * d + a) * W, r_new, p * W)
+
+
+@njit(**_JIT)
 def _lane_out(src, w, dst):
     """dst (l, d) = the lane w of src (l d, W) flat."""
     l, d = dst.shape
@@ -83,23 +104,24 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
     n = l * d
     s = m.ints[1]
     fsal = m.ints[4] != 0
+    dop = m.ints[0] == DOP853  # the second error estimate and a closing evaluation (_steps.dop853_extra)
     last_rtol, under_rtol = m.ctrl[4], m.ctrl[5]  # (the controller's constants: _steps.next_h)
     n_save = saveat.shape[0]
     # the per-trajectory code's buffers (start of a trajectory, dense output)
     work = np.empty(max(work_len, 1))
     Ks = np.zeros((s, l, d))
     Us = np.zeros((1, l, d))
-    Fd = np.zeros((1, l, d))
-    Kx = np.zeros((1, l, d))
+    Fd = np.zeros((7 if dop else 1, l, d))
+    Kx = np.zeros((16 if dop else 1, l, d))
     K2 = np.zeros((1, l, d))
     ys, xs, Xs, x1s, ynew_s = np.zeros((l, d)), np.zeros((l, d)), np.zeros((l, d)), np.zeros((l, d)), np.zeros((l, d))
     knext_s, scale, u, e2, k1s = np.zeros((l, d)), np.zeros((l, d)), np.zeros((l, d)), np.zeros((l, d)), np.zeros((l, d))
     rs, rnew_s, r2 = np.zeros(l), np.zeros(l), np.zeros(l)
     prep = np.zeros(1, dtype=np.int64)
-    errs = np.zeros((l, d))
+    errs, e3s = np.zeros((l, d)), np.zeros((l, d))
     # the lanes: (l d, W) flat per vector, (s, l d, W) for the stages
     y, x, X, y_new = np.zeros(n * W), np.zeros(n * W), np.zeros(n * W), np.zeros(n * W)
-    err, k1, k_next = np.zeros(n * W), np.zeros(n * W), np.zeros(n * W)
+    err, e3, k1, k_next = np.zeros(n * W), np.zeros(n * W), np.zeros(n * W), np.zeros(n * W)
     K = np.zeros(s * n * W)
     r, r_new, c = np.zeros(l * W), np.zeros(l * W), np.zeros(W)
     wk, wp = np.zeros(lane_rows * W), np.zeros(max(lane_len, 1))
@@ -191,17 +213,14 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
             v_mul(x, e * W, h_try, 0 * e)
             v_add(x, e * W, y, e * W)
         _normalize(x, l, d, y_new, r_new)
-        _combine(m.e, _last_nonzero(m.e, s), K, n, x)  # the embedded difference, tangent at y_new
-        for e in range(n):
-            v_mul(x, e * W, h_try, 0 * e)
-        for p in range(l):
-            v_fill(c, 0, 0.0)
-            for a in range(d):
-                v_muladd(c, 0, y_new, (p * d + a) * W, x, (p * d + a) * W)
-            for a in range(d):
-                v_submul(err, (p * d + a) * W, x, (p * d + a) * W, c, 0, y_new, (p * d + a) * W)
-                v_div(err, (p * d + a) * W, err, (p * d + a) * W, r_new, p * W)
-        if fsal:
+        _tangent_error(m.e, s, K, h_try, y_new, r_new, l, d, x, c, err)  # the embedded difference
+        if dop:
+            _tangent_error(m.e3, s, K, h_try, y_new, r_new, l, d, x, c, e3)
+            for w in range(W):
+                tc[w] = t[w] + 1.0 * h_try[w]
+                nfev[w] += 1
+            lanes_rhs(tc, y_new, frow, ints, floats, per, wk, wp, k_next)
+        elif fsal:
             for p in range(l):
                 for a in range(d):
                     v_div(k_next, (p * d + a) * W, K, ((s - 1) * n + p * d + a) * W, r_new, p * W)
@@ -213,7 +232,9 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
             _lane_out(y, w, ys)
             _lane_out(y_new, w, ynew_s)
             _lane_out(err, w, errs)
-            e, finite = step_error(errs, errs, ys, ynew_s, atol, rtol, False, scale)
+            if dop:
+                _lane_out(e3, w, e3s)
+            e, finite = step_error(errs, e3s, ys, ynew_s, atol, rtol, dop, scale)
             accept = e <= 1.0
             ht, tw = h_try[w], t[w]
             t_new = t1 if last[w] else tw + ht
