@@ -163,20 +163,10 @@ def v_fill(typingctx, D, r, x):
 
 
 @intrinsic
-def v_maxmin(typingctx, A, ra, M, rm, N, rn):
-    """Per lane, with acc = A[ra + w]: M = acc where acc > M or acc is NaN (NaN stays the maximum
-    once met), N = acc where acc < N."""
-    def codegen(context, builder, sig, args):
-        acc, m, n = (_load(context, builder, sig.args[k], args[k], args[k + 1]) for k in (0, 2, 4))
-        up = builder.or_(builder.fcmp_ordered(">", acc, m), builder.fcmp_unordered("uno", acc, acc))
-        _store(context, builder, sig.args[2], args[2], args[3], builder.select(up, acc, m))
-        _store(context, builder, sig.args[4], args[4], args[5], builder.select(builder.fcmp_ordered("<", acc, n), acc, n))
-    return types.void(A, ra, M, rm, N, rn), codegen
-
-
-@intrinsic
 def v_rowmaxmin(typingctx, A, ra, ac, n, M, rm, N, rn):
-    """``v_maxmin`` over c = 0..n-1 of A[ra + c ac : +8] in that order, M and N carried in registers."""
+    """For c = 0..n-1 in that order, per lane, with acc = A[ra + c ac + w]: M = acc where acc > M or
+    acc is NaN (NaN stays the maximum once met), N = acc where acc < N; M[rm:rm+8] and N[rn:rn+8]
+    carried in registers."""
     def codegen(context, builder, sig, args):
         a_, ra_, ac_, n_, m_, rm_, nn_, rn_ = args
         ty = sig.args

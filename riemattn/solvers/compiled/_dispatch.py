@@ -93,10 +93,12 @@ def _written(dispatcher) -> bool:
 #: at B = 10 and 100). And once a batch's attention matrices, B h l^2 numbers, pass 2e6 (16 MB),
 #: the NumPy engine's arrays leave the cache: compiled 1.4x faster at 100 trajectories of 200 x 2
 #: (the NumPy engine 1.3x faster at 10).
-#: Where dopri5 runs eight trajectories at a time (``_engine.lanes_apply``: small tokens, a batch of
-#: at least 8 per thread), "auto" takes the compiled engine whatever the work: measured faster than
-#: the NumPy engine in every such cell (B = 16 to 1000; 10 x 3: 2.6--7.5x, 32 x 8: 1.6--2.4x,
-#: 200 x 2: 1.3--2.6x; docs/performance.md), the rule below deciding for the other calls.
+#: Where dopri5 or dop853 runs eight trajectories at a time (``_engine.lanes_apply``: small tokens, a
+#: batch of at least 8 per thread), "auto" takes the compiled engine whatever the work: measured faster
+#: than the NumPy engine in every such cell (dopri5, B = 16 to 1000; 10 x 3: 2.6--7.5x, 32 x 8:
+#: 1.6--2.4x, 200 x 2: 1.3--2.6x; dop853 at tol 1e-8, one head, B = 16 / 100: 10 x 3 3.0 / 4.1x,
+#: 32 x 8 1.9 / 2.4x, 16 x 16 3.2 / 2.9x, 80 x 4 2.2 / 2.3x, 200 x 2 2.1 / 2.8x; docs/performance.md),
+#: the rule below deciding for the other calls.
 EXPLICIT_WORK, TIMED_WORK = 1.0e5, 4.0e5
 WIDE_D, WIDE_WORK_ONE, WIDE_WORK_BATCH = 8, 3.0e5, 6.0e5
 SCORES_OUT_OF_CACHE = 2.0e6
