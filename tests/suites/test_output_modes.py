@@ -46,7 +46,10 @@ import riemattn as ra
 from riemattn.analysis.events import _consensus_distance
 from riemattn.dynamics.jacobians import is_autonomous
 from riemattn.errors import UnsupportedByEngine
+from riemattn.dynamics import kernels as kk
+from riemattn.solvers.compiled import _engine
 from riemattn.solvers.compiled._dispatch import ENGINES
+from riemattn.solvers.compiled._threads import threads
 from riemattn.solvers.events import Event
 from riemattn.solvers.sde import SDE_METHODS
 
@@ -256,6 +259,56 @@ def test_engines_agree(stepper, name):
     np.testing.assert_allclose(c1.events.t, run1.events.t, rtol=0, atol=2 * event_tol + tol)
     np.testing.assert_array_equal(c2.events.count, run2.events.count)
     np.testing.assert_allclose(c2.events.t, run2.events.t, rtol=0, atol=2 * event_tol + tol)
+
+
+LANE_CELLS = [(s, f) for s in _engine.LANE_STEPPERS for f in FAMILIES if f not in STIFF_ONLY]
+
+
+def _lane_case(stepper, name):
+    """(field, y0 of LANES_MIN_PER_THREAD x threads + 3 trajectories, saveat) where the compiled
+    engine runs the family's field in lanes, else None: the family's tokens tiled and jittered
+    (a batch not a multiple of eight), saving at the family's save times."""
+    case = FAMILIES[name]()
+    y0 = case.y0.reshape((-1,) + case.y0.shape[-2:])
+    B = _engine.LANES_MIN_PER_THREAD * threads() + 3
+    rng = np.random.default_rng(17)
+    y = case.field.manifold.projection(np.resize(y0, (B,) + y0.shape[1:]) + 0.05 * rng.standard_normal((B,) + y0.shape[1:]))
+    try:
+        pack = kk.pack_field(case.field, y.shape)
+    except (ra.RiemattnError, ValueError):  # per-trajectory data of the family's own batch
+        return None
+    saveat = np.linspace(*case.t_span, 5)
+    if not _engine.lanes_apply(ra.STEPPERS[stepper](), pack, y, saveat, None):
+        return None
+    return case.field, y, saveat, case
+
+
+@pytest.mark.parametrize("stepper,name", LANE_CELLS, ids=[f"{s}-{f}" for s, f in LANE_CELLS])
+def test_engines_agree_on_the_lane_path(monkeypatch, stepper, name):
+    """Ensembles the compiled engine runs eight trajectories at a time (its vector lanes) give the
+    NumPy engine's steps and solution, to the rounding accumulated over the steps, as in
+    :func:`test_engines_agree`; families the lanes do not run are skipped here (every stepper of
+    the lanes must have at least one family that they run: test_every_lane_stepper_has_a_family)."""
+    got = _lane_case(stepper, name)
+    if got is None:
+        return
+    field, y0, saveat, case = got
+    ran = []
+    real = _engine._run_lanes
+    monkeypatch.setattr(_engine, "_run_lanes", lambda *a: ran.append(1) or real(*a))
+    kw = dict(_options(stepper), saveat=saveat)
+    num = ra.integrate(field, y0, case.t_span, stepper, engine="numpy", **kw)
+    com = ra.integrate(field, y0, case.t_span, stepper, engine="compiled", **kw)
+    assert ran and com.engine == "compiled"
+    np.testing.assert_array_equal(com.per_trajectory.n_steps, num.per_trajectory.n_steps)
+    np.testing.assert_array_equal(com.per_trajectory.status, num.per_trajectory.status)
+    tol = max(1, num.n_steps) * _rounding(num.y)
+    np.testing.assert_allclose(com.y, num.y, rtol=0, atol=tol)
+
+
+def test_every_lane_stepper_has_a_family():
+    for stepper in _engine.LANE_STEPPERS:
+        assert any(_lane_case(stepper, name) is not None for name in FAMILIES if name not in STIFF_ONLY), stepper
 
 
 SDE_CELLS = [(m, f) for m in sorted(SDE_METHODS) for f in FAMILIES if f not in STIFF_ONLY]
