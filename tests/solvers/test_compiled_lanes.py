@@ -65,15 +65,20 @@ def _eligible(field, shape):
     return lanes_supported(kk.pack_field(field, shape).ints)
 
 
+@pytest.mark.parametrize("odd", [True, False], ids=["nan-and-far-lanes", "plain"])
 @pytest.mark.parametrize("name,make,l,d", FORMS, ids=[f[0] for f in FORMS])
-def test_lane_kernel_is_the_per_trajectory_kernel_bit_for_bit(name, make, l, d):
+def test_lane_kernel_is_the_per_trajectory_kernel_bit_for_bit(name, make, l, d, odd):
+    """``odd``: one lane with NaN scores and one whose shifted scores pass -708 (math.exp in those
+    lanes, the others on the polynomial, entry by entry); plain: every lane on the polynomial (a
+    head's matrix of whole vectors then takes the one-pass shift-exp-sum of each row)."""
     rng = np.random.default_rng(7)
     field = make(rng, LANES)
     p = kk.pack_field(field, (LANES, l, d))
     assert lanes_supported(p.ints), name
     y = _tokens(rng, (LANES, l, d))
-    y[3, 0] = np.nan  # a lane with NaN scores: math.exp there, the others on the polynomial
-    y[5] *= 300.0  # scores far beyond -708 after the shift: math.exp in that lane
+    if odd:
+        y[3, 0] = np.nan
+        y[5] *= 300.0
     t = rng.uniform(0, 3, LANES)
     rows = np.arange(LANES, dtype=np.int64) if p.per.shape[0] > 1 else np.zeros(LANES, dtype=np.int64)
     want = np.empty((LANES, l, d))

@@ -41,8 +41,8 @@ from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, KIND, KIND_ATTENTION, L, 
                              PLACEMENT, RESCALED, SRC_CONST, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, U_KIND,
                              W_OFF, LOC_FLOATS)
 from ._kernel_rows import EXP_FAST_MAX, EXP_LANES, EXP_VECTOR_MIN
-from ._kernel_simd import (LANES, v_add, v_axpy, v_dots1, v_dots4, v_exp_poly, v_exp_run, v_fill, v_mul, v_muladd,
-                           v_rowmaxmin, v_rowsum, v_sub, v_submul)
+from ._kernel_simd import (LANES, v_add, v_axpy, v_dots1, v_dots4, v_dots8, v_exp_poly, v_exp_row, v_exp_run, v_fill, v_mul,
+                           v_muladd, v_rowmaxmin, v_rowsum, v_sub, v_submul)
 
 
 
@@ -60,21 +60,23 @@ def lanes_work(ints) -> tuple[int, int]:
     the length of the per-lane vector of head matrices."""
     l, d = int(ints[L]), int(ints[D])
     hp = max(int(ints[P_HEADS]), 1)
-    return hp * d * d + 3 * l * d + l * l + 6 + max(int(ints[P_TERMS]), 0), LANES * hp * d * d
+    return hp * d * d + 3 * l * d + l * l + l + 7 + max(int(ints[P_TERMS]), 0), LANES * hp * d * d
 
 
 @jit
 def _offsets(l, d, hp):
-    """Rows of the scratch (LANES values each): P in lanes (hp d d), q, fh, f (l d), A (l l), then
-    one row each: the row maximum, the row minimum, the matrix's lowest shifted score, the lanes'
-    exp choice, c of a scalar P, beta; then one row per sine term of P(t)."""
+    """Rows of the scratch (LANES values each): P in lanes (hp d d), q, fh, f (l d), A (l l), the
+    rows' maxima (then the rows' 1 / (s sum)) (l), then one row each: a row's sum, the row minimum,
+    the matrix's lowest shifted score, the lanes' exp choice, ones, c of a scalar P, beta; then one
+    row per sine term of P(t)."""
     oPl = 0 * l
     oq = oPl + hp * d * d
     ofh = oq + l * d
     of = ofh + l * d
     oA = of + l * d
-    om = oA + l * l
-    return oPl, oq, ofh, of, oA, om, om + 1, om + 2, om + 3, om + 4
+    omx = oA + l * l
+    om = omx + l
+    return oPl, oq, ofh, of, oA, omx, om, om + 1, om + 2, om + 3, om + 4, om + 5
 
 
 @jit
@@ -112,7 +114,7 @@ def lanes_rhs(t, X, rows, ints, floats, per, wk, wp, out):
     l, d, h = ints[L], ints[D], ints[H]
     hp, pk = ints[P_HEADS], ints[P_KIND]
     dd = d * d
-    oPl, oq, ofh, of, oA, om, orlo, olo, ofast, ocP = _offsets(l, d, hp)
+    oPl, oq, ofh, of, oA, omx, om, orlo, olo, ofast, one, ocP = _offsets(l, d, hp)
     obeta, osin = ocP + 1, ocP + 2
     s = norm_scale(ints)
     shared = ints[P_LOC] == LOC_FLOATS and (pk == SRC_CONST or pk == SRC_SINES)
@@ -133,8 +135,9 @@ def lanes_rhs(t, X, rows, ints, floats, per, wk, wp, out):
                 wk[(oPl + m) * W + w] = wp[w * hp * dd + m]
     for m in range(of, of + l * d):
         v_fill(wk, m * W, 0.0)
+    v_fill(wk, one * W, 1.0)
     for e in range(h):  # (U = I: the heads are P's, h = hp)
-        _head(X, wk, oPl + e * dd, pk, oq, oA, ofh, om, orlo, olo, ofast, ocP, l, d, s)
+        _head(X, wk, oPl + e * dd, pk, oq, oA, ofh, omx, om, orlo, olo, ofast, one, ocP, l, d, s)
         for m in range(l * d):
             v_add(wk, (of + m) * W, wk, (ofh + m) * W)
     for i in range(l):  # F_i = f_i - (y_i . f_i) y_i
@@ -169,56 +172,63 @@ def _shared_heads(t, pk, src, off, m, terms, wk, oP, obeta, osin):
 
 
 @jit
-def _head(X, wk, oP, pk, oq, oA, ofh, om, orlo, olo, ofast, ocP, l, d, s):
+def _head(X, wk, oP, pk, oq, oA, ofh, omx, om, orlo, olo, ofast, one, ocP, l, d, s):
     """One head's update fh_i = sum_j alpha_ij y_j into the rows ofh.., for every lane."""
     W = LANES
     for i in range(l):  # q_i = P^T y_i (c P: c y_i), each component summed over a in order
-        for c in range(d):
-            v_fill(wk, (oq + i * d + c) * W, 0.0)
         if pk == SRC_SCALAR:
             for c in range(d):
+                v_fill(wk, (oq + i * d + c) * W, 0.0)
                 v_muladd(wk, (oq + i * d + c) * W, wk, ocP * W, X, (i * d + c) * W)
             continue
-        _dots(wk, (oq + i * d) * W, W, X, (i * d) * W, W, wk, oP * W, W, d * W, d, d)
-    for m in range(oA, oA + l * l):  # scores q_i . y_j, summed over c in order
-        v_fill(wk, m * W, 0.0)
-    for i in range(l):
-        _dots(wk, (oA + i * l) * W, W, wk, (oq + i * d) * W, W, X, 0 * W, d * W, W, d, l)
+        _dots(wk, (oq + i * d) * W, W, X, (i * d) * W, W, wk, oP * W, W, d * W, d, d, wk, one * W)
+    for i in range(l):  # scores q_i . y_j, summed over c in order
+        _dots(wk, (oA + i * l) * W, W, wk, (oq + i * d) * W, W, X, 0 * W, d * W, W, d, l, wk, one * W)
     v_fill(wk, olo * W, math.inf)
-    for i in range(l):  # each row shifted by its maximum (NaN stays the maximum once met)
-        v_fill(wk, om * W, -math.inf)
+    for i in range(l):  # each row's maximum (NaN stays the maximum once met) and minimum
+        v_fill(wk, (omx + i) * W, -math.inf)
         v_fill(wk, orlo * W, math.inf)
-        v_rowmaxmin(wk, (oA + i * l) * W, W, l, wk, om * W, wk, orlo * W)
-        for j in range(l):
-            v_sub(wk, (oA + i * l + j) * W, wk, om * W)
+        v_rowmaxmin(wk, (oA + i * l) * W, W, l, wk, (omx + i) * W, wk, orlo * W)
         for w in range(W):
-            g = wk[orlo * W + w] - wk[om * W + w]
+            g = wk[orlo * W + w] - wk[(omx + i) * W + w]
             if g < wk[olo * W + w] or g != g:
                 wk[olo * W + w] = g
+    every = True
     for w in range(W):
-        wk[ofast * W + w] = 1.0 if wk[olo * W + w] >= -EXP_FAST_MAX else 0.0
-    _exp_lanes(wk, oA, l * l, ofast, orlo)
-    for i in range(l):  # rows divided by s times their sum (summed in order)
+        fast = wk[olo * W + w] >= -EXP_FAST_MAX
+        wk[ofast * W + w] = 1.0 if fast else 0.0
+        every = every and fast
+    n = l * l
+    whole = every and n >= EXP_VECTOR_MIN and n % EXP_LANES == 0  # the polynomial on every entry
+    if not whole:
+        for i in range(l):  # each row shifted by its maximum, then exp over the matrix
+            for j in range(l):
+                v_sub(wk, (oA + i * l + j) * W, wk, (omx + i) * W)
+        _exp_lanes(wk, oA, n, ofast, orlo)
+    for i in range(l):  # each row's 1 / (s times its sum) (summed in order) into the row omx + i
         v_fill(wk, om * W, 0.0)
-        v_rowsum(wk, om * W, wk, (oA + i * l) * W, W, l)
+        if whole:  # shift, exp and sum in one pass over the row
+            v_exp_row(wk, (oA + i * l) * W, l, wk, (omx + i) * W, wk, om * W)
+        else:
+            v_rowsum(wk, om * W, wk, (oA + i * l) * W, W, l)
         for w in range(W):
-            wk[om * W + w] = 1.0 / (s * wk[om * W + w])
-        for j in range(l):
-            v_mul(wk, (oA + i * l + j) * W, wk, om * W)
-    for m in range(ofh, ofh + l * d):  # fh_i = sum_j alpha_ij y_j, summed over j in order
-        v_fill(wk, m * W, 0.0)
-    for i in range(l):
-        _dots(wk, (ofh + i * d) * W, W, wk, (oA + i * l) * W, W, X, 0 * W, W, d * W, l, d)
+            wk[(omx + i) * W + w] = 1.0 / (s * wk[om * W + w])
+    for i in range(l):  # fh_i = sum_j alpha_ij y_j, summed over j in order, alpha_ij = e_ij (1 / (s sum_i))
+        _dots(wk, (ofh + i * d) * W, W, wk, (oA + i * l) * W, W, X, 0 * W, W, d * W, l, d, wk, (omx + i) * W)
 
 
 @jit
-def _dots(D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n, count):
-    """For k < count: D[rd + k dj] += sum_{c < n} A[ra + c ac] Bm[rb + k bj + c bc] (vectors of
-    LANES; each sum in the order of c), four k at a time with the sums in registers."""
+def _dots(D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n, count, S, rs):
+    """For k < count: D[rd + k dj] = sum_{c < n} (A[ra + c ac] S[rs]) Bm[rb + k bj + c bc] (vectors
+    of LANES; each sum from 0.0 in the order of c; S[rs] a row of scales, ones where A is taken as
+    it is), eight or four k at a time with the sums in registers."""
     k = 0
+    while k + 8 <= count:
+        v_dots8(D, rd + k * dj, dj, A, ra, ac, Bm, rb + k * bj, bj, bc, n, S, rs)
+        k += 8
     while k + 4 <= count:
-        v_dots4(D, rd + k * dj, dj, A, ra, ac, Bm, rb + k * bj, bj, bc, n)
+        v_dots4(D, rd + k * dj, dj, A, ra, ac, Bm, rb + k * bj, bj, bc, n, S, rs)
         k += 4
     while k < count:
-        v_dots1(D, rd + k * dj, dj, A, ra, ac, Bm, rb + k * bj, bj, bc, n)
+        v_dots1(D, rd + k * dj, dj, A, ra, ac, Bm, rb + k * bj, bj, bc, n, S, rs)
         k += 1

@@ -54,24 +54,25 @@ def v_muladd(typingctx, D, r, A, ra, B, rb):
 
 
 def _dots(J):
-    """The intrinsic ``v_dots{J}(D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n)``: for j < J,
-    D[rd + j dj : +8] += sum_{c < n} A[ra + c ac : +8] * Bm[rb + j bj + c bc : +8], each sum adding
-    its terms in the order c = 0, 1, ... to D's value (the bits of n ``v_muladd`` calls per j). The J
-    sums are carried in registers through one loop over c (a ``v_muladd`` reads and writes its
-    accumulator in memory on every term), and A's vector is loaded once for the J of them."""
-    def impl(typingctx, D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n):
+    """The intrinsic ``v_dots{J}(D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n, S, rs)``: for j < J,
+    D[rd + j dj : +8] = sum_{c < n} a_c * Bm[rb + j bj + c bc : +8] with a_c = A[ra + c ac : +8] *
+    S[rs : rs + 8], each sum adding its terms in the order c = 0, 1, ... to 0.0 (the bits of
+    ``v_mul`` by S on A, ``v_fill`` with 0.0 and then n ``v_muladd`` calls per j; S = 1.0 leaves A as
+    it is). The J sums are carried in registers through one loop over c (a ``v_muladd`` reads and
+    writes its accumulator in memory on every term), and a_c is formed once for the J of them."""
+    def impl(typingctx, D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n, S, rs):
         def codegen(context, builder, sig, args):
-            d_, rd_, dj_, a_, ra_, ac_, b_, rb_, bj_, bc_, n_ = args
+            d_, rd_, dj_, a_, ra_, ac_, b_, rb_, bj_, bc_, n_, s_, rs_ = args
             ty = sig.args
+            scale = _load(context, builder, ty[11], s_, rs_)
             accs = []
             for j in range(J):
                 slot = cgutils.alloca_once(builder, _VEC)
-                off = builder.add(rd_, builder.mul(dj_, ir.Constant(_I64, j)))
-                builder.store(_load(context, builder, ty[0], d_, off), slot)
+                builder.store(_splat(builder, ir.Constant(_F64, 0.0)), slot)
                 accs.append(slot)
             with cgutils.for_range(builder, n_) as loop:
                 c = loop.index
-                a = _load(context, builder, ty[3], a_, builder.add(ra_, builder.mul(c, ac_)))
+                a = builder.fmul(_load(context, builder, ty[3], a_, builder.add(ra_, builder.mul(c, ac_))), scale)
                 base = builder.add(rb_, builder.mul(c, bc_))
                 for j in range(J):
                     b = _load(context, builder, ty[6], b_, builder.add(base, builder.mul(bj_, ir.Constant(_I64, j))))
@@ -79,15 +80,51 @@ def _dots(J):
             for j in range(J):
                 off = builder.add(rd_, builder.mul(dj_, ir.Constant(_I64, j)))
                 _store(context, builder, ty[0], d_, off, builder.load(accs[j]))
-        return types.void(D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n), codegen
+        return types.void(D, rd, dj, A, ra, ac, Bm, rb, bj, bc, n, S, rs), codegen
 
     impl.__name__ = impl.__qualname__ = f"v_dots{J}"
     return intrinsic(impl)
 
 
 #: J sums of n products each, carried in registers (see :func:`_dots`)
-v_dots4 = _dots(4)
-v_dots1 = _dots(1)
+v_dots8, v_dots4, v_dots1 = _dots(8), _dots(4), _dots(1)
+
+
+def _comb(add_y):
+    """The intrinsic ``v_comb(D, rd, coef, m, K, rk, ks, n, H, rh, Y, ry)``: for each of the n
+    vectors e (at rd + 8 e in D, rk + 8 e in K): D_e = (sum_{j < m} coef[j] K[rk + j ks + 8 e]) * H[rh],
+    the sum adding its terms in the order j = 0, 1, ... to 0.0, then ``+ Y[ry + 8 e]`` where
+    ``add_y`` (``v_comb_y``); Y is not read otherwise. A stage combination of a Runge--Kutta step
+    (the bits of ``v_fill``, m ``v_axpy``, ``v_mul`` and ``v_add`` passes), each element's sum
+    carried in a register."""
+    def impl(typingctx, D, rd, coef, m, K, rk, ks, n, H, rh, Y, ry):
+        def codegen(context, builder, sig, args):
+            d_, rd_, c_, m_, k_, rk_, ks_, n_, h_, rh_, y_, ry_ = args
+            ty = sig.args
+            cdata = context.make_array(ty[2])(context, builder, c_).data
+            hv = _load(context, builder, ty[8], h_, rh_)
+            step = ir.Constant(_I64, LANES)
+            with cgutils.for_range(builder, n_) as outer:
+                e8 = builder.mul(outer.index, step)
+                acc = cgutils.alloca_once(builder, _VEC)
+                builder.store(_splat(builder, ir.Constant(_F64, 0.0)), acc)
+                with cgutils.for_range(builder, m_) as inner:
+                    j = inner.index
+                    cj = _splat(builder, builder.load(builder.gep(cdata, [j])))
+                    kv = _load(context, builder, ty[4], k_, builder.add(builder.add(rk_, builder.mul(j, ks_)), e8))
+                    builder.store(builder.fadd(builder.load(acc), builder.fmul(cj, kv)), acc)
+                v = builder.fmul(builder.load(acc), hv)
+                if add_y:
+                    v = builder.fadd(v, _load(context, builder, ty[10], y_, builder.add(ry_, e8)))
+                _store(context, builder, ty[0], d_, builder.add(rd_, e8), v)
+        return types.void(D, rd, coef, m, K, rk, ks, n, H, rh, Y, ry), codegen
+
+    impl.__name__ = impl.__qualname__ = "v_comb_y" if add_y else "v_comb"
+    return intrinsic(impl)
+
+
+#: Runge--Kutta stage combinations, in registers (see :func:`_comb`)
+v_comb, v_comb_y = _comb(False), _comb(True)
 
 
 @intrinsic
@@ -260,6 +297,38 @@ def v_exp_run(typingctx, A, ra, n):
             v = _load(context, builder, ty, a_, o)
             _store(context, builder, ty, a_, o, _exp_vectors(builder, [v])[0])
     return types.void(A, ra, n), codegen
+
+
+@intrinsic
+def v_exp_row(typingctx, A, ra, n, M, rm, S, rs):
+    """For the n consecutive vectors from A[ra]: A_j <- exp(A_j - M[rm:rm+8]) by the polynomial of
+    :func:`v_exp_poly` (the shift a subtraction first, as a ``v_sub`` pass would do), and
+    S[rs:rs+8] += the new A_j, added in the order j = 0, 1, ... (the shifted exponentials of a
+    softmax row and their sum in one pass; :data:`EXP_GROUP` vectors' polynomials interleaved)."""
+    def codegen(context, builder, sig, args):
+        a_, ra_, n_, m_, rm_, s_, rs_ = args
+        ta, tm, ts = sig.args[0], sig.args[3], sig.args[5]
+        G = EXP_GROUP
+        step = ir.Constant(_I64, LANES)
+        shift = _load(context, builder, tm, m_, rm_)
+        acc = cgutils.alloca_once(builder, _VEC)
+        builder.store(_load(context, builder, ts, s_, rs_), acc)
+
+        def run(offs):
+            vs = [builder.fsub(_load(context, builder, ta, a_, o), shift) for o in offs]
+            for o, e in zip(offs, _exp_vectors(builder, vs)):
+                _store(context, builder, ta, a_, o, e)
+                builder.store(builder.fadd(builder.load(acc), e), acc)
+
+        groups = builder.sdiv(n_, ir.Constant(_I64, G))
+        with cgutils.for_range(builder, groups) as loop:
+            base = builder.add(ra_, builder.mul(loop.index, ir.Constant(_I64, G * LANES)))
+            run([builder.add(base, builder.mul(step, ir.Constant(_I64, g))) for g in range(G)])
+        done = builder.mul(groups, ir.Constant(_I64, G))
+        with cgutils.for_range(builder, builder.sub(n_, done)) as loop:
+            run([builder.add(ra_, builder.mul(builder.add(done, loop.index), step))])
+        _store(context, builder, ts, s_, rs_, builder.load(acc))
+    return types.void(A, ra, n, M, rm, S, rs), codegen
 
 
 def _splat_i(builder, x):

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...dynamics.kernels._kernel_cache import njit
 from ...dynamics.kernels._kernel_lanes import lanes_rhs
-from ...dynamics.kernels._kernel_simd import (LANES, v_add, v_axpy, v_copy, v_div, v_fill, v_mul, v_muladd,
+from ...dynamics.kernels._kernel_simd import (LANES, v_comb, v_comb_y, v_copy, v_div, v_fill, v_mul, v_muladd,
                                               v_sqrt, v_submul)
 from ._adaptive import DOP853, MAX_STEPS, NON_FINITE, REACHED, RUNNING, UNDERFLOW, initial_step
 from ._interp import interp
@@ -30,18 +30,6 @@ from ._kernel import RHS
 from ._steps import _last_nonzero, next_h, step_error
 
 _JIT = dict(error_model="numpy")
-
-
-@njit(**_JIT)
-def _combine(coef, m, K, n, out):
-    """out = sum_{j < m} coef_j K_j (each element summed over j in order, from 0.0), K (stages, n, W) flat."""
-    W = LANES
-    for e in range(n):
-        v_fill(out, e * W, 0.0)
-    for j in range(m):
-        c = coef[j]
-        for e in range(n):
-            v_axpy(out, e * W, c, K, (j * n + e) * W)
 
 
 @njit(**_JIT)
@@ -63,9 +51,7 @@ def _tangent_error(coef, s, K, h, y_new, r_new, l, d, x, c, out):
     _steps.tangent_error); x and c (one vector) are scratch."""
     W = LANES
     n = l * d
-    _combine(coef, _last_nonzero(coef, s), K, n, x)
-    for e in range(n):
-        v_mul(x, e * W, h, 0 * e)
+    v_comb(x, 0, coef, _last_nonzero(coef, s), K, 0, n * W, n, h, 0, x, 0)  # x = h sum_j coef_j K_j
     for p in range(l):
         v_fill(c, 0, 0.0)
         for a in range(d):
@@ -195,10 +181,7 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
             for w in range(W):
                 nfev[w] += 1
         for i in range(1, s):
-            _combine(m.A[i], _last_nonzero(m.A[i], i), K, n, x)
-            for e in range(n):
-                v_mul(x, e * W, h_try, 0 * e)
-                v_add(x, e * W, y, e * W)
+            v_comb_y(x, 0, m.A[i], _last_nonzero(m.A[i], i), K, 0, n * W, n, h_try, 0, y, 0)  # y + h sum_j A_ij K_j
             _normalize(x, l, d, X, r)
             for w in range(W):
                 tc[w] = t[w] + m.c[i] * h_try[w]
@@ -208,10 +191,7 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
                     v_mul(K, (i * n + p * d + a) * W, r, p * W)
             for w in range(W):
                 nfev[w] += 1
-        _combine(m.b, _last_nonzero(m.b, s), K, n, x)
-        for e in range(n):
-            v_mul(x, e * W, h_try, 0 * e)
-            v_add(x, e * W, y, e * W)
+        v_comb_y(x, 0, m.b, _last_nonzero(m.b, s), K, 0, n * W, n, h_try, 0, y, 0)
         _normalize(x, l, d, y_new, r_new)
         _tangent_error(m.e, s, K, h_try, y_new, r_new, l, d, x, c, err)  # the embedded difference
         if dop:
