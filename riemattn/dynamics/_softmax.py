@@ -110,10 +110,10 @@ def weights(S: np.ndarray, n: int, normalization: str, scale: float, tril, overf
     if tril is not None:
         S = np.where(tril, S, -np.inf)
     m = np.max(S, axis=-1, keepdims=True)
-    if not math.isfinite(np.add.reduce(m, axis=None)):
+    if not np.isfinite(m).all():  # (a sum of finite maxima can overflow: not a reason to stop)
         overflow()
-    with np.errstate(invalid="ignore"):
-        E = np.exp(S - m)
+    with np.errstate(invalid="ignore", over="ignore"):  # a score below its row's maximum by more than the
+        E = np.exp(S - m)  # float range: -inf, a weight of 0 (the exact limit)
     if normalization == "mean":
         with np.errstate(over="raise"):
             try:

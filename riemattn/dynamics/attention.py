@@ -159,7 +159,8 @@ class AttentionField(_CheckedField):
         if const is not None and const.shape[:-2] == (1,):
             c = const[0, 0, 0]
             if np.array_equal(const[0], c * np.eye(d)):
-                self._scalar_P = self._bscale * c
+                with np.errstate(over="ignore"):  # beta c beyond the float range: the scores say so, naming beta
+                    self._scalar_P = self._bscale * c
         self._set_columns()
         self._batch_ok = None  # the last token batch shape the per-trajectory weights were checked against
         self._tril = {}
@@ -169,7 +170,8 @@ class AttentionField(_CheckedField):
 
     def _set_columns(self):
         """The constant P and U as the column blocks of the hot path's products (or None)."""
-        self._Pcols = None if self._P.const is None else stack_columns(self._bscale * self._P.const)
+        with np.errstate(over="ignore"):  # beta P beyond the float range: the scores say so, naming beta
+            self._Pcols = None if self._P.const is None else stack_columns(self._bscale * self._P.const)
         self._Ucols = None
         if self._U is not None and self._U.const is not None:
             self._Ucols = stack_columns(np.swapaxes(self._U.const, -1, -2))
@@ -224,6 +226,24 @@ class AttentionField(_CheckedField):
     # Internal layout of scores and attention: [..., i, eta, j] (token, head, neighbour). With it every
     # product below is one BLAS call on contiguous operands: (l*h, d) @ (d, l) for the scores and
     # (l, l*h) @ (l*h, d) for the mixing, per trajectory.
+    def _raw_scores(self, t, y, yT, batch, n):
+        """y_i^T beta P_eta(t) y_j (beta folded in where it is a scalar), [..., i, eta, j]."""
+        if self.rope is not None:
+            return rope_scores(self._consts, y, self._bscale * self._P.at(t, batch, y), self.rope_key, self.rope)
+        if self._scalar_P is not None:
+            return (self._scalar_P * self._mm(y, yT))[..., :, None, :]
+        if self._Pcols is not None:
+            cols = self._const("Pcols", self._Pcols, y)
+        else:
+            Pt = self._P.at(t, batch, y)
+            cols = stack_columns(Pt if self._bscale == 1.0 else self._bscale * Pt)
+        h = cols.shape[-1] // self.d
+        if cols.ndim == 2:  # one P for the whole batch: a single (B l, d) @ (d, h d) product
+            yP = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * h, self.d))
+        else:  # one P per trajectory
+            yP = self._mm(y, cols).reshape(batch + (n * h, self.d))
+        return self._mm(yP, yT, "S").reshape(batch + (n, h, n))
+
     def _scores(self, t, y: np.ndarray) -> np.ndarray:
         """S[..., i, eta, j] = y_i^T beta P_eta(t) y_j."""
         yT = y.swapaxes(-1, -2)
@@ -231,22 +251,8 @@ class AttentionField(_CheckedField):
         n = y.shape[-2]
         if batch != self._batch_ok:
             _batch.check_batch(self, batch)
-        if self.rope is not None:
-            S = rope_scores(self._consts, y, self._bscale * self._P.at(t, batch, y), self.rope_key, self.rope)
-        elif self._scalar_P is not None:
-            S = (self._scalar_P * self._mm(y, yT))[..., :, None, :]
-        else:
-            if self._Pcols is not None:
-                cols = self._const("Pcols", self._Pcols, y)
-            else:
-                Pt = self._P.at(t, batch, y)
-                cols = stack_columns(Pt if self._bscale == 1.0 else self._bscale * Pt)
-            h = cols.shape[-1] // self.d
-            if cols.ndim == 2:  # one P for the whole batch: a single (B l, d) @ (d, h d) product
-                yP = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * h, self.d))
-            else:  # one P per trajectory
-                yP = self._mm(y, cols).reshape(batch + (n * h, self.d))
-            S = self._mm(yP, yT, "S").reshape(batch + (n, h, n))
+        with np.errstate(over="ignore", invalid="ignore"):  # scores beyond the float range: weights() raises, naming beta
+            S = self._raw_scores(t, y, yT, batch, n)
         factor = _batch.beta_factor(self, batch, y)
         if self.rescaled:  # beta (y_i^T P y_j - 1): beta was not folded into P
             S = rescaled_scores(S, self.beta if factor is None else factor)
