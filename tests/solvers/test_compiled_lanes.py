@@ -8,14 +8,6 @@ test_compiled.py / test_output_modes.py), compared with ``array_equal``, no tole
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -28,7 +20,7 @@ from riemattn.dynamics.schedules import PiecewiseConstantHeads, TimeVaryingHeads
 from riemattn.solvers.compiled import _engine, _tables
 from riemattn.solvers.compiled._threads import threads
 
-ROOT = Path(__file__).resolve().parents[2]
+from _subprocess import interrupt_after_go
 
 
 def _tv(h, d, rng):
@@ -154,6 +146,14 @@ def test_lanes_stop_as_the_loop_does(monkeypatch, stepper):
     assert errors[0] == errors[1] and "beta" in errors[0]
 
 
+def test_the_lane_steppers_are_fsal():
+    """The lane loop carries each lane's last evaluation into its next step (no other first
+    stage is coded there): a stepper added to LANE_STEPPERS must be FSAL and adaptive."""
+    for name in _engine.LANE_STEPPERS:
+        cls = ra.STEPPERS[name]
+        assert cls.fsal and cls.adaptive, name
+
+
 def test_the_lane_path_is_taken_where_it_applies(monkeypatch):
     """A stepper of LANE_STEPPERS (every other stepper the compiled engine runs stays on the
     per-trajectory loop) on a lane form with at least LANES_MIN_PER_THREAD trajectories per thread, saveat
@@ -215,20 +215,6 @@ CTRL_C = """
 def test_ctrl_c_stops_the_lanes_within_a_second():
     """SIGINT during a long ensemble on the lane path: KeyboardInterrupt within a second, with the
     trajectories not finished marked so (status 1, NaN at the last save time)."""
-    env = dict(os.environ)
-    env.pop("RIEMATTN_ENGINE", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CTRL_C)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
-    try:
-        assert proc.stdout.readline().strip() == "go", proc.stderr.read()
-        time.sleep(1.0)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        line = proc.stdout.readline().split()
-        waited = time.monotonic() - sent
-    finally:
-        proc.kill()
-        proc.wait()
-    assert line == ["stopped", "compiled", "1", "True", "True", "True"], (line, proc.stderr.read())
+    line, waited, err = interrupt_after_go(CTRL_C)
+    assert line == ["stopped", "compiled", "1", "True", "True", "True"], (line, err)
     assert waited < 1.0

@@ -80,16 +80,13 @@ def _offsets(l, d, hp):
 
 
 @jit
-def _exp_lanes(A, oA, n, fast, tmp):
+def _exp_lanes(A, oA, n, fast, every, tmp):
     """A[(oA + m) W + w] <- exp(A[(oA + m) W + w]) for m < n: the polynomial on the first
     n - n mod 8 entries (none if n < 16) of the lanes where A[fast W + w] != 0 (their shifted
-    scores lie in [-708, 0]), ``math.exp`` elsewhere: the per-trajectory kernel's choice, per lane.
-    The row ``tmp`` (W values) is scratch."""
+    scores lie in [-708, 0]; ``every``: in all lanes), ``math.exp`` elsewhere: the per-trajectory
+    kernel's choice, per lane. The row ``tmp`` (W values) is scratch."""
     W = LANES
     nv = n - n % EXP_LANES if n >= EXP_VECTOR_MIN else 0
-    every = True
-    for w in range(W):
-        every = every and A[fast * W + w] != 0.0
     if every:
         v_exp_run(A, oA * W, nv)
     else:
@@ -204,7 +201,7 @@ def _head(X, wk, oP, pk, oq, oA, ofh, omx, om, orlo, olo, ofast, one, ocP, l, d,
         for i in range(l):  # each row shifted by its maximum, then exp over the matrix
             for j in range(l):
                 v_sub(wk, (oA + i * l + j) * W, wk, (omx + i) * W)
-        _exp_lanes(wk, oA, n, ofast, orlo)
+        _exp_lanes(wk, oA, n, ofast, every, orlo)
     for i in range(l):  # each row's 1 / (s times its sum) (summed in order) into the row omx + i
         v_fill(wk, om * W, 0.0)
         if whole:  # shift, exp and sum in one pass over the row

@@ -275,27 +275,37 @@ def v_exp_poly(typingctx, A, ra):
 EXP_GROUP = 4
 
 
+def _exp_groups(context, builder, ta, a_, ra_, n_, shift=None, acc=None):
+    """The n consecutive vectors from A[ra] <- exp (``A - shift`` first where a shift vector is
+    given), :data:`EXP_GROUP` of them interleaved, then the rest one at a time; each new vector
+    added to the register ``acc`` (an alloca) in index order where one is given."""
+    G = EXP_GROUP
+    step = ir.Constant(_I64, LANES)
+
+    def run(offs):
+        vs = [_load(context, builder, ta, a_, o) for o in offs]
+        if shift is not None:
+            vs = [builder.fsub(v, shift) for v in vs]
+        for o, e in zip(offs, _exp_vectors(builder, vs)):
+            _store(context, builder, ta, a_, o, e)
+            if acc is not None:
+                builder.store(builder.fadd(builder.load(acc), e), acc)
+
+    groups = builder.sdiv(n_, ir.Constant(_I64, G))
+    with cgutils.for_range(builder, groups) as loop:
+        base = builder.add(ra_, builder.mul(loop.index, ir.Constant(_I64, G * LANES)))
+        run([builder.add(base, builder.mul(step, ir.Constant(_I64, g))) for g in range(G)])
+    done = builder.mul(groups, ir.Constant(_I64, G))
+    with cgutils.for_range(builder, builder.sub(n_, done)) as loop:
+        run([builder.add(ra_, builder.mul(builder.add(done, loop.index), step))])
+
+
 @intrinsic
 def v_exp_run(typingctx, A, ra, n):
     """``v_exp_poly`` on the n consecutive vectors from A[ra], :data:`EXP_GROUP` of them interleaved
     (each vector's bits as ``v_exp_poly``'s)."""
     def codegen(context, builder, sig, args):
-        a_, ra_, n_ = args
-        ty = sig.args[0]
-        G = EXP_GROUP
-        step = ir.Constant(_I64, LANES)
-        groups = builder.sdiv(n_, ir.Constant(_I64, G))
-        with cgutils.for_range(builder, groups) as loop:
-            base = builder.add(ra_, builder.mul(loop.index, ir.Constant(_I64, G * LANES)))
-            offs = [builder.add(base, builder.mul(step, ir.Constant(_I64, g))) for g in range(G)]
-            vs = [_load(context, builder, ty, a_, o) for o in offs]
-            for o, v in zip(offs, _exp_vectors(builder, vs)):
-                _store(context, builder, ty, a_, o, v)
-        done = builder.mul(groups, ir.Constant(_I64, G))
-        with cgutils.for_range(builder, builder.sub(n_, done)) as loop:
-            o = builder.add(ra_, builder.mul(builder.add(done, loop.index), step))
-            v = _load(context, builder, ty, a_, o)
-            _store(context, builder, ty, a_, o, _exp_vectors(builder, [v])[0])
+        _exp_groups(context, builder, sig.args[0], *args)
     return types.void(A, ra, n), codegen
 
 
@@ -307,26 +317,10 @@ def v_exp_row(typingctx, A, ra, n, M, rm, S, rs):
     softmax row and their sum in one pass; :data:`EXP_GROUP` vectors' polynomials interleaved)."""
     def codegen(context, builder, sig, args):
         a_, ra_, n_, m_, rm_, s_, rs_ = args
-        ta, tm, ts = sig.args[0], sig.args[3], sig.args[5]
-        G = EXP_GROUP
-        step = ir.Constant(_I64, LANES)
-        shift = _load(context, builder, tm, m_, rm_)
+        ts = sig.args[5]
         acc = cgutils.alloca_once(builder, _VEC)
         builder.store(_load(context, builder, ts, s_, rs_), acc)
-
-        def run(offs):
-            vs = [builder.fsub(_load(context, builder, ta, a_, o), shift) for o in offs]
-            for o, e in zip(offs, _exp_vectors(builder, vs)):
-                _store(context, builder, ta, a_, o, e)
-                builder.store(builder.fadd(builder.load(acc), e), acc)
-
-        groups = builder.sdiv(n_, ir.Constant(_I64, G))
-        with cgutils.for_range(builder, groups) as loop:
-            base = builder.add(ra_, builder.mul(loop.index, ir.Constant(_I64, G * LANES)))
-            run([builder.add(base, builder.mul(step, ir.Constant(_I64, g))) for g in range(G)])
-        done = builder.mul(groups, ir.Constant(_I64, G))
-        with cgutils.for_range(builder, builder.sub(n_, done)) as loop:
-            run([builder.add(ra_, builder.mul(builder.add(done, loop.index), step))])
+        _exp_groups(context, builder, sig.args[0], a_, ra_, n_, _load(context, builder, sig.args[3], m_, rm_), acc)
         _store(context, builder, ts, s_, rs_, builder.load(acc))
     return types.void(A, ra, n, M, rm, S, rs), codegen
 

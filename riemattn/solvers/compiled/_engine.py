@@ -305,16 +305,18 @@ def _run_adaptive(meth, Y, flat, autonomous, diff, t0, t1, rtol, atol, first_ste
 #: 8 x 32, 0.73 at 200 x 2; 1.2 at 64 x 16, 1.3 at 32 x 32, 3.9 at 64 x 64 (eight lanes of a large
 #: attention matrix leave the cache, where one trajectory's kernel vectorises over tokens anyway)
 LANES_MIN_PER_THREAD = 8
-#: the steppers the lanes run (each lane the per-trajectory loop's bits)
+#: the steppers the lanes run (each lane the per-trajectory loop's bits; FSAL ones: _lanes.solve_lanes
+#: carries each lane's last evaluation into its next step)
 LANE_STEPPERS = ("dopri5", "dop853")
 LANES_MAX_SIZE, LANES_ANY_L_D = 256, 4
 
 
 def lanes_apply(step, pack, y0, saveat, events) -> bool:
     """Whether a call runs eight trajectories at a time (:mod:`riemattn.solvers.compiled._lanes`):
-    a stepper of :data:`LANE_STEPPERS` on a form of the lane kernel (``lanes_supported``), saving at ``saveat``, no events, tokens
-    of at most :data:`LANES_MAX_SIZE` numbers or :data:`LANES_ANY_L_D` components, and at least
-    :data:`LANES_MIN_PER_THREAD` trajectories per thread."""
+    a stepper of :data:`LANE_STEPPERS` on a form of the lane kernel (``lanes_supported``), saving
+    at ``saveat``, no events, tokens of at most :data:`LANES_MAX_SIZE` numbers or
+    :data:`LANES_ANY_L_D` components, and at least :data:`LANES_MIN_PER_THREAD` trajectories per
+    thread."""
     from ...dynamics.kernels._kernel_lanes import lanes_supported
 
     l, d = y0.shape[-2:]

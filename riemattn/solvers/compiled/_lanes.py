@@ -1,18 +1,18 @@
 """Ensembles on the compiled engine, eight trajectories per step: DOPRI5 and DOP853 in vector lanes
 (private).
 
-:func:`solve_lanes` is :func:`riemattn.solvers.compiled._adaptive.solve_rows` for ``dopri5`` and
-``dop853`` (its second error estimate and closing evaluation, :func:`~riemattn.solvers.compiled._steps.dop853_extra`,
-in lanes too) on
-the attention forms of :func:`riemattn.dynamics.kernels._kernel_lanes.lanes_supported`, with the
-trajectories of one thread's share taken eight at a time, one per vector lane
+:func:`solve_lanes` is :func:`riemattn.solvers.compiled._adaptive.solve_rows` for the FSAL steppers
+``dopri5`` and ``dop853`` (DOP853's second error estimate and closing evaluation,
+:func:`~riemattn.solvers.compiled._steps.dop853_extra`, in lanes too) on the attention forms of
+:func:`riemattn.dynamics.kernels._kernel_lanes.lanes_supported`, with the trajectories of one
+thread's share taken eight at a time, one per vector lane
 (:data:`~riemattn.dynamics.kernels._kernel_simd.LANES`): each lane has its own time, step size,
 controller state and counters, and a lane whose trajectory ends (reached, failed, out of steps)
 takes the next one of the share at once. Every lane computes exactly what ``solve_rows`` computes
-for its trajectory -- the same stages, sums in the same order, the same error norm and controller
--- so the results are the same bits (``tests/solvers/test_compiled_lanes.py``). The rare parts
-run the per-trajectory code on the lane's values: the first evaluation and initial step of a
-trajectory, and the dense output at a ``saveat`` time inside a step.
+for its trajectory -- the same stages, sums in the same order, the same error norm and controller --
+so the results are the same bits (``tests/solvers/test_compiled_lanes.py``). The rare parts run the
+per-trajectory code on the lane's values: the first evaluation and initial step of a trajectory, and
+the dense output at a ``saveat`` time inside a step.
 """
 
 from __future__ import annotations
@@ -89,7 +89,6 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
     B, l, d = Y.shape[0], Y.shape[1], Y.shape[2]
     n = l * d
     s = m.ints[1]
-    fsal = m.ints[4] != 0
     dop = m.ints[0] == DOP853  # the second error estimate and a closing evaluation (_steps.dop853_extra)
     last_rtol, under_rtol = m.ctrl[4], m.ctrl[5]  # (the controller's constants: _steps.next_h)
     n_save = saveat.shape[0]
@@ -127,9 +126,8 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
                 b_next += stride
                 yb = Y[b]
                 nf = 0
-                if fsal or not h_first[b] > 0:
-                    fn(RHS, t0, yb, b, ints, floats, per, work, k1s)
-                    nf += 1
+                fn(RHS, t0, yb, b, ints, floats, per, work, k1s)  # (FSAL: the first stage of the first step)
+                nf += 1
                 if h_first[b] > 0:
                     hb = h_first[b]
                 else:
@@ -145,8 +143,7 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
                 err_prev[w], rej_prev[w], nonfin_prev[w] = 1.0, False, False
                 nxt[w] = 1 if (n_save and saveat[0] == t0) else 0
                 _lane_in(yb, y, w)
-                if fsal:
-                    _lane_in(k1s, k1, w)
+                _lane_in(k1s, k1, w)
         busy = False
         for w in range(W):
             busy = busy or row[w] >= 0
@@ -172,14 +169,9 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
             stepping = True
         if not stepping:
             continue
-        # ---- one DOPRI5 step on every lane (ProjectedRK.step, as rk_step computes it)
-        if fsal:
-            for e in range(n):
-                v_copy(K, e * W, k1, e * W)
-        else:
-            lanes_rhs(t, y, frow, ints, floats, per, wk, wp, K)
-            for w in range(W):
-                nfev[w] += 1
+        # ---- one step on every lane (ProjectedRK.step, as rk_step computes it), the first stage carried
+        for e in range(n):
+            v_copy(K, e * W, k1, e * W)
         for i in range(1, s):
             v_comb_y(x, 0, m.A[i], _last_nonzero(m.A[i], i), K, 0, n * W, n, h_try, 0, y, 0)  # y + h sum_j A_ij K_j
             _normalize(x, l, d, X, r)
@@ -200,7 +192,7 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
                 tc[w] = t[w] + 1.0 * h_try[w]
                 nfev[w] += 1
             lanes_rhs(tc, y_new, frow, ints, floats, per, wk, wp, k_next)
-        elif fsal:
+        else:  # the last stage sits at the new point (_steps.fsal_next)
             for p in range(l):
                 for a in range(d):
                     v_div(k_next, (p * d + a) * W, K, ((s - 1) * n + p * d + a) * W, r_new, p * W)
@@ -246,8 +238,7 @@ def solve_lanes(fn, m, Y, start, stride, t0, t1, rtol, atol, h_first, max_steps,
                 t[w] = t_new
                 for q in range(n):
                     y[q * W + w] = y_new[q * W + w]
-                    if fsal:
-                        k1[q * W + w] = k_next[q * W + w]
+                    k1[q * W + w] = k_next[q * W + w]
                 n_steps[w] += 1
                 if last[w]:
                     _finish(w, row, frow, y, Y, stats, t_fail_out, nfev, n_steps, n_rej, REACHED, np.nan)
