@@ -8,15 +8,11 @@ reads its configuration at import; signals) run in a subprocess.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,20 +21,13 @@ import riemattn as ra
 from riemattn.analysis import events as rae
 from riemattn.errors import UnsupportedByEngine, ValidationError
 
-ROOT = Path(__file__).resolve().parents[2]
+from _subprocess import ROOT, interrupt_after_go, repo_env
+
 EPS = np.finfo(float).eps
 
 
-def _env(**extra):
-    env = dict(os.environ)
-    env.pop("RIEMATTN_ENGINE", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
 def _python(code, timeout=600, **env):
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=_env(**env), capture_output=True,
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=repo_env(**env), capture_output=True,
                           text=True, timeout=timeout, cwd=str(ROOT))
 
 
@@ -61,7 +50,8 @@ def test_read_only_package_caches_in_the_user_cache_directory(tmp_path):
         from riemattn.solvers.compiled import _warmup
         print(_kernel_cache.CACHED, _kernel_cache.cache_dir(kernels.evaluate), _warmup._lock_path())
     """
-    env = dict(_env(), PYTHONPATH=str(pkg.parent), XDG_CACHE_HOME=str(tmp_path / "xdg"), PYTHONDONTWRITEBYTECODE="1")
+    env = dict(repo_env(), PYTHONPATH=str(pkg.parent), XDG_CACHE_HOME=str(tmp_path / "xdg"),
+               PYTHONDONTWRITEBYTECODE="1")
     env.pop("NUMBA_CACHE_DIR", None)
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
                          timeout=600, cwd=str(tmp_path))
@@ -88,7 +78,7 @@ def test_default_call_works_without_a_writable_cache(tmp_path):
     """ % str(pkg)
     env = dict(PYTHONPATH=str(pkg.parent), NUMBA_CACHE_DIR=blocked / "numba", XDG_CACHE_HOME=blocked / "xdg",
                HOME=blocked / "home", PYTHONDONTWRITEBYTECODE=1, RIEMATTN_BACKGROUND_COMPILE=1)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=dict(_env(), **{k: str(v) for k, v in
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=dict(repo_env(), **{k: str(v) for k, v in
                          env.items()}), capture_output=True, text=True, timeout=600, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["numpy", "True"]
@@ -145,19 +135,8 @@ def test_ctrl_c_stops_a_compiled_solve_within_a_second(batch):
     process gets KeyboardInterrupt within a second, with what was computed so far (the trajectories
     "not finished", status 1; the first saved state y0; one trajectory: its steps so far, a batch
     with saveat: NaN at the last save time, not reached)."""
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CTRL_C), str(batch)], env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
-    try:
-        assert proc.stdout.readline().strip() == "go", proc.stderr.read()
-        time.sleep(1.0)  # inside the long solve
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        line = proc.stdout.readline().split()
-        waited = time.monotonic() - sent
-    finally:
-        proc.kill()
-        proc.wait()
-    assert line[:4] == ["stopped", "compiled", "False"] + line[3:4] and int(line[3]) > 0, (line, proc.stderr.read())
+    line, waited, err = interrupt_after_go(CTRL_C, str(batch))  # SIGINT 1 s after "go": inside the long solve
+    assert line[:4] == ["stopped", "compiled", "False"] + line[3:4] and int(line[3]) > 0, (line, err)
     assert line[4:] == ["{1}", "True", "True"]
     assert waited < 1.0  # the loops check for the signal before every step (microseconds apart)
 

@@ -7,24 +7,14 @@ subprocesses with a fresh cache directory (NUMBA_CACHE_DIR), so that nothing com
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _env(**extra):
-    env = dict(os.environ)
-    env.pop("RIEMATTN_ENGINE", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
+from _subprocess import ROOT, repo_env
 
 
 FIRST_CALL = """
@@ -64,7 +54,7 @@ def test_first_eligible_call_compiles_in_the_background(tmp_path):
     with the steps' times to 100 eps / rtol: 1e-9 covers both for these few steps)."""
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(FIRST_CALL)], capture_output=True, text=True,
                          timeout=1000, cwd=str(ROOT),
-                         env=_env(NUMBA_CACHE_DIR=tmp_path / "cache", RIEMATTN_BACKGROUND_COMPILE=1))
+                         env=repo_env(NUMBA_CACHE_DIR=tmp_path / "cache", RIEMATTN_BACKGROUND_COMPILE=1))
     lines = [line.split() for line in out.stdout.splitlines()]
     assert len(lines) == 2, out.stderr
     _, engine, t_first, t_numpy, running = lines[0]
@@ -84,7 +74,7 @@ def test_first_eligible_call_compiles_in_the_background(tmp_path):
 def test_a_second_process_does_not_compile_while_one_holds_the_lock(tmp_path):
     """The compile lock: while one process holds it, another sees ``compiling()`` and the background
     compile started there exits at once, compiling nothing (no loop in the fresh cache)."""
-    env = _env(NUMBA_CACHE_DIR=tmp_path / "cache")
+    env = repo_env(NUMBA_CACHE_DIR=tmp_path / "cache")
     holder = subprocess.Popen([sys.executable, "-c", "from riemattn.solvers.compiled import _warmup\n"
                                "import time\nwith _warmup.locked():\n    print('held', flush=True)\n"
                                "    time.sleep(120)\n"], env=env, stdout=subprocess.PIPE, text=True, cwd=str(ROOT))
@@ -120,6 +110,6 @@ def test_warmup_command_reports_the_time(capsys):
 def test_warmup_without_jit_is_a_clear_refusal():
     code = ("import riemattn as ra\nfrom riemattn.errors import UnsupportedByEngine\ntry:\n    ra.warmup()\n"
             "except UnsupportedByEngine as exc:\n    print('refused', 'NUMBA_DISABLE_JIT' in str(exc))\n")
-    out = subprocess.run([sys.executable, "-c", code], env=_env(NUMBA_DISABLE_JIT=1), capture_output=True, text=True,
-                         timeout=300, cwd=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], env=repo_env(NUMBA_DISABLE_JIT=1), capture_output=True,
+                         text=True, timeout=300, cwd=str(ROOT))
     assert out.stdout.split() == ["refused", "True"], out.stderr
