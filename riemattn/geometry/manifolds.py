@@ -229,7 +229,12 @@ def project(y, W=None):
 def manifold_for(W, d: int, source: str = "the tokens"):
     """The manifold for tokens in R^d: ``Sphere(d - 1)`` if W is None, else ``Ellipsoid(W)``.
 
-    ``source`` names where d comes from, for the message when W has another size."""
+    ``source`` names where d comes from, for the messages when d < 2 or W has another size."""
+    if W is None and int(d) < 2:
+        raise ValidationError(
+            f"{source} puts the tokens in R^{d}, whose unit sphere S^{d - 1} has no tangent directions; "
+            "a sphere or an ellipsoid needs d >= 2 (W='flat' keeps tokens in R^d unnormalised)."
+        )
     if W is None:
         return Sphere(d - 1)
     manifold = Ellipsoid(W)

@@ -272,6 +272,21 @@ def test_field_rejects_tokens_of_wrong_dimension():
         field(0.0, np.ones((4, 5)))
 
 
+def test_tokens_in_r1_on_the_sphere_are_refused_naming_p_and_the_flat_option():
+    """d = 1: the unit sphere of R^1 is {-1, 1}, with no tangent directions. The error names the
+    user's P (not an internal ``dim``) and the way to keep such tokens (W='flat'), which works."""
+    with pytest.raises(ValidationError, match=r"P of shape \(1, 1\) puts the tokens in R\^1.*W='flat'"):
+        ra.AttentionField(np.eye(1))
+    field = ra.AttentionField(np.eye(1), W="flat")
+    y = np.array([[1.0], [3.0]])
+    # flat space: field_i = sum_j alpha_ij (y_j - y_i), alpha = softmax_j(y_i y_j / sqrt(1)) (paper)
+    a = np.exp(np.outer(y[:, 0], y[:, 0]))
+    a /= a.sum(axis=1, keepdims=True)
+    expected = (a * (y[:, 0][None, :] - y[:, 0][:, None])).sum(axis=1)[:, None]
+    # each entry: 2 terms alpha (y_j - y_i), |y_j - y_i| <= 2, alpha <= 1, a few roundings each
+    np.testing.assert_allclose(field(0.0, y), expected, rtol=0, atol=16 * np.finfo(float).eps * 2)
+
+
 def test_work_buffers_never_leak_into_results_and_threads_do_not_share_them():
     """The field reuses work arrays between calls (per thread): a returned array must not change
     when the field is called again, and concurrent calls from threads must equal serial ones."""
