@@ -40,7 +40,7 @@ import math
 
 from ._kernel_cache import jit
 from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX, NORM,
-                             NORM_MEAN, NORM_PAPER, OP_LIFTED_JAC, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS,
+                             NORM_MEAN, NORM_PAPER, OP_LIFTED_JAC, OP_RHS_DIFF, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS,
                              RESCALED, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
                              U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
 from .._softmax import RESCALED_ROUNDING
@@ -168,6 +168,7 @@ def rows_times(M, om, x, ox, out, oo, l, d):
 def forward(op, t, y, b, ints, floats, per, w):
     """Attention A (h, l, l), values u = U y (h, l, d), per-head updates fh and the update f in
     the scratch vector w; p = P y_j (and q = P^T y_i for op = OP_LIFTED_JAC). y: flat (l d).
+    For op = OP_RHS_DIFF only A (:func:`difference_form` forms the field from it).
     Returns the factor of a scalar U (c I), else 0."""
     need_q = op == OP_LIFTED_JAC
     l, d, h = ints[L], ints[D], ints[H]
@@ -232,6 +233,8 @@ def forward(op, t, y, b, ints, floats, per, w):
             for m in range(hld):
                 w[pe + m] *= beta
                 w[qe + m] *= beta
+    if op == OP_RHS_DIFF:  # the difference form reads the attention only (difference_form; U = I)
+        return cU
     for m in range(l * d):
         w[of + m] = 0.0
     for e in range(h):
