@@ -146,7 +146,7 @@ def scores(q, oq, si, sc, yT, oyT, A, oA, l, d, causal):
     ``causal``, else l), 0 beyond; q_i[c] = q[oq + i si + c sc] (rows: si = d, sc = 1; transposed:
     si = 1, sc = l), yT the tokens transposed (d, l) at yT[oyT:]. Components c .. c + 3 are added,
     in order, to every score before c + 4 (no chain of dependent additions in the inner loop, and a
-    quarter of the passes over the matrix)."""
+    quarter of the passes over the matrix); three components left are added in one pass."""
     for m in range(l * l):
         A[oA + m] = 0.0
     c = 0
@@ -163,6 +163,18 @@ def scores(q, oq, si, sc, yT, oyT, A, oA, l, d, causal):
             for j in range(jmax):
                 row[j] = (((row[j] + q0 * y0[j]) + q1 * y1[j]) + q2 * y2[j]) + q3 * y3[j]
         c += 4
+    if d - c == 3:  # three components left: in one pass
+        y0 = yT[oyT + c * l:oyT + c * l + l]
+        y1 = yT[oyT + (c + 1) * l:oyT + (c + 1) * l + l]
+        y2 = yT[oyT + (c + 2) * l:oyT + (c + 2) * l + l]
+        for i in range(l):
+            b = oq + i * si + c * sc
+            q0, q1, q2 = q[b], q[b + sc], q[b + 2 * sc]
+            jmax = i + 1 if causal else l
+            row = A[oA + i * l:oA + i * l + jmax]
+            for j in range(jmax):
+                row[j] = ((row[j] + q0 * y0[j]) + q1 * y1[j]) + q2 * y2[j]
+        c += 3
     while c < d:
         yc = yT[oyT + c * l:oyT + c * l + l]
         for i in range(l):
