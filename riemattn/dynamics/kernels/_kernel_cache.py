@@ -24,13 +24,23 @@ are compiled without a cache (:data:`CACHED` is False, one message on the ``riem
 ``engine="compiled"`` still runs (compiling in every process), ``"auto"`` keeps to the NumPy
 engine. :func:`cached_for_this_cpu` says whether a function's cache holds code for this CPU
 (numba keys each entry by the CPU name and features: a cache built for another CPU does not count).
+
+Processes that compile at the same time (pytest-xdist, Dask workers) share the cache. numba's own
+save reads the function's index, gives a new signature the first free data file number and writes
+the index back, unlocked: two processes saving different signatures at once could both take
+number 1, and the index could then name, for one signature, the file holding the other's machine
+code -- loaded later without a check (a wrong result or a crash; numba issues 4807 and 10128).
+The engine's functions save under a file lock in their cache directory (:class:`LockedIndex`:
+the index is re-read inside the lock, and the data is written before the index names it).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import logging
+import os
 from pathlib import Path
 
 import numba as nb
@@ -116,14 +126,64 @@ NO_CACHE = ("no writable cache directory for numba (the package directory, NUMBA
             "engine='auto' keeps to the NumPy engine; set NUMBA_CACHE_DIR to a writable directory to cache it")
 
 
+try:
+    import fcntl
+except ImportError:  # Windows: no lock (the saves there are numba's own)
+    fcntl = None
+
+#: the lock file of the index saves, in each cache directory
+INDEX_LOCK = "riemattn-index.lock"
+
+
+class LockedIndex:
+    """Mixin for numba's ``IndexDataCacheFile``: :meth:`save` under an exclusive ``flock`` of
+    :data:`INDEX_LOCK` in the cache directory, with the index read inside the lock (so a new
+    signature takes a data file no other process has taken) and the data written before the index
+    names it (a reader never finds an entry whose file holds something else)."""
+
+    def save(self, key, data):
+        lock = None
+        if fcntl is not None:
+            try:
+                lock = open(os.path.join(self._cache_path, INDEX_LOCK), "a")  # noqa: SIM115 -- closed below
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            except OSError:  # no lock file here: save as numba does
+                if lock is not None:
+                    lock.close()
+                lock = None
+        try:
+            overloads = self._load_index()
+            name = overloads.get(key)
+            if name is None:
+                taken = set(overloads.values())
+                name = next(n for n in map(self._data_name, itertools.count(1)) if n not in taken)
+            self._save_data(name, data)
+            overloads[key] = name
+            self._save_index(overloads)
+        finally:
+            if lock is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+                lock.close()
+
+
+@functools.lru_cache(maxsize=None)
+def _locked_class(cls):
+    return type("Locked" + cls.__name__, (LockedIndex, cls), {})
+
+
 def njit(**options):
     """``numba.njit(cache=True, nogil=True, **options)``, or without ``cache`` where numba finds no
-    writable cache directory for the function (then :data:`CACHED` becomes False, logged once)."""
+    writable cache directory for the function (then :data:`CACHED` becomes False, logged once).
+    The function's cache saves under the lock of :class:`LockedIndex`."""
 
     def decorate(fn):
         global CACHED
         try:
-            return nb.njit(cache=True, nogil=True, **options)(fn)
+            disp = nb.njit(cache=True, nogil=True, **options)(fn)
+            cache_file = getattr(getattr(disp, "_cache", None), "_cache_file", None)
+            if cache_file is not None and hasattr(cache_file, "_load_index"):
+                cache_file.__class__ = _locked_class(type(cache_file))
+            return disp
         except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
             if "no locator" not in str(exc):
                 raise
