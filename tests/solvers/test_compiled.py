@@ -341,14 +341,15 @@ def test_auto_keeps_large_problems_on_the_numpy_engine(monkeypatch):
     assert _dispatch.pays(pack_field(field, (100, 10, 3)), rk4, 100)
     f2 = ra.AttentionField(np.eye(2), beta=2.0)
     assert not _dispatch.pays(pack_field(f2, (200, 2)), rk4, 1)
-    # d >= 8: the vectorised kernels, while one trajectory's work is at most 3e5 (6e5 for a batch)
+    # d >= 8: the vectorised kernels, while one trajectory's work is at most 6e5
     f8, f64 = ra.AttentionField(np.eye(8), beta=2.0), ra.AttentionField(np.eye(64), beta=2.0)
     wide8 = tokens(rng, (50,), 32, 8)  # 50 * (256 * 40 + 2048) = 6.1e5 > 1e5, w = 12 288
     assert _dispatch.pays(pack_field(f8, wide8.shape), rk4, 50)
     assert ra.integrate(f8, wide8, (0.0, 0.2), "rk4", dt=0.1).engine == "compiled"
     assert _dispatch.pays(pack_field(f64, (10, 64, 64)), rk4, 10)  # w = 5.3e5 <= 6e5
-    assert not _dispatch.pays(pack_field(f64, (64, 64)), rk4, 1)  # one trajectory: 5.3e5 > 3e5
+    assert _dispatch.pays(pack_field(f64, (64, 64)), rk4, 1)  # one trajectory too (measured: docs)
     assert not _dispatch.pays(pack_field(f64, (2, 80, 64)), rk4, 2)  # w = 7.5e5
+    assert not _dispatch.pays(pack_field(f64, (80, 64)), rk4, 1)
     # a batch's attention matrices beyond 2e6 numbers: compiled; below, or one trajectory: NumPy
     assert _dispatch.pays(pack_field(f2, (100, 200, 2)), rk4, 100)  # 100 * 200^2 = 4e6
     assert not _dispatch.pays(pack_field(f2, (10, 200, 2)), rk4, 10)  # 4e5

@@ -88,9 +88,11 @@ def _written(dispatcher) -> bool:
 #: 1.6e5; its BLAS products and vectorised exp over long rows of few components). With
 #: time-dependent weights (P(t), U(t): the NumPy engine forms them per trajectory) up to 4e5 (the
 #: hemisphere ensemble: compiled 2.1x faster at B = 100, equal at 1000). From d = 8 on the kernels
-#: vectorise: one trajectory while w <= 3e5 (at 64 x 64, w = 5.3e5, the engines were within 5 %
-#: for dopri5 and NumPy 1.2x faster for rk4), a batch (two threads) while w <= 6e5 (64 x 64: 1.6x
-#: at B = 10 and 100). And once a batch's attention matrices, B h l^2 numbers, pass 2e6 (16 MB),
+#: vectorise: while one trajectory's w <= 6e5 (64 x 64, w = 5.3e5: one trajectory, 2026-11-27,
+#: best of 10 calls, three alternations: dopri5 compiled 8.2--8.6 ms, NumPy 9.2--11.6 ms; rk4 per
+#: step compiled 438--445 us, NumPy 417--434 us, within 5 %; a batch, on two threads: 1.6x at B = 10
+#: and 100; until 2026-11-26 one trajectory stopped at 3e5, where the engines had measured within
+#: 5 % for dopri5 -- re-measured, NumPy's 12 % was outside the rule's 10 %). And once a batch's attention matrices, B h l^2 numbers, pass 2e6 (16 MB),
 #: the NumPy engine's arrays leave the cache: compiled 1.4x faster at 100 trajectories of 200 x 2
 #: (the NumPy engine 1.3x faster at 10).
 #: Where dopri5 or dop853 runs eight trajectories at a time (``_engine.lanes_apply``: small tokens, a
@@ -100,7 +102,7 @@ def _written(dispatcher) -> bool:
 #: 32 x 8 1.9 / 2.4x, 16 x 16 3.2 / 2.9x, 80 x 4 2.2 / 2.3x, 200 x 2 2.1 / 2.8x; docs/performance.md),
 #: the rule below deciding for the other calls.
 EXPLICIT_WORK, TIMED_WORK = 1.0e5, 4.0e5
-WIDE_D, WIDE_WORK_ONE, WIDE_WORK_BATCH = 8, 3.0e5, 6.0e5
+WIDE_D, WIDE_WORK = 8, 6.0e5
 SCORES_OUT_OF_CACHE = 2.0e6
 #: Rosenbrock steppers (and "auto"): the compiled engine was faster at every measured size, 11.7x
 #: at l d = 18 down to 1.1x at l d = 384 for one trajectory (its dense LU is unblocked scalar code).
@@ -120,7 +122,7 @@ def pays(pack, step, batch_size) -> bool:
     ``"auto"``) while l d <= :data:`STIFF_SIZE`; explicit ones while :func:`work` <=
     :data:`EXPLICIT_WORK` (:data:`TIMED_WORK` for time-dependent weights), and for attention
     fields also while d >= :data:`WIDE_D` and one trajectory's work is at most
-    :data:`WIDE_WORK_ONE` (:data:`WIDE_WORK_BATCH` for a batch), or for a batch whose attention
+    :data:`WIDE_WORK`, or for a batch whose attention
     matrices hold at least :data:`SCORES_OUT_OF_CACHE` numbers."""
     from ...dynamics.kernels import _kernel_layout as lay
     from . import _tables
@@ -136,7 +138,7 @@ def pays(pack, step, batch_size) -> bool:
     if not attention or int(pack.ints[lay.PLACEMENT]) != lay.PL_POST:  # (measured: plain attention)
         return False
     h = max(int(pack.ints[lay.H]), 1)
-    if d >= WIDE_D and work(pack, 1) <= (WIDE_WORK_BATCH if batch_size >= 2 else WIDE_WORK_ONE):
+    if d >= WIDE_D and work(pack, 1) <= WIDE_WORK:
         return True
     return batch_size >= 2 and batch_size * h * l * l >= SCORES_OUT_OF_CACHE
 
