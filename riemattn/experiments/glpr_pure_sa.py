@@ -37,6 +37,7 @@ import xarray as xr
 from scipy.linalg import expm
 from scipy.spatial import ConvexHull
 
+from .._backend import convert, is_torch, namespace
 from ..analysis.diagnostics import cluster_count
 from ..dynamics.fields import VectorField
 from ..solvers.core.integrate import integrate
@@ -74,14 +75,22 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
 
 
 def _softmax_rows(S):
-    S = S - S.max(axis=-1, keepdims=True)
-    E = np.exp(S)
-    return E / E.sum(axis=-1, keepdims=True)
+    xp = namespace(S)  # NumPy or torch (the torch backend's reproduction), no NumPy ufunc on a tensor
+    S = S - xp.max(S, axis=-1, keepdims=True)
+    E = xp.exp(S)
+    return E / xp.sum(E, axis=-1, keepdims=True)
+
+
+def _like(x, *matrices):
+    """The NumPy matrices as tensors when x is one (torch's products with a NumPy operand go through
+    NumPy, which wraps the result back with a deprecated ``__array_wrap__``); else unchanged."""
+    return tuple(convert(m, x) for m in matrices) if is_torch(x) else matrices
 
 
 def pure_sa(x, V, QK):
     """GLPR eq. (9.1): x_i' = sum_j softmax_j(x_i^T QK x_j) V x_j; x shape (..., n, d)."""
-    A = _softmax_rows((x @ QK) @ np.swapaxes(x, -1, -2))
+    V, QK = _like(x, V, QK)
+    A = _softmax_rows((x @ QK) @ namespace(x).matrix_transpose(x))
     return (A @ x) @ V.T
 
 
@@ -107,8 +116,9 @@ class MatrixExponential:
 
 def rescaled_sa(t, z, V, QK, exp_tV=None):
     """GLPR eq. (9.3): z_i' = sum_j P_ij(t) V (z_j - z_i), P from the scores of x = e^{tV} z."""
-    x = z @ (expm(t * V) if exp_tV is None else exp_tV(t)).T
-    A = _softmax_rows((x @ QK) @ np.swapaxes(x, -1, -2))
+    E, V, QK = _like(z, expm(t * V) if exp_tV is None else exp_tV(t), V, QK)
+    x = z @ E.T
+    A = _softmax_rows((x @ QK) @ namespace(x).matrix_transpose(x))
     return (A @ z - z) @ V.T
 
 

@@ -173,6 +173,25 @@ def test_glpr_pure_sa_rescaled_equation():
     np.testing.assert_allclose(rescaled_sa(t, z_of(t), V, QK), fd, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.filterwarnings("error:__array_wrap__ must accept:DeprecationWarning")
+def test_glpr_pure_sa_fields_compute_on_tensors_in_torch():
+    """Under a device context the fields get torch tensors: they compute in torch (a NumPy ufunc or a
+    product with a NumPy matrix would wrap its result back through torch's ``__array_wrap__``, which
+    NumPy 2 deprecates) and give the NumPy values."""
+    torch = pytest.importorskip("torch")
+    from riemattn.experiments.glpr_pure_sa import MatrixExponential, pure_sa, rescaled_sa
+
+    rng = np.random.default_rng(3)
+    V, QK, x = rng.uniform(0, 1, (2, 2)), rng.uniform(-1, 1, (2, 2)), rng.uniform(-2, 2, (3, 5, 2))
+    xt, E = torch.as_tensor(x), MatrixExponential(V)
+    for got, want in ((pure_sa(xt, V, QK), pure_sa(x, V, QK)),
+                      (rescaled_sa(0.3, xt, V, QK), rescaled_sa(0.3, x, V, QK)),
+                      (rescaled_sa(0.3, xt, V, QK, E), rescaled_sa(0.3, x, V, QK, E))):
+        assert isinstance(got, torch.Tensor)
+        # the same formula in two libraries: a few roundings of values of size <= 10 each
+        np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=64 * np.finfo(float).eps * 10)
+
+
 def test_arxiv_fig5_heads_match_the_paper_formula():
     from riemattn.experiments.arxiv_fig5 import RandomDiagonalHeads
 
