@@ -92,9 +92,9 @@ def _written(dispatcher) -> bool:
 #: best of 10 calls, three alternations: dopri5 compiled 8.2--8.6 ms, NumPy 9.2--11.6 ms; rk4 per
 #: step compiled 438--445 us, NumPy 417--434 us, within 5 %; a batch, on two threads: 1.6x at B = 10
 #: and 100; until 2026-11-26 one trajectory stopped at 3e5, where the engines had measured within
-#: 5 % for dopri5 -- re-measured, NumPy's 12 % was outside the rule's 10 %). And once a batch's attention matrices, B h l^2 numbers, pass 2e6 (16 MB),
-#: the NumPy engine's arrays leave the cache: compiled 1.4x faster at 100 trajectories of 200 x 2
-#: (the NumPy engine 1.3x faster at 10).
+#: 5 % for dopri5 -- re-measured, NumPy's 12 % was outside the rule's 10 %). And once a batch's
+#: attention matrices, B h l^2 numbers, pass 2e6 (16 MB), the NumPy engine's arrays leave the
+#: cache: compiled 1.4x faster at 100 trajectories of 200 x 2 (the NumPy engine 1.3x faster at 10).
 #: Where dopri5 or dop853 runs eight trajectories at a time (``_engine.lanes_apply``: small tokens, a
 #: batch of at least 8 per thread), "auto" takes the compiled engine whatever the work: measured faster
 #: than the NumPy engine in every such cell (dopri5, B = 16 to 1000; 10 x 3: 2.6--7.5x, 32 x 8:
@@ -121,9 +121,8 @@ def pays(pack, step, batch_size) -> bool:
     """Whether "auto" runs a supported call on the compiled engine: Rosenbrock steppers (and
     ``"auto"``) while l d <= :data:`STIFF_SIZE`; explicit ones while :func:`work` <=
     :data:`EXPLICIT_WORK` (:data:`TIMED_WORK` for time-dependent weights), and for attention
-    fields also while d >= :data:`WIDE_D` and one trajectory's work is at most
-    :data:`WIDE_WORK`, or for a batch whose attention
-    matrices hold at least :data:`SCORES_OUT_OF_CACHE` numbers."""
+    fields also while d >= :data:`WIDE_D` and one trajectory's work is at most :data:`WIDE_WORK`,
+    or for a batch whose attention matrices hold at least :data:`SCORES_OUT_OF_CACHE` numbers."""
     from ...dynamics.kernels import _kernel_layout as lay
     from . import _tables
 
