@@ -93,6 +93,7 @@ from __future__ import annotations
 import math
 
 from ._kernel_attention import difference_form, forward, jit, lift, offsets, tangent_rows, update_jacobian
+from ._kernel_cache import jit_inline
 from ._kernel_circle import circle_jac, circle_rhs
 from ._kernel_dtime import dtime_finish, dtime_start
 from ._kernel_layernorm import ln_block, ln_dtime, ln_jac_cols, ln_jac_rows, ln_start, ln_value
@@ -122,23 +123,14 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
     end of the ``"layer"`` step), ``RHS_DIFF`` (F in the difference form, (l, d); y on the
     manifold; ``RHS`` where the form does not apply: other U, flat states, placements, the circle).
     """
+    if ints[KIND] != KIND_CIRCLE and ints[PLACEMENT] == PL_POST:  # the attention field: the hot path, first
+        attention_at(op, t, y, b, ints, floats, per, work, out, y.shape[0], y.shape[1])
+        return
     l, d = y.shape
     n = l * d
     y1 = y.reshape(n)
-    if op == RHS_DIFF and (ints[KIND] == KIND_CIRCLE or ints[PLACEMENT] != PL_POST or ints[MANIFOLD] == MAN_FLAT
-                           or ints[U_KIND] != SRC_IDENTITY):
-        op = RHS  # the form applies to attention with U = I on the sphere or an ellipsoid only
-    if (op == RHS or op == UPDATE) and ints[KIND] != KIND_CIRCLE and ints[PLACEMENT] == PL_POST:
-        # the attention field's value and update (no placement): the hot path, first
-        forward(op, t, y1, b, ints, floats, per, work)
-        of = offsets(l, d, ints[H])[11]  # the update f
-        o1 = out.reshape(n)
-        if op == UPDATE or ints[MANIFOLD] == MAN_FLAT:
-            for m in range(n):
-                o1[m] = work[of + m]
-        else:  # F = (I - y y^T W) f, W f into the scratch slot after f and W y
-            tangent_rows(ints, floats, y1, work, of, work, of + 2 * n, o1, l, d)
-        return
+    if op == RHS_DIFF:
+        op = RHS  # the difference form applies to attention with U = I on the sphere or an ellipsoid only
     if op == BLOCK:
         ln_block(t, y1, ints, floats, out.reshape(n))
         return
@@ -150,41 +142,64 @@ def evaluate(op, t, y, b, ints, floats, per, work, out):
         else:
             circle_rhs(t, y, b, ints, floats, per, work, out)
         return
-    placed = ints[PLACEMENT] != PL_POST  # a layer-norm placement: attention at x = N_W(y) (or y)
-    x = y1
-    if placed:
-        ox = ln_start(op, y1, ints, floats, work)
-        if ox < 0:  # TIME_DERIVATIVE of weights constant between breaks
-            out[:, :] = 0.0
-            return
-        x = work[ox:ox + n]
+    ox = ln_start(op, y1, ints, floats, work)  # a layer-norm placement: attention at x = N_W(y) (or y)
+    if ox < 0:  # TIME_DERIVATIVE of weights constant between breaks
+        out[:, :] = 0.0
+        return
+    x = work[ox:ox + n]
+    if op == TIME_DERIVATIVE:  # forward at x, kept in out
+        o1 = out.reshape(n)
+        o1[:] = x
+        forward(op, t, o1, b, ints, floats, per, work, l, d)
+        dtime_finish(t, b, ints, floats, per, work, o1)
+        ln_dtime(t, b, ints, floats, per, work, o1)
+        return
+    cU = forward(op, t, x, b, ints, floats, per, work, l, d)
+    if op == LIFTED_JAC:
+        update_jacobian(ints, x, work, cU, out, l, d)
+        if ln_jac_rows(t, b, ints, floats, per, work, out):
+            lift(ints, floats, x, work, out, l, d)
+        ln_jac_cols(t, ints, floats, work, out)
+        return
+    ln_value(op, t, b, ints, floats, per, work, out.reshape(n))
+
+
+@jit_inline
+def attention_at(op, t, y, b, ints, floats, per, work, out, l, d):
+    """:func:`evaluate` for the attention field without a layer-norm placement, tokens of shape
+    (l, d) given as arguments (compile-time constants in the kernels of
+    :mod:`riemattn.dynamics.kernels._kernel_shaped`, run-time values in ``evaluate``)."""
+    n = l * d
+    y1 = y.reshape(n)
+    flat = ints[MANIFOLD] == MAN_FLAT
+    if op == RHS_DIFF and (flat or ints[U_KIND] != SRC_IDENTITY):
+        op = RHS  # the difference form applies to attention with U = I on the sphere or an ellipsoid only
+    if op == RHS or op == UPDATE:
+        forward(op, t, y1, b, ints, floats, per, work, l, d)
+        of = offsets(l, d, ints[H])[11]  # the update f
+        o1 = out.reshape(n)
+        if op == UPDATE or flat:
+            for m in range(n):
+                o1[m] = work[of + m]
+        else:  # F = (I - y y^T W) f, W f into the scratch slot after f and W y
+            tangent_rows(ints, floats, y1, work, of, work, of + 2 * n, o1, l, d)
+        return
+    if op == BLOCK:
+        ln_block(t, y1, ints, floats, out.reshape(n))
+        return
     if op == TIME_DERIVATIVE:  # forward at pi_W(y), kept in out
         o1 = out.reshape(n)
-        go = True
-        if placed:
-            o1[:] = x
-        else:
-            go = dtime_start(y1, ints, floats, work, o1)
-        if go:
-            forward(op, t, o1, b, ints, floats, per, work)
+        if dtime_start(y1, ints, floats, work, o1):
+            forward(op, t, o1, b, ints, floats, per, work, l, d)
             dtime_finish(t, b, ints, floats, per, work, o1)
-            if placed:
-                ln_dtime(t, b, ints, floats, per, work, o1)
         return
-    cU = forward(op, t, x, b, ints, floats, per, work)
-    flat = ints[MANIFOLD] == MAN_FLAT
+    cU = forward(op, t, y1, b, ints, floats, per, work, l, d)
     if op == LIFTED_JAC:
-        update_jacobian(ints, x, work, cU, out)
-        if (not placed and not flat) or (placed and ln_jac_rows(t, b, ints, floats, per, work, out)):
-            lift(ints, floats, x, work, out)
-        if placed:
-            ln_jac_cols(t, ints, floats, work, out)
+        update_jacobian(ints, y1, work, cU, out, l, d)
+        if not flat:
+            lift(ints, floats, y1, work, out, l, d)
         return
-    o1 = out.reshape(n)
-    if placed:
-        ln_value(op, t, b, ints, floats, per, work, o1)
-        return
-    difference_form(ints, floats, y1, work, o1)  # RHS_DIFF (RHS and UPDATE returned above)
+    difference_form(ints, floats, y1, work, out.reshape(n), l, d)  # RHS_DIFF
 
 
 @jit

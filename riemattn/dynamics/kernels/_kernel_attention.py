@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 
 from ._kernel_cache import jit
-from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, LOC_PER, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX, NORM,
+from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, LOC_PER, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX, NORM,
                              NORM_MEAN, NORM_PAPER, OP_LIFTED_JAC, OP_RHS_DIFF, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS,
                              RESCALED, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
                              U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
@@ -165,13 +165,14 @@ def rows_times(M, om, x, ox, out, oo, l, d):
 
 
 @jit
-def forward(op, t, y, b, ints, floats, per, w):
+def forward(op, t, y, b, ints, floats, per, w, l, d):
     """Attention A (h, l, l), values u = U y (h, l, d), per-head updates fh and the update f in
-    the scratch vector w; p = P y_j (and q = P^T y_i for op = OP_LIFTED_JAC). y: flat (l d).
+    the scratch vector w; p = P y_j (and q = P^T y_i for op = OP_LIFTED_JAC). y: flat (l d), l and d
+    given (compile-time constants in the kernels of :mod:`riemattn.dynamics.kernels._kernel_shaped`).
     For op = OP_RHS_DIFF only A (:func:`difference_form` forms the field from it).
     Returns the factor of a scalar U (c I), else 0."""
     need_q = op == OP_LIFTED_JAC
-    l, d, h = ints[L], ints[D], ints[H]
+    h = ints[H]
     oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
     beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
     rescaled = ints[RESCALED] != 0  # scores beta (y_i^T P y_j - 1): beta not folded into P
@@ -266,9 +267,9 @@ def tangent_rows(ints, floats, y, v, ov, w, oWv, out, l, d):
 
 
 @jit
-def update_jacobian(ints, y, w, cU, J):
-    """J (n, n) = Df, the Jacobian of the update (after forward with op = OP_LIFTED_JAC)."""
-    l, d, h = ints[L], ints[D], ints[H]
+def update_jacobian(ints, y, w, cU, J, l, d):
+    """J (n, n) = Df, the Jacobian of the update (after forward with op = OP_LIFTED_JAC); tokens (l, d)."""
+    h = ints[H]
     oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
     uk, hU = ints[U_KIND], ints[U_HEADS]
     causal = ints[MASK] == MASK_CAUSAL
@@ -317,9 +318,9 @@ def update_jacobian(ints, y, w, cU, J):
 
 
 @jit
-def lift(ints, floats, y, w, J):
-    """J <- Pi Df Pi + diag[f (W y)^T - y (W f)^T - c Pi] (sphere, ellipsoid), in place."""
-    l, d, h = ints[L], ints[D], ints[H]
+def lift(ints, floats, y, w, J, l, d):
+    """J <- Pi Df Pi + diag[f (W y)^T - y (W f)^T - c Pi] (sphere, ellipsoid), in place; tokens (l, d)."""
+    h = ints[H]
     oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
     n = l * d
     for m in range(n):  # y into the scratch (its offset is then a run-time value)
@@ -356,11 +357,11 @@ def lift(ints, floats, y, w, J):
 
 
 @jit
-def difference_form(ints, floats, y, w, out):
+def difference_form(ints, floats, y, w, out, l, d):
     """out_i = Pi_i sum_j (sum_eta A^eta_ij) (y_j - y_i), after forward: the field (U = I) at
     tokens y on the manifold without the cancellation of Pi_i f_i (riemattn.dynamics._tangent,
     form (D); the same attention rows). y, out: flat (l d); f's scratch slot receives the sum."""
-    l, d, h = ints[L], ints[D], ints[H]
+    h = ints[H]
     oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
     causal = ints[MASK] == MASK_CAUSAL
     hll = l * l

@@ -197,6 +197,9 @@ def njit(**options):
 
 #: The decorator of every compiled function of the engine.
 jit = njit()
+#: ... of one whose code numba inlines into each caller (its IR, before typing: arguments that are
+#: constants in a caller become constants in the inlined code)
+jit_inline = njit(inline="always")
 
 
 def cache_dir(dispatcher):

@@ -89,7 +89,7 @@ def rhs(t, y, b, ints, floats, per, w, out):
     ``per`` the trajectory's row of the per-trajectory data."""
     l, d, h = ints[L], ints[D], ints[H]
     n = l * d
-    forward(OP_RHS, t, y, b, ints, floats, per, w)
+    forward(OP_RHS, t, y, b, ints, floats, per, w, l, d)
     of = offsets(l, d, h)[11]  # the update f
     if ints[MANIFOLD] == MAN_FLAT:
         for m in range(n):
