@@ -8,7 +8,7 @@ The top room of the package: it may import every other room, and none imports it
     riemattn sweep CONFIG.toml --out STORE.zarr [--scheduler ADDRESS] [--workers N]
     riemattn sweep-plot STORE.zarr --var NAME --x DIM --y DIM [--sel DIM=VALUE ...] [--out FIG.png]
     riemattn loop --model gpt2 ...            (needs the ``llm`` extra)
-    riemattn warmup [--no-progress]           (compile the compiled engine now; see docs/performance.md)
+    riemattn warmup [--no-progress] [--shape LxD]  (compile the compiled engine now; docs/performance.md)
     riemattn --version
 
 A user mistake (a bad option, a bad configuration, an output path that cannot be written) is one
@@ -158,10 +158,19 @@ def _cmd_sweep_plot(args) -> int:
     return 0
 
 
+def _token_shape(text: str):
+    """``LxD`` (e.g. ``10x3``) -> (l, d) for ``warmup --shape``."""
+    try:
+        l, d = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LxD (tokens x dimension, e.g. 10x3), got {text!r}") from None
+    return l, d
+
+
 def _cmd_warmup(args) -> int:
     from .. import warmup
 
-    times = warmup(progress=_progress(args))
+    times = warmup(progress=_progress(args), shapes=args.shape)
     parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in times.items() if name not in ("total", "cached"))
     where = "cached for later processes" if times["cached"] else "not cached: no writable cache directory"
     print(f"riemattn: the compiled engine is ready in {times['total']:.1f} s ({parts}; {where})")
@@ -231,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("warmup", help="compile the compiled engine now (about a minute, once per install)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
+    p.add_argument("--shape", action="append", default=[], type=_token_shape, metavar="LxD",
+                   help="also compile the field kernel specialised to l tokens in R^d (repeatable; l d <= 64 is used)")
     p.set_defaults(func=_cmd_warmup)
 
     p = sub.add_parser("loop", help="loop a real transformer (GPT-2, GPT-Neo, MiniLM); needs riemattn[llm]")

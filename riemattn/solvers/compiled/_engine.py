@@ -278,7 +278,7 @@ def _run_adaptive(meth, Y, flat, autonomous, diff, t0, t1, rtol, atol, first_ste
 
     B, l, d = Y.shape
     h_first = np.full(B, float(first_step) if first_step is not None else np.nan)
-    fn = _kernels().evaluate
+    fn = _kernels().field_kernel(ints, l, d)
     every = saveat is None  # a single trajectory without saveat: every accepted step
     saved = np.full((0 if every else len(saveat), B, l, d), np.nan)
     stats = np.zeros((B, 4), dtype=np.int64)
@@ -353,7 +353,7 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
     stats = np.zeros((B, 4), dtype=np.int64)
     stats[:, 2] = _loops.RUNNING  # (rows a Ctrl-C stops before they start)
     t_fail = np.full(B, np.nan)
-    args = [_kernels().evaluate, meth, Y, 0, 1, flat, gt, gh, gtn, slot, ints, floats, per, work, saved, stats, t_fail,
+    args = [_kernels().field_kernel(ints, l, d), meth, Y, 0, 1, flat, gt, gh, gtn, slot, ints, floats, per, work, saved, stats, t_fail,
             ev, halt]
     run = _kernels().entry(fixed_rows, args)
     _, pending = in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B, halt)

@@ -71,3 +71,38 @@ def entry(loop, args):
             warnings.simplefilter("ignore", numba.NumbaExperimentalFeatureWarning)
             run = _ENTRIES[key] = loop.compile(sig)
     return run
+
+
+#: shapes whose specialised kernel is ready in this process; when one was last found not ready (a
+#: cache lookup, repeated at most every NOT_READY_RECHECK seconds)
+_READY: set = set()
+_NOT_READY: dict = {}
+NOT_READY_RECHECK = 1.0
+
+
+def field_kernel(ints, l, d):
+    """The field kernel the loops call for tokens (l, d): the kernel specialised to the shape
+    (:mod:`riemattn.dynamics.kernels._kernel_shaped`: the same bits, faster) where it applies and is
+    compiled in this process or in the cache; else ``evaluate``, and the shape is compiled in a
+    background process for the calls to come (``riemattn.solvers.compiled._background.start_shape``)."""
+    import time
+
+    from ...dynamics.kernels import _kernel_shaped as shaped
+
+    l, d = int(l), int(d)
+    if not shaped.applies(ints, l, d):
+        return evaluate
+    key = (l, d)
+    if key in _READY:
+        return shaped.shaped(l, d)
+    last = _NOT_READY.get(key)
+    if last is None or time.monotonic() - last >= NOT_READY_RECHECK:
+        if shaped.ready(l, d, evaluate_type().signature):
+            _READY.add(key)
+            _NOT_READY.pop(key, None)
+            return shaped.shaped(l, d)
+        _NOT_READY[key] = time.monotonic()
+        from ._background import start_shape
+
+        start_shape(l, d)
+    return evaluate

@@ -21,26 +21,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 try:
     import fcntl
 except ImportError:  # Windows: no lock (numba's cache writes are atomic renames)
     fcntl = None
 
-ENV = "RIEMATTN_BACKGROUND_COMPILE"
 LOCK_NAME = "riemattn-compile.lock"
+from ._background import ENV, _spawn, background_enabled
+
 log = logging.getLogger("riemattn")
 _STARTED: list = []  # the background process started by this process (at most one)
-
-
-def background_enabled() -> bool:
-    """Whether ``"auto"`` may start a background compile (``RIEMATTN_BACKGROUND_COMPILE`` not 0/false/no/off)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _lock_path():
@@ -139,7 +134,30 @@ TASKS = (("field kernels", _kernels_task), ("fixed-step loop", _loop_task("rk4",
          ("adaptive loop", _loop_task("dopri5")), ("ensemble loop", _lanes_task))
 
 
-def warmup(progress=None) -> dict:
+def _shape_task(l, d):
+    def task():
+        from . import _kernel
+        from ...dynamics.kernels import _kernel_shaped
+
+        _kernel_shaped.compile_now(l, d, _kernel.evaluate_type().signature)
+
+    return task
+
+
+def _check_shapes(shapes):
+    from ...errors import ValidationError
+
+    try:
+        out = [tuple(operator.index(v) for v in s) for s in shapes]
+    except TypeError:
+        out = None
+    if out is None or any(len(s) != 2 or min(s) < 1 for s in out):
+        raise ValidationError(f"shapes must be a sequence of (l, d) pairs of positive ints (tokens l of dimension "
+                              f"d), got {shapes!r}.")
+    return out
+
+
+def warmup(progress=None, shapes=()) -> dict:
     """Compile the compiled engine now (or load it from numba's on-disk cache), with a progress bar.
 
     ``integrate(..., engine="auto")`` uses the compiled engine only once it is compiled, and a first
@@ -151,13 +169,18 @@ def warmup(progress=None) -> dict:
     ----------
     progress : bool or None
         Show a progress bar (tqdm) on stderr; None: where stderr is a terminal.
+    shapes : sequence of (l, d)
+        Also compile the field kernel specialised to each token shape (l tokens in R^d; used for the
+        attention field with l d <= 64 and no layer-norm placement, the same results, faster:
+        docs/performance.md, "Kernels specialised to the shape"; seconds each). The engine compiles
+        a shape in the background at its first call; this does it now.
 
     Returns
     -------
     dict
         Seconds per part (``"field kernels"``, ``"fixed-step loop"``, ``"adaptive loop"``,
-        ``"ensemble loop"``: dopri5 on eight trajectories at a time; a part
-        loaded from the cache takes a fraction of a second) and ``"total"``; ``"cached"``: whether
+        ``"ensemble loop"``: dopri5 on eight trajectories at a time; ``"shape l x d"`` for each of
+        ``shapes``; a part loaded from the cache takes a fraction of a second) and ``"total"``; ``"cached"``: whether
         the code is cached on disk for later processes (False: no writable cache directory).
 
     Raises
@@ -174,6 +197,7 @@ def warmup(progress=None) -> dict:
 
     if progress is not None:  # checked before compiling (minutes)
         check_flag(progress, "progress")
+    tasks = list(TASKS) + [(f"shape {l} x {d}", _shape_task(l, d)) for l, d in _check_shapes(shapes)]
 
     if numba.config.DISABLE_JIT:
         raise UnsupportedByEngine("warmup: NUMBA_DISABLE_JIT=1 turns numba's JIT off, so there is nothing to "
@@ -181,7 +205,7 @@ def warmup(progress=None) -> dict:
     times = {}
     start = time.perf_counter()
     with locked(block=True):
-        bar = tqdm(TASKS, desc="riemattn warmup", unit="part", disable=(None if progress is None else not progress),
+        bar = tqdm(tasks, desc="riemattn warmup", unit="part", disable=(None if progress is None else not progress),
                    leave=False)
         for name, task in bar:
             bar.set_postfix_str(name)
@@ -203,15 +227,8 @@ def start_background(adaptive: bool = True) -> bool:
 
     if _STARTED or not background_enabled() or not _kernel_cache.CACHED:
         return False
-    root = str(Path(__file__).resolve().parents[3])  # the directory holding the riemattn package
-    env = dict(os.environ, **{ENV: "0"})
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env.pop("RIEMATTN_ENGINE", None)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "riemattn.solvers.compiled._warmup",
-                                 "adaptive" if adaptive else "fixed"], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = _spawn(["adaptive" if adaptive else "fixed"])
     except OSError as exc:
         _STARTED.append(None)
         log.warning("riemattn: could not start compiling the compiled engine in the background (%s); "
@@ -225,11 +242,16 @@ def start_background(adaptive: bool = True) -> bool:
     return True
 
 
-def _main(first: str = "adaptive") -> None:
+def _main(first: str = "adaptive", *shape) -> None:
     """The background process: compile (the kernels, the ``first`` loop, the others) unless
-    another process is compiling; each loop is usable by other processes as soon as it is written."""
+    another process is compiling; each loop is usable by other processes as soon as it is written.
+    ``first="shape"``: the kernel for tokens ``shape`` = (l, d), after any other compile."""
     with contextlib.suppress(OSError):
         os.nice(5)
+    if first == "shape":
+        with locked(block=True):
+            _shape_task(int(shape[0]), int(shape[1]))()
+        return
     kernels, fixed, adaptive, lanes = TASKS
     order = (kernels, adaptive, lanes, fixed) if first == "adaptive" else (kernels, fixed, adaptive, lanes)
     with locked(block=False) as held:
@@ -239,4 +261,4 @@ def _main(first: str = "adaptive") -> None:
 
 
 if __name__ == "__main__":
-    _main(*sys.argv[1:2])
+    _main(*sys.argv[1:4])
