@@ -157,6 +157,26 @@ def test_ready_is_per_shape_and_read_from_the_cache(kernel):
     assert out.stdout.split() == ["False", "True", "0", "0"], out.stdout
 
 
+def test_one_background_shape_compile_at_a_time(monkeypatch):
+    """A sweep over shapes starts one process, and the next shape once it has ended (asked again)."""
+
+    class Proc:
+        pid, running = 1, True
+
+        def poll(self):
+            return None if self.running else 0
+
+    started = []
+    monkeypatch.setenv(_background.ENV, "1")
+    monkeypatch.setattr(_background, "_SHAPES", {})
+    monkeypatch.setattr(_background, "_spawn", lambda argv: started.append(argv) or Proc())
+    assert _background.start_shape(7, 3) is True
+    assert _background.start_shape(8, 3) is False and _background.start_shape(7, 3) is False
+    _background._SHAPES[(7, 3)].running = False
+    assert _background.start_shape(8, 3) is True
+    assert started == [["shape", "7", "3"], ["shape", "8", "3"]]
+
+
 def test_no_background_compile_where_switched_off(monkeypatch):
     monkeypatch.setenv(_background.ENV, "0")
     monkeypatch.setattr(_background, "_SHAPES", {})
