@@ -40,7 +40,7 @@ def start_shape(l: int, d: int) -> bool:
     and process; not where background compiles are switched off or nothing can be cached), which
     waits for any other compile to finish first; True where this call started it. One such process
     at a time per process: while one runs, another shape is not started (nor recorded: a later call
-    asks again), so that a sweep over many shapes does not start a process (~150 MB) for each."""
+    asks again), so that a sweep over many shapes does not start a process (~110 MB) for each."""
     from ...dynamics.kernels import _kernel_cache
 
     if (l, d) in _SHAPES or not background_enabled() or not _kernel_cache.CACHED:
