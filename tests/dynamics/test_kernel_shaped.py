@@ -24,7 +24,7 @@ from riemattn.dynamics import kernels as kk
 from riemattn.dynamics.kernels import _kernel_shaped as shaped
 from riemattn.dynamics.circle import CircleField
 from riemattn.dynamics.schedules import PiecewiseConstantHeads
-from riemattn.errors import ValidationError
+from riemattn.errors import InputTypeError, ValidationError
 from riemattn.solvers.compiled import _background, _kernel, _tables
 from riemattn.testing import strategies as rst
 
@@ -183,9 +183,17 @@ def test_no_background_compile_where_switched_off(monkeypatch):
     assert _background.start_shape(7, 3) is False and _background._SHAPES == {}
 
 
-@pytest.mark.parametrize("bad", [(4, 3), [(4,)], [(4, 0)], ["4x3"], [(4.5, 3)], 7])
-def test_warmup_shapes_bad_input_names_the_argument(bad):
-    with pytest.raises(ValidationError, match="shapes must be a sequence of"):
+@pytest.mark.parametrize("bad,error,message", [
+    ((4, 3), ValidationError, r"shapes must be a sequence of \(l, d\) pairs"),
+    ([(4,)], ValidationError, r"shapes must be a sequence of \(l, d\) pairs"),
+    (7, ValidationError, r"shapes must be a sequence of \(l, d\) pairs"),
+    (["4x3"], ValidationError, r"shapes must be a sequence of \(l, d\) pairs"),
+    ([(4, 0)], ValidationError, r"shapes\[0\] \(d\) must be >= 1, got 0"),
+    ([(3, 2), (4.5, 3)], InputTypeError, r"shapes\[1\] \(l\) must be an integer"),
+    ([(True, 3)], InputTypeError, r"shapes\[0\] \(l\) must be an integer"),
+])
+def test_warmup_shapes_bad_input_names_the_argument(bad, error, message):
+    with pytest.raises(error, match=message):
         ra.warmup(progress=False, shapes=bad)
 
 

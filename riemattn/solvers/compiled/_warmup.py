@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import operator
 import os
 import sys
 import time
@@ -145,16 +144,19 @@ def _shape_task(l, d):
 
 
 def _check_shapes(shapes):
+    """``shapes`` as a list of (l, d) pairs of positive ints (:func:`riemattn._validation.check_int` for each)."""
+    from ..._validation import check_int
     from ...errors import ValidationError
 
     try:
-        out = [tuple(operator.index(v) for v in s) for s in shapes]
+        pairs = [tuple(s) for s in shapes]
     except TypeError:
-        out = None
-    if out is None or any(len(s) != 2 or min(s) < 1 for s in out):
+        pairs = None
+    if pairs is None or any(len(s) != 2 for s in pairs):
         raise ValidationError(f"shapes must be a sequence of (l, d) pairs of positive ints (tokens l of dimension "
                               f"d), got {shapes!r}.")
-    return out
+    return [tuple(check_int(v, f"shapes[{k}]", 1, f" ({'l' if a == 0 else 'd'})") for a, v in enumerate(s))
+            for k, s in enumerate(pairs)]
 
 
 def warmup(progress=None, shapes=()) -> dict:
