@@ -7,18 +7,19 @@ placement) once more with l and d as compile-time constants, for one shape: LLVM
 short loops over components and vectorises the ones over tokens. The operations, and their order,
 are the generic kernel's (no ``fastmath``), so the results are the same bits
 (``tests/dynamics/test_kernel_shaped.py``); only the speed differs. Measured on the 2-core
-development machine (one call in a compiled loop, 2026-11-27): the hemisphere field (10 x 3, two
-time-varying heads) 2.11 -> 1.65 us, ``usa(9, 3)`` at 6 x 3 0.70 -> 0.51 us, softmax 8 x 4 0.90 ->
-0.65 us; 16 x 8 within noise, 32 x 8 and 32 x 16 5-10 % slower (the unrolled code outgrows the
-instruction cache). Hence only shapes with l d <= :data:`SHAPED_MAX_SIZE`.
+development machine (one call in a compiled loop, 2026-11-27; docs/performance.md): the hemisphere
+field (10 x 3, two time-varying heads) 2.09 -> 1.75 us, ``usa(9, 3)`` at 6 x 3 0.68 -> 0.57 us
+(its lifted Jacobian 3.15 -> 1.38 us), softmax 8 x 4 0.90 -> 0.65 us; 16 x 8 within noise, 32 x 8
+and 32 x 16 5-10 % slower (longer unrolled code). Hence only shapes with l d <=
+:data:`SHAPED_MAX_SIZE`.
 
 The compiled engine passes a kernel to its loops as a pointer (``solvers/compiled/_kernel.py``),
 so a specialised kernel needs no recompilation of any loop. Each shape costs one compilation
 (seconds), cached on disk like the rest of the engine (numba keys a closure's cache entry by its
 captured values: l and d). The engine uses it only once it is compiled in the process or found in
 the cache for this CPU (:func:`ready`); until then it runs the generic kernel and compiles the
-shape in a background process (``riemattn.solvers.compiled._warmup``), or ``ra.warmup(shapes=...)``
-compiles it now.
+shape in a background process (``riemattn.solvers.compiled._background.start_shape``), or
+``ra.warmup(shapes=...)`` compiles it now.
 """
 
 from __future__ import annotations

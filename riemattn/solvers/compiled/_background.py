@@ -20,7 +20,8 @@ _SHAPES: dict = {}  # (l, d) -> the background process compiling that shape's ke
 
 
 def background_enabled() -> bool:
-    """Whether ``"auto"`` may start a background compile (``RIEMATTN_BACKGROUND_COMPILE`` not 0/false/no/off)."""
+    """Whether background compiles may start (``RIEMATTN_BACKGROUND_COMPILE`` not 0/false/no/off): the
+    engine's, which ``"auto"`` starts, and a token shape's, which any compiled call starts."""
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 

@@ -353,8 +353,8 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
     stats = np.zeros((B, 4), dtype=np.int64)
     stats[:, 2] = _loops.RUNNING  # (rows a Ctrl-C stops before they start)
     t_fail = np.full(B, np.nan)
-    args = [_kernels().field_kernel(ints, l, d), meth, Y, 0, 1, flat, gt, gh, gtn, slot, ints, floats, per, work, saved, stats, t_fail,
-            ev, halt]
+    args = [_kernels().field_kernel(ints, l, d), meth, Y, 0, 1, flat, gt, gh, gtn, slot, ints, floats, per, work,
+            saved, stats, t_fail, ev, halt]
     run = _kernels().entry(fixed_rows, args)
     _, pending = in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B, halt)
     nfev, n_steps, status, stop = stats[:, 0], stats[:, 1], stats[:, 2].copy(), stats[:, 3]

@@ -30,9 +30,9 @@ try:
 except ImportError:  # Windows: no lock (numba's cache writes are atomic renames)
     fcntl = None
 
-LOCK_NAME = "riemattn-compile.lock"
 from ._background import ENV, _spawn, background_enabled
 
+LOCK_NAME = "riemattn-compile.lock"
 log = logging.getLogger("riemattn")
 _STARTED: list = []  # the background process started by this process (at most one)
 
