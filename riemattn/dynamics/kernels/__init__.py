@@ -97,8 +97,8 @@ from ._kernel_cache import jit_inline
 from ._kernel_circle import circle_jac, circle_rhs
 from ._kernel_dtime import dtime_finish, dtime_start
 from ._kernel_layernorm import ln_block, ln_dtime, ln_jac_cols, ln_jac_rows, ln_start, ln_value
-from ._kernel_layout import (H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, PL_POST, PLACEMENT, SRC_IDENTITY,
-                             U_KIND, W_OFF)
+from ._kernel_layout import (H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MAN_SPHERE, MANIFOLD, PL_POST, PLACEMENT,
+                             SRC_IDENTITY, U_KIND, W_OFF)
 from ._kernel_layout import OP_BLOCK as BLOCK
 from ._kernel_layout import OP_LIFTED_JAC as LIFTED_JAC
 from ._kernel_layout import OP_RHS as RHS
@@ -220,9 +220,18 @@ def _winner(x, v, i, man, floats, w0):
 
 @jit
 def wnorm(x, ints, floats, out_l):
-    """|x_i|_W per token into ``out_l`` (l,); 1 on flat space."""
+    """|x_i|_W per token into ``out_l`` (l,); 1 on flat space. (The sphere's sums are
+    :func:`_winner`'s, written out: this runs at every stage of a step.)"""
     man, w0 = ints[MANIFOLD], ints[W_OFF]
-    for i in range(x.shape[0]):
+    l, d = x.shape
+    if man == MAN_SPHERE:
+        for i in range(l):
+            acc = 0.0
+            for a in range(d):
+                acc += x[i, a] * x[i, a]
+            out_l[i] = math.sqrt(acc)
+        return
+    for i in range(l):
         out_l[i] = 1.0 if man == MAN_FLAT else math.sqrt(_winner(x, x, i, man, floats, w0))
 
 
@@ -240,7 +249,13 @@ def project(x, ints, floats, out):
 def to_tangent(v, y, ints, floats, out):
     """(I - y_i y_i^T W) v_i per token into ``out`` (l, d) (may be v); a copy on flat space."""
     man, w0 = ints[MANIFOLD], ints[W_OFF]
-    for i in range(y.shape[0]):
-        c = 0.0 if man == MAN_FLAT else _winner(y, v, i, man, floats, w0)
-        for a in range(y.shape[1]):
+    l, d = y.shape
+    for i in range(l):
+        if man == MAN_SPHERE:  # (_winner's sum, written out)
+            c = 0.0
+            for a in range(d):
+                c += y[i, a] * v[i, a]
+        else:
+            c = 0.0 if man == MAN_FLAT else _winner(y, v, i, man, floats, w0)
+        for a in range(d):
             out[i, a] = v[i, a] - c * y[i, a]

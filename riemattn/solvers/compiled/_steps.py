@@ -55,25 +55,27 @@ def _last_nonzero(row, n):
 
 
 @njit(**_JIT)
-def _combine(h, coef, m, K, out1):
-    """out1 = sum_{j < m} coef_j K_j (flat), the stages added one after another (for each element
-    the same sum, in the same order, as a loop over j per element; the loop over the elements is
-    vectorised)."""
-    n = out1.shape[0]
-    for e in range(n):
-        out1[e] = 0.0
+def _combine(coef, m, K, out):
+    """out = sum_{j < m} coef_j K_j ((l, d)), the stages added one after another (for each element
+    the same sum, in the same order, as a loop over j per element). Indexed in place: no views of
+    K (each would cost a reference count, a reshape a call, at every stage)."""
+    l, d = out.shape
+    for i in range(l):
+        for a in range(d):
+            out[i, a] = 0.0
     j = 0
     while j + 4 <= m:  # four stages per pass, added in order
         c0, c1, c2, c3 = coef[j], coef[j + 1], coef[j + 2], coef[j + 3]
-        K0, K1, K2, K3 = K[j].reshape(n), K[j + 1].reshape(n), K[j + 2].reshape(n), K[j + 3].reshape(n)
-        for e in range(n):
-            out1[e] = (((out1[e] + c0 * K0[e]) + c1 * K1[e]) + c2 * K2[e]) + c3 * K3[e]
+        for i in range(l):
+            for a in range(d):
+                out[i, a] = (((out[i, a] + c0 * K[j, i, a]) + c1 * K[j + 1, i, a]) + c2 * K[j + 2, i, a]) \
+                    + c3 * K[j + 3, i, a]
         j += 4
     while j < m:
         cj = coef[j]
-        Kj = K[j].reshape(n)
-        for e in range(n):
-            out1[e] += cj * Kj[e]
+        for i in range(l):
+            for a in range(d):
+                out[i, a] += cj * K[j, i, a]
         j += 1
 
 
@@ -81,20 +83,20 @@ def _combine(h, coef, m, K, out1):
 def axpy(y, h, coef, n, K, out):
     """out = y + h * sum_j coef_j K_j over the first n stages (up to the last nonzero coefficient)."""
     l, d = y.shape
-    o1, y1 = out.reshape(l * d), y.reshape(l * d)
-    _combine(h, coef, _last_nonzero(coef, n), K, o1)
-    for e in range(l * d):
-        o1[e] = o1[e] * h + y1[e]
+    _combine(coef, _last_nonzero(coef, n), K, out)
+    for i in range(l):
+        for a in range(d):
+            out[i, a] = out[i, a] * h + y[i, a]
 
 
 @njit(**_JIT)
 def hsum(h, coef, n, K, out):
     """out = h * sum_j coef_j K_j over the first n stages."""
     l, d = out.shape
-    o1 = out.reshape(l * d)
-    _combine(h, coef, _last_nonzero(coef, n), K, o1)
-    for e in range(l * d):
-        o1[e] = o1[e] * h
+    _combine(coef, _last_nonzero(coef, n), K, out)
+    for i in range(l):
+        for a in range(d):
+            out[i, a] = out[i, a] * h
 
 
 @njit(**_JIT)
