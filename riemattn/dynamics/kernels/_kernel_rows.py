@@ -6,6 +6,15 @@ reads and writes consecutive addresses). Every element is still computed by the 
 IEEE operations, in a fixed order, vector lanes or not (no ``fastmath``: no reassociation, no
 contraction into fused multiply-adds): the results do not depend on the CPU's vector width.
 
+Every function here is inlined by numba into its caller (``inline="always"``, on numba's IR, before
+typing): a call per row operation cost about a fifth of a small field's evaluation, and in the
+kernels specialised to the tokens' shape (:mod:`riemattn.dynamics.kernels._kernel_shaped`) their
+callers' constants reach the loops. Measured on the 2-core development machine (2026-11-27): one
+hemisphere trajectory (10 x 3, two time-varying heads, dopri5, 241 steps) 3.78 -> 3.26 ms a call,
+``usa(9, 3)`` with ``"auto"`` 4.02 -> 3.40 ms; the generic kernel's compilation 20 -> 23 s, a
+shape's 8 -> 11 s. (Inlining :func:`~riemattn.dynamics.kernels._kernel_attention.forward` as well,
+at its three call sites, gained another 3 % for a compilation of 150 s: not done.)
+
 :func:`exp_shifted` evaluates ``exp`` in the loop itself, with the classical reduction
 ``x = k ln 2 + r``, ``k = floor(x / ln 2 + 1/2)``, ``|r| <= ln 2 / 2`` (``ln 2`` split in two
 parts, Cody & Waite, so that ``k ln2_hi`` is exact for ``|k| < 2^21``), the Taylor polynomial of
@@ -27,7 +36,7 @@ import math
 
 import numpy as np
 
-from ._kernel_cache import jit
+from ._kernel_cache import jit, jit_inline
 
 LN2_HI = 6.93147180369123816490e-01  # ln 2 to 32 bits: k * LN2_HI is exact for |k| < 2^21
 LN2_LO = 1.90821492927058770002e-10  # ln 2 - LN2_HI
@@ -39,7 +48,7 @@ EXP_VECTOR_MIN = 16  # shorter rows: math.exp (measured there: 8 values by the p
 # 10 or 12 values (8 + the rest by math.exp) slower than math.exp on all; 16 or more faster)
 
 
-@jit
+@jit_inline
 def exp_shifted(row, n, shift, lo, hi):
     """row[:n] <- exp(row[:n] - shift); returns their sum (the stored values added in index order).
 
@@ -80,7 +89,7 @@ def exp_shifted(row, n, shift, lo, hi):
     return z
 
 
-@jit
+@jit_inline
 def transposed_rows(M, om, y, out, oo, l, d):
     """out[oo + i d + c] = (M^T y_i)_c = sum_a M[a, c] y_i[a] (a in order): M (d, d) row-major at
     M[om:], y flat (l d). Rows a .. a + 3 of M times y_i[a..a+3] are added, in order, to every q_i
@@ -110,7 +119,7 @@ def transposed_rows(M, om, y, out, oo, l, d):
         a += 1
 
 
-@jit
+@jit_inline
 def transposed_cols(M, om, yT, oyT, qT, oqT, l, d):
     """qT[oqT + c l + i] = (M^T y_i)_c = sum_a M[a, c] y_i[a] (a in order): q transposed (d, l),
     from the tokens transposed (d, l) at yT[oyT:] -- the same values as :func:`transposed_rows`
@@ -140,7 +149,7 @@ def transposed_cols(M, om, yT, oyT, qT, oqT, l, d):
         a += 1
 
 
-@jit
+@jit_inline
 def scores(q, oq, si, sc, yT, oyT, A, oA, l, d, causal):
     """A[oA + i l + j] = q_i . y_j = sum_c q_i[c] y_j[c] (c in order) for j < jmax(i) (i + 1 if
     ``causal``, else l), 0 beyond; q_i[c] = q[oq + i si + c sc] (rows: si = d, sc = 1; transposed:
@@ -186,7 +195,7 @@ def scores(q, oq, si, sc, yT, oyT, A, oA, l, d, causal):
         c += 1
 
 
-@jit
+@jit_inline
 def normalize_row(row, jmax, mean, s, l, direct_max):
     """The attention row from its scores row[:jmax]: softmax rows (``mean`` False) divided by
     ``s`` after the shift by their maximum; "mean" rows exp(score) / l, shifted by the maximum
@@ -219,7 +228,7 @@ def normalize_row(row, jmax, mean, s, l, direct_max):
         row[j] *= r
 
 
-@jit
+@jit_inline
 def softmax_rows(A, oA, l, s):
     """:func:`normalize_row` (softmax) for every row of a full (not causal) matrix A[oA:oA + l l], with
     one ``exp`` over the whole matrix after each row is shifted by its maximum in place (the same
@@ -250,7 +259,7 @@ def softmax_rows(A, oA, l, s):
             row[j] *= r
 
 
-@jit
+@jit_inline
 def weighted_rows(A, oA, u, ou, f, of_, l, d, causal):
     """f[of_ + i d:][:d] = sum_{j < jmax(i)} A[oA + i l + j] u_j (j in order), u_j = u[ou + j d:][:d];
     jmax(i) = i + 1 if ``causal``, else l (the entries beyond are not read). Tokens are added four
