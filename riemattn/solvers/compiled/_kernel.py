@@ -53,13 +53,37 @@ def _key(a):
     return type(a)
 
 
+def _fingerprint_fn():
+    """numba's own C function that its dispatchers key compiled versions by (``compute_fingerprint``:
+    an argument's type as bytes, about 1 us for the ~40 arrays of a loop's arguments against 15 us
+    for :func:`_key`), or None where this numba lacks it (not a public API)."""
+    try:
+        from numba._dispatcher import compute_fingerprint
+    except ImportError:  # pragma: no cover -- numba is pinned to a range that has it
+        return None
+    return compute_fingerprint
+
+
+_FINGERPRINT = _fingerprint_fn()
 _ENTRIES: dict = {}
+
+
+def _args_key(args):
+    """The key of a loop's arguments' types: numba's fingerprint of the tuple (it tells arrays apart
+    by dtype, dimensions, layout and writeability; the engine's arrays are its own, aligned,
+    copies), or :func:`_key` per argument where the fingerprint is not available or refuses a value."""
+    if _FINGERPRINT is not None:
+        try:
+            return _FINGERPRINT(args)
+        except (TypeError, ValueError, NotImplementedError):  # pragma: no cover -- a type numba does not fingerprint
+            pass
+    return tuple(_key(a) for a in args)
 
 
 def entry(loop, args):
     """The compiled ``loop`` for ``args`` (whose first is ``evaluate``, passed as a pointer):
     compiled now, or loaded from numba's cache, once per argument types."""
-    key = (loop, tuple(_key(a) for a in args[1:]))
+    key = (loop, _args_key(tuple(args[1:])))
     run = _ENTRIES.get(key)
     if run is None:
         import warnings
