@@ -101,7 +101,8 @@ def ros_step(fn, m, flat, autonomous, diff, dt_factor, t, y, h, k1, has_k1, b, i
             for a in range(d):
                 Ft[p, a] = (Ft[p, a] - F0[p, a]) / dt
         nfev += 1
-    stages = m.rmm.shape[1]
+    ra, rC, rc, rd, rmm = m.ra, m.rC, m.rc, m.rd, m.rmm  # (the record's arrays taken once, not in the loops:
+    stages = rmm.shape[1]  # each access of a record's member in a loop costs a reference count)
     for i in range(stages):
         Ui = Us[i]
         if i == 0:
@@ -111,37 +112,38 @@ def ros_step(fn, m, flat, autonomous, diff, dt_factor, t, y, h, k1, has_k1, b, i
                 for a in range(d):
                     sa = 0.0
                     for j in range(i):
-                        sa += m.ra[i, j] * Us[j, p, a]
+                        sa += ra[i, j] * Us[j, p, a]
                     x[p, a] = y[p, a] + sa
             normalize(x, flat, ints, floats, X, r)
-            fn(rop, t + m.rc[i] * h, X, b, ints, floats, per, work, Ui)
+            fn(rop, t + rc[i] * h, X, b, ints, floats, per, work, Ui)
             nfev += 1
             for p in range(l):
                 for a in range(d):
                     sc = 0.0
                     for j in range(i):
-                        sc += m.rC[i, j] * Us[j, p, a]
+                        sc += rC[i, j] * Us[j, p, a]
                     if not flat:
                         Ui[p, a] *= r[p]
                     Ui[p, a] += sc / h
-        if not autonomous and m.rd[i] != 0.0:
-            hd = h * m.rd[i]
+        if not autonomous and rd[i] != 0.0:
+            hd = h * rd[i]
             for p in range(l):
                 for a in range(d):
                     Ui[p, a] += hd * Ft[p, a]
         lu_solve(M, piv, Ui.reshape(n))
+    stiffly = m.ints[6] != 0
     for p in range(l):
         for a in range(d):
             acc = 0.0
             for j in range(stages):
-                acc += m.rmm[0, j] * Us[j, p, a]
+                acc += rmm[0, j] * Us[j, p, a]
             x1[p, a] = y[p, a] + acc
-            if m.ints[6]:  # stiffly accurate: the error estimate is the last stage
+            if stiffly:  # stiffly accurate: the error estimate is the last stage
                 x[p, a] = Us[stages - 1, p, a]
             else:
                 acc = 0.0
                 for j in range(stages):
-                    acc += m.rmm[1, j] * Us[j, p, a]
+                    acc += rmm[1, j] * Us[j, p, a]
                 x[p, a] = acc
     normalize(x1, flat, ints, floats, y_new, r_new)
     tangent_error(x, y_new, r_new, flat, ints, floats, err)
