@@ -177,6 +177,26 @@ def test_one_background_shape_compile_at_a_time(monkeypatch):
     assert started == [["shape", "7", "3"], ["shape", "8", "3"]]
 
 
+def test_warmup_starts_no_shape_compile_of_its_own(monkeypatch):
+    """``warmup``'s own solves (2 x 3 tokens) are no shape to compile: before, ``riemattn warmup``
+    left a background process compiling 2 x 3."""
+    class Proc:
+        pid = 1
+
+        def poll(self):
+            return None
+
+    started = []
+    monkeypatch.setenv(_background.ENV, "1")
+    monkeypatch.setattr(_background, "_SHAPES", {})
+    monkeypatch.setattr(_background, "_spawn", lambda argv: started.append(argv) or Proc())
+    monkeypatch.setattr(_kernel, "_NOT_READY", {})
+    monkeypatch.setattr(_kernel, "_READY", set())
+    ra.warmup(progress=False)
+    assert started == [] and _background._SHAPES == {}
+    assert _background.start_shape(7, 3) is True and started == [["shape", "7", "3"]]  # (outside, as before)
+
+
 def test_no_background_compile_where_switched_off(monkeypatch):
     monkeypatch.setenv(_background.ENV, "0")
     monkeypatch.setattr(_background, "_SHAPES", {})

@@ -8,6 +8,7 @@ the rest (the whole engine's background compile and :func:`~riemattn.warmup`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 ENV = "RIEMATTN_BACKGROUND_COMPILE"
 log = logging.getLogger("riemattn")
 _SHAPES: dict = {}  # (l, d) -> the background process compiling that shape's kernel (one per shape)
+_QUIET: list = []  # non-empty inside no_shape_compiles()
 
 
 def background_enabled() -> bool:
@@ -36,6 +38,17 @@ def _spawn(argv):
                             start_new_session=True)
 
 
+@contextlib.contextmanager
+def no_shape_compiles():
+    """Inside, no shape's background compile starts (:func:`warmup`'s own solves on 2 x 3 tokens:
+    without it, ``riemattn warmup`` left a process compiling a shape nobody asked for)."""
+    _QUIET.append(True)
+    try:
+        yield
+    finally:
+        _QUIET.pop()
+
+
 def start_shape(l: int, d: int) -> bool:
     """Compile the field kernel specialised to tokens (l, d) in a background process (once per shape
     and process; not where background compiles are switched off or nothing can be cached), which
@@ -44,7 +57,7 @@ def start_shape(l: int, d: int) -> bool:
     asks again), so that a sweep over many shapes does not start a process (~110 MB) for each."""
     from ...dynamics.kernels import _kernel_cache
 
-    if (l, d) in _SHAPES or not background_enabled() or not _kernel_cache.CACHED:
+    if _QUIET or (l, d) in _SHAPES or not background_enabled() or not _kernel_cache.CACHED:
         return False
     if any(proc is not None and proc.poll() is None for proc in _SHAPES.values()):
         return False

@@ -30,7 +30,7 @@ try:
 except ImportError:  # Windows: no lock (numba's cache writes are atomic renames)
     fcntl = None
 
-from ._background import ENV, _spawn, background_enabled
+from ._background import ENV, _spawn, background_enabled, no_shape_compiles
 
 LOCK_NAME = "riemattn-compile.lock"
 log = logging.getLogger("riemattn")
@@ -206,7 +206,7 @@ def warmup(progress=None, shapes=()) -> dict:
                                   "compile (unset it to use the compiled engine).")
     times = {}
     start = time.perf_counter()
-    with locked(block=True):
+    with locked(block=True), no_shape_compiles():  # (its solves' 2 x 3 tokens are no shape to compile)
         bar = tqdm(tasks, desc="riemattn warmup", unit="part", disable=(None if progress is None else not progress),
                    leave=False)
         for name, task in bar:
