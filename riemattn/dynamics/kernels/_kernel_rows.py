@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 
-from ._kernel_cache import jit, jit_inline
+from ._kernel_cache import jit_inline
 
 LN2_HI = 6.93147180369123816490e-01  # ln 2 to 32 bits: k * LN2_HI is exact for |k| < 2^21
 LN2_LO = 1.90821492927058770002e-10  # ln 2 - LN2_HI
