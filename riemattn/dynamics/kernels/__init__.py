@@ -97,7 +97,7 @@ from ._kernel_cache import jit_inline
 from ._kernel_circle import circle_jac, circle_rhs
 from ._kernel_dtime import dtime_finish, dtime_start
 from ._kernel_layernorm import ln_block, ln_dtime, ln_jac_cols, ln_jac_rows, ln_start, ln_value
-from ._kernel_layout import (H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MAN_SPHERE, MANIFOLD, PL_POST, PLACEMENT,
+from ._kernel_layout import (H, KIND, KIND_CIRCLE, MAN_ELLIPSOID, MAN_FLAT, MANIFOLD, PL_POST, PLACEMENT,
                              SRC_IDENTITY, U_KIND, W_OFF)
 from ._kernel_layout import OP_BLOCK as BLOCK
 from ._kernel_layout import OP_LIFTED_JAC as LIFTED_JAC
@@ -202,9 +202,10 @@ def attention_at(op, t, y, b, ints, floats, per, work, out, l, d):
     difference_form(ints, floats, y1, work, out.reshape(n), l, d)  # RHS_DIFF
 
 
-@jit
+@jit_inline
 def _winner(x, v, i, man, floats, w0):
-    """x_i^T W v_i (W = I on the sphere)."""
+    """x_i^T W v_i (W = I on the sphere). Inlined into its callers (called per token at every stage
+    of a step: a call each cost more than the sum on the sphere)."""
     d = x.shape[1]
     acc = 0.0
     for a in range(d):
@@ -220,18 +221,9 @@ def _winner(x, v, i, man, floats, w0):
 
 @jit
 def wnorm(x, ints, floats, out_l):
-    """|x_i|_W per token into ``out_l`` (l,); 1 on flat space. (The sphere's sums are
-    :func:`_winner`'s, written out: this runs at every stage of a step.)"""
+    """|x_i|_W per token into ``out_l`` (l,); 1 on flat space."""
     man, w0 = ints[MANIFOLD], ints[W_OFF]
-    l, d = x.shape
-    if man == MAN_SPHERE:
-        for i in range(l):
-            acc = 0.0
-            for a in range(d):
-                acc += x[i, a] * x[i, a]
-            out_l[i] = math.sqrt(acc)
-        return
-    for i in range(l):
+    for i in range(x.shape[0]):
         out_l[i] = 1.0 if man == MAN_FLAT else math.sqrt(_winner(x, x, i, man, floats, w0))
 
 
@@ -249,13 +241,7 @@ def project(x, ints, floats, out):
 def to_tangent(v, y, ints, floats, out):
     """(I - y_i y_i^T W) v_i per token into ``out`` (l, d) (may be v); a copy on flat space."""
     man, w0 = ints[MANIFOLD], ints[W_OFF]
-    l, d = y.shape
-    for i in range(l):
-        if man == MAN_SPHERE:  # (_winner's sum, written out)
-            c = 0.0
-            for a in range(d):
-                c += y[i, a] * v[i, a]
-        else:
-            c = 0.0 if man == MAN_FLAT else _winner(y, v, i, man, floats, w0)
-        for a in range(d):
+    for i in range(y.shape[0]):
+        c = 0.0 if man == MAN_FLAT else _winner(y, v, i, man, floats, w0)
+        for a in range(y.shape[1]):
             out[i, a] = v[i, a] - c * y[i, a]

@@ -9,10 +9,11 @@ contraction into fused multiply-adds): the results do not depend on the CPU's ve
 Every function here is inlined by numba into its caller (``inline="always"``, on numba's IR, before
 typing): a call per row operation cost about a fifth of a small field's evaluation, and in the
 kernels specialised to the tokens' shape (:mod:`riemattn.dynamics.kernels._kernel_shaped`) their
-callers' constants reach the loops. Measured on the 2-core development machine (2026-11-27): one
-hemisphere trajectory (10 x 3, two time-varying heads, dopri5, 241 steps) 3.78 -> 3.26 ms a call,
-``usa(9, 3)`` with ``"auto"`` 4.02 -> 3.40 ms; the generic kernel's compilation 20 -> 23 s, a
-shape's 8 -> 11 s. (Inlining :func:`~riemattn.dynamics.kernels._kernel_attention.forward` as well,
+callers' constants reach the loops. Measured on the 2-core development machine (2026-11-27, the
+code before and after alternated four times in fresh processes, best of 300 calls each): one
+hemisphere trajectory (10 x 3, two time-varying heads, dopri5, 241 steps) 3.71-3.90 -> 3.28-3.54 ms
+a call, ``usa(9, 3)`` with ``"auto"`` 3.65-3.86 -> 3.42-3.57 ms; the generic kernel's compilation
+20 -> 23 s, a shape's 8 -> 11 s. (Inlining :func:`~riemattn.dynamics.kernels._kernel_attention.forward` as well,
 at its three call sites, gained another 3 % for a compilation of 150 s: not done.)
 
 :func:`exp_shifted` evaluates ``exp`` in the loop itself, with the classical reduction
