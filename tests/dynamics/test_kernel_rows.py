@@ -177,3 +177,51 @@ def test_softmax_rows_with_extreme_scores_is_the_row_by_row_math_exp(bad):
             z += v
         want = [v * (1.0 / (1.0 * z)) for v in ex]
         np.testing.assert_array_equal(got[i * l:(i + 1) * l], want)
+
+
+@pytest.mark.parametrize("l", [1, 3, 6, 10, 16, 32, 33])
+def test_mean_rows_is_the_mean_row_for_every_row(l):
+    """One exp over the whole "mean" matrix: exp(score) / l for every row (NumPy's, to exp's 4 ulp
+    and the product by 1 / l, whose rounding 1 / l itself adds: 6 eps); rows of 16 or more whose
+    length is a multiple of 8 take the polynomial for every value, alone or in the matrix, so they
+    agree bit for bit with normalize_row."""
+    rng = np.random.default_rng(l)
+    A = rng.standard_normal((l, l)) * 4
+    got = np.concatenate([[2.5], A.ravel()])
+    assert R.mean_rows(got, 1, l, 700.0)
+    assert got[0] == 2.5
+    got = got[1:].reshape(l, l)
+    ref = np.exp(A) / l
+    assert np.all(np.abs(got - ref) <= 6 * EPS * ref)
+    if l >= 16 and l % 8 == 0:
+        for i in range(l):
+            row = A[i].copy()
+            R.normalize_row(row, l, True, 0.0, l, 700.0)
+            np.testing.assert_array_equal(got[i], row)
+
+
+@pytest.mark.parametrize("big", [700.0, 800.0, np.inf, np.nan])
+def test_mean_rows_leaves_a_row_that_needs_its_shift(big):
+    """A score at or above the direct limit (or NaN): False, the matrix untouched, so that the rows one
+    by one shift that row (an overflow of exp(max) then gives inf, test above)."""
+    l = 6
+    A = np.random.default_rng(4).standard_normal(l * l)
+    A[13] = big
+    got = A.copy()
+    assert not R.mean_rows(got, 0, l, 700.0)
+    np.testing.assert_array_equal(got, A)
+
+
+@pytest.mark.parametrize("low", [-1e4, -np.inf])
+def test_mean_rows_with_a_score_out_of_the_fast_range_is_the_row_by_row_math_exp(low):
+    """A score below the polynomial's range: every value through math.exp, exp(x - 0) * (1 / l), as
+    normalize_row computes a short "mean" row alone (the same bits)."""
+    l = 6
+    A = np.random.default_rng(5).standard_normal((l, l))
+    A[2, 4] = low
+    got = A.copy().ravel()
+    assert R.mean_rows(got, 0, l, 700.0)
+    for i in range(l):
+        row = A[i].copy()
+        R.normalize_row(row, l, True, 0.0, l, 700.0)
+        np.testing.assert_array_equal(got[i * l:(i + 1) * l], row)

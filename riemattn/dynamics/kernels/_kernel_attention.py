@@ -44,7 +44,7 @@ from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, LOC_PER, MASK, MASK_CAUSA
                              RESCALED, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
                              U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
 from .._softmax import RESCALED_ROUNDING
-from ._kernel_rows import normalize_row, scores, softmax_rows, transposed_cols, transposed_rows, weighted_rows
+from ._kernel_rows import mean_rows, normalize_row, scores, softmax_rows, transposed_cols, transposed_rows, weighted_rows
 
 
 # Calls between jitted functions pass no literal constants (a slot index, 0, True): numba
@@ -220,9 +220,12 @@ def forward(op, t, y, b, ints, floats, per, w, l, d):
             transposed_cols(w, Pe, w, oyT, w, qe, l, d)
             si, sc = 1 + 0 * d, l
         scores(w, qe, si, sc, w, oyT, w, Ae, l, d, causal)
-        if not (causal or mean or rescaled):  # softmax rows: one exp over the matrix
+        rowwise = causal or mean or rescaled
+        if not rowwise:  # softmax rows: one exp over the matrix
             softmax_rows(w, Ae, l, s)
-        for i in range(l if causal or mean or rescaled else 0):
+        elif mean and not (causal or rescaled):  # "mean" rows: one exp over the matrix unless one is shifted
+            rowwise = not mean_rows(w, Ae, l, MEAN_DIRECT_MAX)
+        for i in range(l if rowwise else 0):
             jmax = i + 1 if causal else l
             row = w[Ae + i * l:Ae + i * l + jmax]
             if rescaled:  # the rule of riemattn.dynamics._softmax (R): rounding of G_ij - 1 -> 0

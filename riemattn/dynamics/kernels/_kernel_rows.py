@@ -23,7 +23,8 @@ degree 13 in Horner form (truncation ``|r|^14 / 14! < 5e-18`` relative) and ``2^
 exponent bits. Measured against ``numpy.exp`` on 2e5 points of [-708, 0]: at most 2.2 ulp,
 1.5 ulp on [-1, 0]. PyPI's llvmlite has no vector math library (SVML), so ``math.exp`` in a loop
 stays a scalar call (about 4.5 ns each; the polynomial, vectorised, about 1.9 ns on 32 values).
-The values after the last whole vector of 8, rows shorter than 16, and rows with an argument outside
+The values after the last whole vector of 8, rows shorter than 16 (unless a whole matrix of rows is
+exponentiated at once: :func:`softmax_rows`, :func:`mean_rows`), and rows with an argument outside
 [-708, 708] (where ``2^k`` leaves the normal range), an infinity or NaN go through ``math.exp``.
 
 References
@@ -227,6 +228,30 @@ def normalize_row(row, jmax, mean, s, l, direct_max):
     r = 1.0 / (s * z)
     for j in range(jmax):
         row[j] *= r
+
+
+@jit_inline
+def mean_rows(A, oA, l, direct_max):
+    """:func:`normalize_row` ("mean") for every row of a full (not causal) matrix A[oA:oA + l l]:
+    exp(score) / l with one ``exp`` over the whole matrix (no row is shifted when every score is below
+    ``direct_max``, so the values are those of the rows one by one; rows shorter than
+    :data:`EXP_VECTOR_MIN` also run the vectorised polynomial). Returns False, the matrix untouched,
+    where a score reaches ``direct_max`` or is NaN (the rows one by one then shift that row)."""
+    n = l * l
+    lo, hi = math.inf, -math.inf
+    for m in range(n):
+        acc = A[oA + m]
+        if acc > hi or acc != acc:  # NaN stays the maximum once met
+            hi = acc
+        if acc < lo:
+            lo = acc
+    if not hi < direct_max:
+        return False
+    exp_shifted(A[oA:oA + n], n, 0.0, lo, hi)
+    em = 1.0 / l
+    for m in range(n):
+        A[oA + m] *= em
+    return True
 
 
 @jit_inline
