@@ -238,19 +238,20 @@ def mean_rows(A, oA, l, direct_max):
     :data:`EXP_VECTOR_MIN` also run the vectorised polynomial). Returns False, the matrix untouched,
     where a score reaches ``direct_max`` or is NaN (the rows one by one then shift that row)."""
     n = l * l
+    M = A[oA:oA + n]
     lo, hi = math.inf, -math.inf
     for m in range(n):
-        acc = A[oA + m]
+        acc = M[m]
         if acc > hi or acc != acc:  # NaN stays the maximum once met
             hi = acc
         if acc < lo:
             lo = acc
     if not hi < direct_max:
         return False
-    exp_shifted(A[oA:oA + n], n, 0.0, lo, hi)
+    exp_shifted(M, n, 0.0, lo, hi)
     em = 1.0 / l
     for m in range(n):
-        A[oA + m] *= em
+        M[m] *= em
     return True
 
 
