@@ -198,17 +198,24 @@ def scores(q, oq, si, sc, yT, oyT, A, oA, l, d, causal):
 
 
 @jit_inline
-def normalize_row(row, jmax, mean, s, l, direct_max):
-    """The attention row from its scores row[:jmax]: softmax rows (``mean`` False) divided by
-    ``s`` after the shift by their maximum; "mean" rows exp(score) / l, shifted by the maximum
-    only where it is at least ``direct_max`` (so that an overflow of exp(max) gives inf)."""
+def max_min(row, n):
+    """(maximum, minimum) of row[:n] (a contiguous slice); the maximum is NaN once a NaN is met."""
     m, lo = -math.inf, math.inf
-    for j in range(jmax):
+    for j in range(n):
         acc = row[j]
         if acc > m or acc != acc:  # NaN stays the maximum once met
             m = acc
         if acc < lo:
             lo = acc
+    return m, lo
+
+
+@jit_inline
+def normalize_row(row, jmax, mean, s, l, direct_max):
+    """The attention row from its scores row[:jmax]: softmax rows (``mean`` False) divided by
+    ``s`` after the shift by their maximum; "mean" rows exp(score) / l, shifted by the maximum
+    only where it is at least ``direct_max`` (so that an overflow of exp(max) gives inf)."""
+    m, lo = max_min(row, jmax)
     if mean and jmax < EXP_VECTOR_MIN:  # a short row: libm's exp and the factor in one pass
         shift, em = (0.0, 1.0 / l) if m < direct_max else (m, math.exp(m) / l)
         for j in range(jmax):
@@ -239,13 +246,7 @@ def mean_rows(A, oA, l, direct_max):
     where a score reaches ``direct_max`` or is NaN (the rows one by one then shift that row)."""
     n = l * l
     M = A[oA:oA + n]
-    lo, hi = math.inf, -math.inf
-    for m in range(n):
-        acc = M[m]
-        if acc > hi or acc != acc:  # NaN stays the maximum once met
-            hi = acc
-        if acc < lo:
-            lo = acc
+    hi, lo = max_min(M, n)
     if not hi < direct_max:
         return False
     exp_shifted(M, n, 0.0, lo, hi)
@@ -264,13 +265,7 @@ def softmax_rows(A, oA, l, s):
     lo, hi = math.inf, 0.0
     for i in range(l):
         row = A[oA + i * l:oA + i * l + l]
-        m, rlo = -math.inf, math.inf
-        for j in range(l):
-            acc = row[j]
-            if acc > m or acc != acc:  # NaN stays the maximum once met
-                m = acc
-            if acc < rlo:
-                rlo = acc
+        m, rlo = max_min(row, l)
         for j in range(l):
             row[j] -= m
         if rlo - m < lo or rlo - m != rlo - m:

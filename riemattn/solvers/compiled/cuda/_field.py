@@ -76,7 +76,7 @@ def exp_shifted(row, n, shift, lo, hi):
 
 
 #: the row helpers of ``forward`` (riemattn.dynamics.kernels._kernel_rows), compiled from their CPU sources
-ROWS = ("transposed_rows", "transposed_cols", "scores", "normalize_row", "mean_rows", "softmax_rows",
+ROWS = ("transposed_rows", "transposed_cols", "scores", "max_min", "normalize_row", "mean_rows", "softmax_rows",
         "weighted_rows")
 _DEV = device_functions(_src, SHARED, dict(device_functions(_rows, ROWS, {"exp_shifted": exp_shifted}), source=source))
 forward = _DEV["forward"]
