@@ -142,8 +142,8 @@ def test_applies_to_small_attention_shapes_only():
 
 
 def test_ready_is_per_shape_and_read_from_the_cache(kernel):
-    """Another process finds (4, 3) in the on-disk cache (numba keys a closure's entry by its
-    captured l and d) and not (5, 3), which nobody compiled; neither check compiles."""
+    """Another process finds (4, 3) in the on-disk cache (each shape's kernel has a name, and cache
+    entries, of its own) and not (5, 3), which nobody compiled; neither check compiles."""
     code = ("from riemattn.dynamics.kernels import _kernel_shaped as s; "
             "from riemattn.solvers.compiled import _kernel; sig = _kernel.evaluate_type().signature; "
             "print(s.ready(5, 3, sig), s.ready(4, 3, sig), sum(s.shaped(4, 3)._cache_misses.values()), "
@@ -236,3 +236,39 @@ def test_warmup_compiles_the_shapes_asked_for(kernel, capsys):
     with pytest.raises(SystemExit):
         main(["warmup", "--shape", "4by3"])
     assert "expected LxD" in capsys.readouterr().err
+
+
+def test_two_shapes_from_two_processes_each_run_their_own_code():
+    """Two shapes compiled by two processes (as the background compiles do), then both used in a
+    third, each twice, alternately: every solve runs its own shape's kernel. numba names machine
+    code after the function and a counter of the compiling process, and the loops find a kernel's
+    code by that name: with one name for every shape, the first shape ran the second's code once
+    both were loaded (NaN here, where l d is the same). The engines take the same steps, and each
+    step's values agree to a few ulp: within 100 eps per step."""
+    shapes = ((7, 2), (2, 7))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    head = ("from riemattn.dynamics.kernels import _kernel_shaped as s; "
+            "from riemattn.solvers.compiled import _kernel; sig = _kernel.evaluate_type().signature; ")
+    procs = [subprocess.Popen([sys.executable, "-c", head + f"s.compile_now({l}, {d}, sig)"], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for l, d in shapes]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+    code = head + (
+        "import numpy as np, riemattn as ra\n"
+        "for l, d in [(7, 2), (2, 7), (7, 2), (2, 7)]:\n"
+        "    rng = np.random.default_rng(l)\n"
+        "    y0 = rng.normal(size=(l, d)); y0 /= np.linalg.norm(y0, axis=-1, keepdims=True)\n"
+        "    f = ra.AttentionField(rng.normal(size=(d, d)))\n"
+        "    kw = dict(rtol=1e-9, atol=1e-9, saveat=[1.0])\n"
+        "    a = ra.integrate(f, y0, (0, 1), 'dopri5', engine='compiled', **kw)\n"
+        "    b = ra.integrate(f, y0, (0, 1), 'dopri5', engine='numpy', **kw)\n"
+        "    print(s.ready(l, d, sig), a.engine, a.n_steps == b.n_steps, a.n_steps, float(np.abs(a.y - b.y).max()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line.split() for line in out.stdout.strip().splitlines()]
+    assert len(lines) == 4, out.stdout
+    for ready, engine, same_steps, steps, diff in lines:
+        assert (ready, engine, same_steps) == ("True", "compiled", "True"), out.stdout
+        assert float(diff) <= 100 * int(steps) * np.finfo(float).eps, out.stdout

@@ -15,8 +15,8 @@ and 32 x 16 5-10 % slower (longer unrolled code). Hence only shapes with l d <=
 
 The compiled engine passes a kernel to its loops as a pointer (``solvers/compiled/_kernel.py``),
 so a specialised kernel needs no recompilation of any loop. Each shape costs one compilation
-(seconds), cached on disk like the rest of the engine (numba keys a closure's cache entry by its
-captured values: l and d). The engine uses it only once it is compiled in the process or found in
+(seconds), cached on disk like the rest of the engine, under a name of its own
+(``evaluate_shaped_<l>x<d>``: the loops find a kernel's code by its name, see :func:`shaped`). The engine uses it only once it is compiled in the process or found in
 the cache for this CPU (:func:`ready`); until then it runs the generic kernel and compiles the
 shape in a background process (``riemattn.solvers.compiled._background.start_shape``), or
 ``ra.warmup(shapes=...)`` compiles it now.
@@ -49,11 +49,16 @@ def shaped(l: int, d: int):
     Not compiled here: numba compiles (or loads) it at its first use or in :func:`ready`."""
     l, d = int(l), int(d)
 
-    @jit
     def evaluate_shaped(op, t, y, b, ints, floats, per, work, out):
         attention_at(op, t, y, b, ints, floats, per, work, out, l, d)
 
-    return evaluate_shaped
+    # A name of its own per shape. numba names machine code after the function's qualified name and
+    # a counter of the process that compiled it, and the engine finds a kernel's code by that name
+    # in the process's one JIT (numba's first-class function pointer): two shapes compiled by two
+    # background processes had the same name, and once both were loaded, every call of the first
+    # ran the code last loaded (a NaN or a wrong size error; test_two_shapes_from_two_processes_*).
+    evaluate_shaped.__name__ = evaluate_shaped.__qualname__ = f"evaluate_shaped_{l}x{d}"
+    return jit(evaluate_shaped)
 
 
 def ready(l: int, d: int, sig) -> bool:
