@@ -241,9 +241,10 @@ def normalize_row(row, jmax, mean, s, l, direct_max):
 def mean_rows(A, oA, l, direct_max):
     """:func:`normalize_row` ("mean") for every row of a full (not causal) matrix A[oA:oA + l l]:
     exp(score) / l with one ``exp`` over the whole matrix (no row is shifted when every score is below
-    ``direct_max``, so the values are those of the rows one by one; rows shorter than
-    :data:`EXP_VECTOR_MIN` also run the vectorised polynomial). Returns False, the matrix untouched,
-    where a score reaches ``direct_max`` or is NaN (the rows one by one then shift that row)."""
+    ``direct_max``, so the values are those of the rows one by one; a matrix of at least
+    :data:`EXP_VECTOR_MIN` values runs the vectorised polynomial, however short its rows). Returns
+    False, the matrix untouched, where a score reaches ``direct_max`` or is NaN (the rows one by one
+    then shift that row)."""
     n = l * l
     M = A[oA:oA + n]
     hi, lo = max_min(M, n)

@@ -16,10 +16,11 @@ and 32 x 16 5-10 % slower (longer unrolled code). Hence only shapes with l d <=
 The compiled engine passes a kernel to its loops as a pointer (``solvers/compiled/_kernel.py``),
 so a specialised kernel needs no recompilation of any loop. Each shape costs one compilation
 (seconds), cached on disk like the rest of the engine, under a name of its own
-(``evaluate_shaped_<l>x<d>``: the loops find a kernel's code by its name, see :func:`shaped`). The engine uses it only once it is compiled in the process or found in
-the cache for this CPU (:func:`ready`); until then it runs the generic kernel and compiles the
-shape in a background process (``riemattn.solvers.compiled._background.start_shape``), or
-``ra.warmup(shapes=...)`` compiles it now.
+(``evaluate_shaped_<l>x<d>``: the loops find a kernel's code by its name, see :func:`shaped`).
+The engine uses it only once it is compiled in the process or found in the cache for this CPU
+(:func:`ready`); until then it runs the generic kernel and compiles the shape in a background
+process (``riemattn.solvers.compiled._background.start_shape``), or ``ra.warmup(shapes=...)``
+compiles it now.
 """
 
 from __future__ import annotations
