@@ -41,7 +41,8 @@ def figure_lines(summary: dict, out, *, verbose: bool = False) -> tuple[str, lis
         took = f" ({summary.get('runtime_s', 0):.1f} s)"
     else:
         took = ""
-    note = "" if v == "PASS" or "error" in summary else f": {summarize_verdict(v, detail, limit=3)}"
+    # the count is of paper claims only: identities, stand-ins and observations are reported by --verbose
+    note = "" if "error" in summary else f": {summarize_verdict(v, detail, limit=3)}"
     lines = [one_line(f"{v} {summary['name']}{took} -> {os.path.join(out, summary['name'])}{note}")]
     if "error" in summary:
         lines.append(one_line(f"error: {summary['error']}", indent="    "))
@@ -50,7 +51,7 @@ def figure_lines(summary: dict, out, *, verbose: bool = False) -> tuple[str, lis
             if c["kind"] == "observation":  # a number reported, no claim attached
                 text = f"[obs] {name}: {c['description']}: {c.get('observed')} (value {c['value']})"
             else:
-                label = "stand-in " if c["kind"] == "stand-in" else ""
+                label = f"{c['kind']} " if c["kind"] in ("stand-in", "identity") else ""
                 why = f"; {c['reason']}" if c.get("reason") else ""
                 text = f"[{label}{MARKS[c['status']]}] {name}: {c['description']} (value {c['value']}{why})"
             lines.append(one_line(text, indent="    "))

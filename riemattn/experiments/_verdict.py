@@ -6,10 +6,14 @@ A reproduction's ``claims(ds)`` returns ``{name: claim}``. Every claim ends up w
   (the claim was checked on the data and does not hold), or :data:`NOT_CHECKED` ("not checked at this
   size": the run's size or setup cannot test it, e.g. an asymptotic claim about GPT-2 XL under
   ``--quick``, or trained weights that are not on this machine; ``reason`` says which);
-- ``kind``: ``"paper"`` (a claim the paper makes: it decides the verdict), ``"stand-in"`` (a weaker
-  claim checked in place of a paper claim that cannot be checked at this size; ``stands_in_for``
-  names that claim; reported, never counted for it) or ``"observation"`` (a number reported with
-  no claim attached);
+- ``kind``: ``"paper"`` (a statement of the paper, decided by data from a configuration that does
+  not force it; it decides the verdict, and the reproduction declares a *deviation* of the model
+  or the data under which it reports "not reproduced": :mod:`riemattn.experiments._deviations`),
+  ``"identity"`` (an algebraic consequence of the update or of the construction: an
+  implementation check, reported with a status, never counted for the verdict), ``"stand-in"`` (a
+  weaker claim checked in place of a paper claim that cannot be checked at this size;
+  ``stands_in_for`` names that claim; reported, never counted for it) or ``"observation"`` (a
+  number reported with no claim attached);
 - ``value`` and ``description``.
 
 Modules may still return the older form ``{"passed": bool | None, ...}``: ``True``/``False`` is a
@@ -40,7 +44,7 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_CHECKED = "not checked at this size"
 STATUSES = (REPRODUCED, NOT_REPRODUCED, NOT_CHECKED)
-KINDS = ("paper", "stand-in", "observation")
+KINDS = ("paper", "identity", "stand-in", "observation")
 VERDICTS = ("PASS", "PARTIAL", "FAIL")
 
 
@@ -57,7 +61,8 @@ def claim(status, value, description: str, *, kind: str = "paper", reason: str |
         The numbers the status was decided on.
     description : str
         What is claimed and how it is checked.
-    kind : {"paper", "stand-in", "observation"}
+    kind : {"paper", "identity", "stand-in", "observation"}
+        See the module docstring; only ``"paper"`` claims count for the verdict.
     reason : str, optional
         Why a claim is not checked at this size (required then).
     stands_in_for : str, optional
@@ -128,7 +133,11 @@ def verdict(claims: dict, error: str | None = None) -> tuple[str, dict]:
 
 
 def summarize_verdict(v: str, detail: dict, limit: int = 4) -> str:
-    """One short phrase for the CLI: ``"2/3 paper claims reproduced; not reproduced: a"`` etc."""
+    """One short phrase for the CLI: ``"2/3 paper claims reproduced; not reproduced: a"`` etc.
+
+    Only paper claims are counted (``detail`` from :func:`verdict`): identities, stand-ins and
+    observations never appear in it.
+    """
     n = sum(len(x) for x in detail.values())
     if n == 0:
         return "no paper claim"

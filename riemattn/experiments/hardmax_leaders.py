@@ -15,31 +15,43 @@ in the Voronoi cell of its vertex and moves on the straight line to it, convergi
 configuration in a time that does not grow with beta and stay there for a time exponential in beta
 before collapsing.
 
-Run: P = I on R^2, six vertex tokens on the unit circle (a regular hexagon) and n tokens uniform
-in its inscribed disk (radius 0.9 cos(pi/6)). For unit-norm vertices the cell {x : <x, v> > <x, w>}
-of the hardmax rule is the Euclidean Voronoi cell of v (|x - v|^2 = |x|^2 - 2 <x, v> + 1).
+Run, part 1 (the leaders, on generic clouds): clouds of n tokens drawn Gaussian and uniform in the
+unit ball, in d = 2 and 3, with P = I and a random symmetric positive definite P (A A^T + 0.1 I, A
+Gaussian), several seeds each; ``AttentionField(P, W="flat", normalization="hardmax")`` (per-cloud P),
+stepper ``"layer"`` with tau = 0.2, 150 layers. Leaders are computed from the data by
+:func:`riemattn.diagnostics.leaders` (hardmax's own scores and tie rule); the convex hull's vertices
+by scipy.spatial.ConvexHull, independently of the field.
 
-- hardmax, ``AttentionField(I, W="flat", normalization="hardmax")``, stepper ``"layer"`` with
-  tau = 0.2;
+Run, part 2 (the Frank-Wolfe picture and finite beta): P = I on R^2, six vertex tokens on the unit
+circle (a regular hexagon) and n tokens uniform in its inscribed disk (radius 0.9 cos(pi/6)). For
+unit-norm vertices the cell {x : <x, v> > <x, w>} of the hardmax rule is the Euclidean Voronoi cell
+of v (|x - v|^2 = |x|^2 - 2 <x, v> + 1).
+
+- hardmax as above on the hexagon;
 - softmax at beta in a grid, same tokens and field otherwise, dopri5 (rtol 1e-6) to t1. The
   hardmax limit's configuration is K clusters; at finite beta a cluster sits at the attention-
   weighted mean of its cell rather than exactly at the vertex, so the metastable state is measured
   as "exactly K single-linkage clusters at distance delta = 0.05" (entry: first saved time with K
   clusters; exit: the first after it with another count; T = exit - entry).
 
-Claims checked (papers):
+Claims checked. Paper claims (each has a deviation of the model or the data under which it fails:
+``DEVIATIONS``):
 
-1. leaders = vertices: the tokens that are their own unique maximiser at layer 0 are exactly the
-   vertices of the convex hull (scipy.spatial.ConvexHull, independent of the field), and they do
-   not move over the run;
-2. straight lines: every interior token stays on the segment from its start to the vertex of its
-   Voronoi cell (nearest vertex, computed independently), to rounding;
-3. exponential convergence: |x_k - v| = (1 - tau)^k |x_0 - v| for every interior token, and at the
-   last layer the tokens form as many clusters as there are leaders;
-4. finite beta, entry: the time to reach the K-cluster state does not grow with beta (largest over
+1. leaders never move: over every generic cloud, the leaders of layer 0 stay where they are;
+2. the tokens converge to the leaders: at the last layer every token of every generic cloud sits
+   at a leader of layer 0;
+3. finite beta, entry: the time to reach the K-cluster state does not grow with beta (largest over
    smallest entry time <= 2 across the grid, while T grows by more than twice that);
-5. finite beta, metastability: the time T spent in the K-cluster state grows like exp(c beta):
+4. finite beta, metastability: the time T spent in the K-cluster state grows like exp(c beta):
    log T is affine in beta (least-squares R^2 >= 0.98) with c > 0.
+
+Identities (implementation checks, never counted for the verdict):
+
+- leaders are hull vertices (a unique maximiser of the linear functional <P^T y_i, .> over the
+  tokens is an exposed point of their hull, for any P; reported with the counts of hull vertices
+  that are not leaders, which the papers' "vertices of the limiting polytope" leaves open);
+- straight lines and the rate (1 - tau)^k on the hexagon: in that configuration every interior
+  token's maximiser is its Voronoi vertex, so the update is x <- x + tau (v - x) by construction.
 
 Observation: the fitted c beside 1 - cos(pi/3) = 0.5, the rate exp(-beta (1 - cos theta)) at which a
 cluster at a unit vertex is pulled by its neighbour at angle theta.
@@ -60,12 +72,14 @@ from ..analysis.diagnostics import cluster_count
 from ..dynamics.attention import AttentionField
 from ..runs.plotting import legend_below, styled
 from ..solvers.core.integrate import integrate
+from ._deviations import deviation
+from ._hardmax_clouds import CLOUD_RTOL, P_KINDS, cloud_leaders, run_clouds
 from ._verdict import claim
 
 NAME = "hardmax-leaders"
 PAPER = "Alcalde-Fantuzzi-Zuazua 2025; Alcalde-Geshkovski-Ruiz-Balet 2025"
 FIGURE = "hardmax leaders and Frank-Wolfe lines; finite-beta metastability"
-DESCRIPTION = "hardmax on R^2: leaders = hull vertices, straight lines to the Voronoi vertex, exp(c beta) metastability"
+DESCRIPTION = "hardmax: leaders never move and attract every token (generic clouds); exp(c beta) metastability"
 ORDER = 96
 
 DATA_ATTRS = {
@@ -73,8 +87,14 @@ DATA_ATTRS = {
     "beta": ("inverse temperature of the softmax runs", "1"),
     "y_hardmax": ("tokens under hardmax attention, one 'layer' step per entry", "1"),
     "vertex": ("the Voronoi vertex (nearest initial vertex) of each token", "1"),
-    "is_leader": ("1 where the token is its own unique maximiser at layer 0", "1"),
-    "is_hull_vertex": ("1 where the token is a vertex of the convex hull (scipy)", "1"),
+    "cloud": ("generic cloud (distribution, dimension, P, seed)", "1"),
+    "cloud_layer": ("hardmax layer k of the generic clouds (time k tau)", "1"),
+    "y_cloud": ("tokens of the generic clouds under hardmax (coordinates beyond cloud_dim are 0)", "1"),
+    "P_cloud": ("query-key product P of each generic cloud (padded with zeros beyond cloud_dim)", "1"),
+    "cloud_dim": ("dimension d of each generic cloud", "1"),
+    "cloud_dist": ("distribution of each generic cloud: 0 Gaussian, 1 uniform in the unit ball", "1"),
+    "cloud_spd": ("1 where the cloud's P is a random SPD matrix, 0 where P = I", "1"),
+    "cloud_hull": ("1 where the token is a vertex of its cloud's convex hull at layer 0 (scipy)", "1"),
     "clusters": ("single-linkage clusters (distance delta) of the softmax run", "1"),
     "t_enter": ("first saved time with exactly K clusters (softmax run)", "1"),
     "t_exit": ("first saved time after t_enter with another number of clusters", "1"),
@@ -85,13 +105,19 @@ DELTA = 0.05
 
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
+    # generic clouds: tokens, seeds per (distribution, d, P) and layers; 150 layers bring
+    # (1 - tau)^k below 1e-14 with room for tokens that change maximiser on the way
     if smoke:
-        return {"seed": 96, "interior": 10, "tau": 0.2, "layers": 40, "betas": [12.0, 15.0, 18.0], "t1": 3e3}
+        return {"seed": 96, "interior": 10, "tau": 0.2, "layers": 40, "betas": [12.0, 15.0, 18.0], "t1": 3e3,
+                "clouds": {"tokens": 16, "seeds": 2, "layers": 150, "P": list(P_KINDS),
+                           "normalization": "hardmax"}}
     if quick:
         return {"seed": 96, "interior": 10, "tau": 0.2, "layers": 60, "betas": [12.0, 14.0, 16.0, 18.0, 20.0],
-                "t1": 3e3}
+                "t1": 3e3, "clouds": {"tokens": 24, "seeds": 4, "layers": 150, "P": list(P_KINDS),
+                                      "normalization": "hardmax"}}
     return {"seed": 96, "interior": 10, "tau": 0.2, "layers": 80,
-            "betas": [12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0, 19.0, 20.0, 21.0, 22.0], "t1": 2e4}
+            "betas": [12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0, 19.0, 20.0, 21.0, 22.0], "t1": 2e4,
+            "clouds": {"tokens": 32, "seeds": 10, "layers": 150, "P": list(P_KINDS), "normalization": "hardmax"}}
 
 
 def initial_tokens(seed: int, interior: int) -> np.ndarray:
@@ -115,19 +141,11 @@ def _exit_times(ts, near):
 
 
 def run(config: dict) -> xr.Dataset:
-    from scipy.spatial import ConvexHull
-
     y0 = initial_tokens(config["seed"], config["interior"])
-    ell = len(y0)
     tau, n = config["tau"], config["layers"]
     hard = AttentionField(np.eye(2), W="flat", normalization="hardmax")
     layers = np.arange(n + 1, dtype=float) * tau
     y = integrate(hard, y0, (0.0, n * tau), "layer", dt=tau, saveat=layers, engine="numpy").y
-    S = y0 @ y0.T
-    others = np.where(np.eye(ell, dtype=bool), -np.inf, S)
-    leader = np.diag(S) > others.max(axis=1)
-    hull = np.zeros(ell, dtype=bool)
-    hull[ConvexHull(y0).vertices] = True
     vertex = y0[:K][np.argmin(np.linalg.norm(y0[:, None] - y0[None, :K], axis=-1), axis=1)]
 
     ts = np.concatenate([[0.0], np.geomspace(1e-2, config["t1"], 40 * int(np.log10(config["t1"]) + 2))])
@@ -145,13 +163,13 @@ def run(config: dict) -> xr.Dataset:
         {
             "y_hardmax": (("layer", "token", "coord"), y),
             "vertex": (("token", "coord"), vertex),
-            "is_leader": ("token", leader.astype(np.int8)),
-            "is_hull_vertex": ("token", hull.astype(np.int8)),
+            **run_clouds({"seed": config["seed"], **config["clouds"]}, tau),
             "clusters": (("beta", "time"), np.array(counts)),
             "t_enter": ("beta", np.array(enter)),
             "t_exit": ("beta", np.array(leave)),
         },
-        coords={"layer": np.arange(n + 1), "beta": betas, "time": ts},
+        coords={"layer": np.arange(n + 1), "beta": betas, "time": ts,
+                "cloud_layer": np.arange(config["clouds"]["layers"] + 1)},
         attrs={"tau": tau, "delta": DELTA, "vertices": K},
     )
 
@@ -172,14 +190,14 @@ def _fit(ds):
 def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, 3, figsize=(14, 4.4))
+    fig, ax = plt.subplots(1, 4, figsize=(18.5, 4.4))
     y, v = ds.y_hardmax.values, ds.vertex.values
     hexagon = np.concatenate([y[0, :K], y[0, :1]])
     ax[0].plot(hexagon[:, 0], hexagon[:, 1], color="0.6", lw=0.8)
     for i in range(y.shape[1]):
         ax[0].plot(y[:, i, 0], y[:, i, 1], lw=0.8, color="C0")
     ax[0].scatter(y[0, K:, 0], y[0, K:, 1], s=8, color="C0", label="interior tokens (start)")
-    ax[0].scatter(y[0, :K, 0], y[0, :K, 1], s=40, marker="*", color="C3", label="leaders = hull vertices")
+    ax[0].scatter(y[0, :K, 0], y[0, :K, 1], s=40, marker="*", color="C3", label="leaders (hull vertices)")
     ax[0].set_aspect("equal")
     ax[0].set_title("hardmax: straight lines to the Voronoi vertex")
     legend_below(ax[0], ncol=2)
@@ -201,14 +219,22 @@ def plot(ds: xr.Dataset):
     ax[2].set_xlabel("beta")
     ax[2].set_title(f"softmax: K clusters metastable (delta = {ds.attrs['delta']})")
     legend_below(ax[2], ncol=1)
+    k = int(np.flatnonzero(ds.cloud_dim.values == 2)[-1])  # a generic planar cloud (SPD P where drawn)
+    yc = ds.y_cloud.values[k, :, :, :2]
+    lead, hull = cloud_leaders(ds.isel(cloud=[k]))[0][0], ds.cloud_hull.values[k].astype(bool)
+    for i in range(yc.shape[1]):
+        ax[3].plot(yc[:, i, 0], yc[:, i, 1], lw=0.7, color="C0")
+    ax[3].scatter(yc[0, hull, 0], yc[0, hull, 1], s=60, facecolors="none", edgecolors="0.4", label="hull vertices")
+    ax[3].scatter(yc[0, ~lead, 0], yc[0, ~lead, 1], s=8, color="C0", label="tokens (start)")
+    ax[3].scatter(yc[0, lead, 0], yc[0, lead, 1], s=40, marker="*", color="C3", label="leaders (never move)")
+    ax[3].set_aspect("equal")
+    ax[3].set_title("a generic cloud: tokens go to the leaders")
+    legend_below(ax[3], ncol=2)
     return fig
 
 
 def claims(ds: xr.Dataset) -> dict:
     y = ds.y_hardmax.values
-    leader, hull = ds.is_leader.values.astype(bool), ds.is_hull_vertex.values.astype(bool)
-    # the update of a leader is tau (x_i - x_i) = 0 exactly; allow one rounding per layer of |x| <= 1
-    moved = float(np.abs(y[:, leader] - y[0, leader]).max())
     eps = np.finfo(float).eps
     n = y.shape[0] - 1
     v = ds.vertex.values[K:]
@@ -229,16 +255,37 @@ def claims(ds: xr.Dataset) -> dict:
     growth = float(np.nanmax(T) / np.nanmin(T)) if np.isfinite(T).any() else np.nan
     # each layer adds at most a few roundings of numbers of size <= 2 to the position (|x|, |v| <= 1)
     tol = 8 * (n + 1) * eps
+
+    per = cloud_leaders(ds)
+    hull = ds.cloud_hull.values.astype(bool)
+    moved = max(m / dm for _, m, _, dm in per)
+    gap = max(g / dm for _, _, g, dm in per)
+    n_lead = [int(lead.sum()) for lead, *_ in per]
+    in_hull = all(bool((~lead | h).all()) for (lead, *_), h in zip(per, hull))
+    not_leading = int(sum(int((h & ~lead).sum()) for (lead, *_), h in zip(per, hull)))
+    clouds = f"{len(per)} generic clouds (Gaussian and uniform-ball, d = 2 and 3, P = I and SPD)"
     return {
-        "leaders_are_vertices": claim(bool((leader == hull).all()) and moved <= tol,
-                                      {"leaders": int(leader.sum()), "hull_vertices": int(hull.sum()), "moved": moved},
-                                      "self-maximising tokens == convex hull vertices (scipy), and they never move"),
-        "straight_lines": claim(off_line <= tol and inside, off_line,
-                                "interior tokens stay on the segment from the start to their Voronoi vertex "
-                                f"(max distance from the line <= {tol:.1e}, 8 roundings per layer)"),
-        "exponential_to_vertex": claim(rate_err <= tol and clusters == int(hull.sum()),
-                                       {"max |dist - (1-tau)^k dist0|": rate_err, "clusters": clusters},
-                                       "|x_k - v| == (1 - tau)^k |x_0 - v| to rounding; final clusters (1e-3) == leaders"),
+        "leaders_never_move": claim(
+            bool(moved <= CLOUD_RTOL), {"largest displacement / diameter": moved, "leaders per cloud": n_lead},
+            f"{clouds}: the leaders of layer 0 never move (displacement <= {CLOUD_RTOL:g} of the diameter)"),
+        "tokens_converge_to_leaders": claim(
+            bool(gap <= CLOUD_RTOL), {"largest distance to a leader / diameter": gap, "layers": ds.sizes["cloud_layer"] - 1},
+            f"{clouds}: at the last layer every token sits at a leader of layer 0 (within {CLOUD_RTOL:g} of the "
+            "diameter)"),
+        "leaders_are_hull_vertices": claim(
+            in_hull, {"leaders": int(sum(n_lead)), "hull vertices": int(hull.sum()),
+                      "hull vertices that are not leaders": not_leading},
+            "identity: every leader is a vertex of its cloud's convex hull (scipy) -- a unique maximiser of the "
+            "linear functional <P^T y_i, .> over the tokens is an exposed point, for any P", kind="identity"),
+        "straight_lines": claim(
+            off_line <= tol and inside, off_line,
+            "identity (hexagon): interior tokens stay on the segment from the start to their Voronoi vertex "
+            f"(max distance from the line <= {tol:.1e}, 8 roundings per layer); by construction each interior "
+            "token's maximiser is its vertex, so the update is x + tau (v - x)", kind="identity"),
+        "exponential_to_vertex": claim(
+            rate_err <= tol and clusters == K, {"max |dist - (1-tau)^k dist0|": rate_err, "clusters": clusters},
+            "identity (hexagon): |x_k - v| == (1 - tau)^k |x_0 - v| to rounding and K clusters at the end "
+            "(1e-3), the update x + tau (v - x) iterated", kind="identity"),
         "entry_time_bounded": claim(bool(spread <= 2.0 and growth > 2 * spread),
                                     {"t_enter": [float(t) for t in enter], "max/min": spread, "T max/min": growth},
                                     "finite beta: time to reach K clusters does not grow with beta (max/min <= 2, "
@@ -250,3 +297,45 @@ def claims(ds: xr.Dataset) -> dict:
         "rate_vs_two_cluster": claim(None, {"c": c, "1 - cos(pi/3)": 0.5},
                                      "fitted c beside the two-cluster pull rate 1 - cos(pi/3)", kind="observation"),
     }
+
+
+def _clouds(**change):
+    def f(cfg):
+        cfg["clouds"] = {**cfg["clouds"], **change}
+        return cfg
+    return f
+
+
+def _noise_after_layer0(ds):
+    rng = np.random.default_rng(0)
+    y = ds.y_cloud.values
+    y[:, 1:] += 1e-6 * rng.standard_normal(y[:, 1:].shape) * (ds.cloud_dim.values[:, None, None, None] > np.arange(3))
+    ds["y_cloud"] = (ds.y_cloud.dims, y)
+    return ds
+
+
+def _entry_grows(ds):
+    ds["t_enter"] = ds.t_enter * np.exp(ds.beta - ds.beta.min())
+    return ds
+
+
+DEVIATIONS = (
+    deviation("softmax instead of hardmax", ("leaders_never_move", "tokens_converge_to_leaders"),
+              "the generic clouds under softmax (beta = 1): every token, leaders included, feels all the others",
+              config=_clouds(normalization="softmax")),
+    deviation("P indefinite", "tokens_converge_to_leaders",
+              "a random symmetric indefinite P: the maximisers are no longer pulled into the hull's exposed points",
+              config=_clouds(P=["indefinite"])),
+    deviation("time axis reversed", "tokens_converge_to_leaders",
+              "the clouds' layers read backwards: the last layer is the initial cloud",
+              data=lambda ds: ds.isel(cloud_layer=slice(None, None, -1))),
+    deviation("noise on the trajectories", "leaders_never_move",
+              "1e-6 Gaussian noise added to every token after layer 0", data=_noise_after_layer0),
+    deviation("beta axis reversed", "metastable_exp_beta",
+              "the times spent in the K-cluster state assigned to the betas in reverse order (T decreasing)",
+              data=lambda ds: ds.assign(t_exit=("beta", ds.t_exit.values[::-1] - ds.t_enter.values[::-1]
+                                                + ds.t_enter.values))),
+    deviation("entry time growing like exp(beta)", "entry_time_bounded",
+              "the entry times multiplied by exp(beta - beta_min), as a time that grows with beta would",
+              data=_entry_grows),
+)
