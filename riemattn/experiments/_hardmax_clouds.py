@@ -13,7 +13,7 @@ from ..dynamics.attention import AttentionField
 from ..solvers.core.integrate import integrate
 
 #: the generic clouds' P: "I" and a random symmetric positive definite matrix (the papers' P > 0);
-#: "indefinite" (a random symmetric matrix) is a deviation
+#: "nsd" (negative definite, the papers' contracting case) is a deviation
 P_KINDS = ("I", "spd")
 
 
@@ -23,9 +23,9 @@ def _cloud_P(kind: str, d: int, rng) -> np.ndarray:
     A = rng.standard_normal((d, d))
     if kind == "spd":
         return A @ A.T + 0.1 * np.eye(d)
-    if kind == "indefinite":
-        return (A + A.T) / 2
-    raise ValueError(f"unknown P kind {kind!r}; expected one of {P_KINDS + ('indefinite',)}.")
+    if kind == "nsd":  # negative definite: Frank-Wolfe's contracting case (a deviation)
+        return -(A @ A.T + 0.1 * np.eye(d))
+    raise ValueError(f"unknown P kind {kind!r}; expected one of {P_KINDS + ('nsd',)}.")
 
 
 def generic_clouds(seed: int, tokens: int, seeds: int, P_kinds) -> list:
@@ -81,17 +81,38 @@ def run_clouds(cfg: dict, tau: float) -> dict:
 CLOUD_RTOL = 1e-9
 
 
+def _points(y: np.ndarray, tol: float) -> np.ndarray:
+    """The distinct positions of the tokens ``y`` (l, d): single-linkage groups at distance ``tol``,
+    one mean per group."""
+    from scipy.sparse.csgraph import connected_components
+
+    near = np.linalg.norm(y[:, None] - y[None], axis=-1) <= tol
+    n, labels = connected_components(near, directed=False)
+    return np.stack([y[labels == c].mean(axis=0) for c in range(n)])
+
+
 def cloud_leaders(ds: xr.Dataset):
-    """Per generic cloud: (leaders at layer 0, largest displacement of a leader over the layers,
-    largest distance of a token at the last layer from the nearest leader of layer 0, diameter)."""
+    """Per generic cloud, a dict: ``leaders`` (bool (l,), at layer 0), ``moved`` (largest displacement
+    of a leader over the layers), ``last_step`` (largest displacement of a token in the last layer),
+    ``lost`` (largest distance of a leader of layer 0 from the final positions), ``follower`` (1 where
+    a final position is not its own unique maximiser among the final positions), ``points`` (number of
+    final positions), ``new`` (final positions that were no leader at layer 0) and ``diameter``;
+    distances relative to the diameter of the cloud at layer 0."""
     out = []
     for k in range(ds.sizes["cloud"]):
         d = int(ds.cloud_dim.values[k])
         y = ds.y_cloud.values[k, :, :, :d]
-        lead = leaders(y[0], ds.P_cloud.values[k, :d, :d])
+        P = ds.P_cloud.values[k, :d, :d]
+        lead = leaders(y[0], P)
         diam = float(np.linalg.norm(y[0][:, None] - y[0][None], axis=-1).max())
+        tol = CLOUD_RTOL * diam
         moved = float(np.linalg.norm(y[:, lead] - y[0, lead], axis=-1).max()) if lead.any() else 0.0
-        gap = (float(np.linalg.norm(y[-1][:, None] - y[0][lead][None], axis=-1).min(axis=1).max())
-               if lead.any() else np.inf)
-        out.append((lead, moved, gap, diam))
+        points = _points(y[-1], tol)
+        lost = (float(np.linalg.norm(y[0][lead][:, None] - points[None], axis=-1).min(axis=1).max())
+                if lead.any() else 0.0)
+        new = int(len(points) - lead.sum()) if lost <= tol else len(points)
+        out.append({"leaders": lead, "moved": moved / diam, "diameter": diam,
+                    "last_step": float(np.linalg.norm(y[-1] - y[-2], axis=-1).max()) / diam,
+                    "lost": lost / diam, "follower": int((~leaders(points, P)).sum()),
+                    "points": len(points), "new": new})
     return out
