@@ -27,6 +27,24 @@ when every column sum after a row normalisation is within ``tol`` of 1 (``max_j 
 1| <= tol``), or after ``iters`` row/column sweeps; the result always ends with a row
 normalisation (rows sum to 1 to rounding; columns to the tolerance reached). Every operation is
 differentiable on the PyTorch backend (autograd through the unrolled iterations).
+
+Sweeps converge linearly with a rate that degrades like exp(-spread) of the scores (l = 64 tokens
+at beta = 100 on the sphere: columns still 3e-5 from 1 after 1000 sweeps). On NumPy scores that
+are not converged after :data:`NEWTON_AFTER` = 20 sweeps, and when ``iters`` allows more than
+that (``iters <= 20`` is the truncated iteration, the same on NumPy and PyTorch; Sinkformers' fixed
+number of sweeps), the potentials are finished by Newton's
+method on the convex dual (Brauer, Clason, Lorenz, Wirth, "A Sinkhorn-Newton method for entropic
+optimal transport", 2017)::
+
+    phi(f, g) = sum_ij exp(f_i + S_ij + g_j) - sum_i f_i - sum_j g_j,
+    grad = (r - 1, c - 1),   Hessian = [[diag r, alpha], [alpha^T, diag c]]
+
+(r, c the row and column sums of alpha = exp(f + S + g)), with g_l fixed at its value (the dual is
+invariant under f + a, g - a), a relative shift of 1e-12 on the Hessian's diagonal (entries of alpha
+that underflow make it singular beyond that direction) and a backtracking (Armijo) line search on
+phi, which keeps every step a descent of the convex dual: quadratic convergence near the solution,
+a few steps from the sweeps' potentials. ``field.attention`` then reports the error reached;
+``on_nonconvergence`` of the attention field says what happens when it is above ``tol``.
 """
 
 from __future__ import annotations
@@ -40,7 +58,7 @@ from .._validation import check_int, check_nonnegative, check_positive
 from ..errors import ValidationError
 
 __all__ = ["HARDMAX_RTOL", "centred", "configure", "other_weights", "SINKHORN_ITERS", "SINKHORN_TOL", "ANNEAL_SPREAD", "hardmax_weights", "sinkhorn_potentials",
-           "sinkhorn_weights"]
+           "sinkhorn_weights", "NEWTON_AFTER", "NEWTON_STEPS", "ON_NONCONVERGENCE", "SinkhornConvergenceWarning"]
 
 #: Default relative tolerance of hardmax ties: 2^-40 ~ 9e-13, some 4000 eps, far above the
 #: rounding of scores y_i^T P y_j of moderate d (about d eps relative), far below the gaps of
@@ -50,11 +68,26 @@ HARDMAX_RTOL = 2.0**-40
 SINKHORN_ITERS = 1000
 #: Default tolerance on the column sums of the Sinkhorn matrix (rows are exact).
 SINKHORN_TOL = 1e-10
+#: Sweeps on the scores themselves before Newton's method finishes the potentials (NumPy).
+NEWTON_AFTER = 20
+#: Largest number of Newton steps (each a (2l - 1) x (2l - 1) solve per head).
+NEWTON_STEPS = 100
+#: What an attention field does when Sinkhorn's column sums miss ``sinkhorn_tol``.
+ON_NONCONVERGENCE = ("warn", "raise", "ignore")
 
 
-def configure(field, tie_rtol, iters, tol) -> None:
+class SinkhornConvergenceWarning(RuntimeWarning):
+    """Sinkhorn's column sums did not reach ``sinkhorn_tol`` (``on_nonconvergence="warn"``)."""
+
+
+def configure(field, tie_rtol, iters, tol, on_nonconvergence="warn") -> None:
     """Check and set the hardmax / Sinkhorn options of an attention field (``field.normalization``
     and ``field.mask`` already set); ``field.discontinuous`` is True for hardmax."""
+    from .._validation import check_choice
+
+    field.on_nonconvergence = check_choice(on_nonconvergence, "on_nonconvergence", ON_NONCONVERGENCE)
+    #: the largest column error of a Sinkhorn evaluation of this field so far (0 before any)
+    field.sinkhorn_error = 0.0
     if field.normalization == "sinkhorn" and field.mask == "causal":
         raise ValidationError("normalization='sinkhorn' needs mask='full': the only lower-triangular "
                               "doubly stochastic matrix is the identity (no attention between tokens).")
@@ -72,7 +105,25 @@ def other_weights(field, S, t, y):
         tril = field._causal(y.shape[-2], S) if field.mask == "causal" else None
         return hardmax_weights(S, tril, field.tie_rtol, overflow)
     A, _, field._work.sinkhorn = sinkhorn_weights(S, field.sinkhorn_iters, field.sinkhorn_tol, overflow)
+    err = field._work.sinkhorn[1]
+    if not err <= field.sinkhorn_error:  # NaN-safe running maximum
+        field.sinkhorn_error = err
+    if err > field.sinkhorn_tol and field.on_nonconvergence != "ignore":
+        _not_converged(field, err)
     return A, None
+
+
+def _not_converged(field, err):
+    import warnings
+
+    from ..errors import IntegrationError
+
+    msg = (f"normalization='sinkhorn': the column sums are {err:.2e} from 1 after the sweeps and Newton "
+           f"steps, above sinkhorn_tol = {field.sinkhorn_tol:g}; raise sinkhorn_iters, loosen sinkhorn_tol, "
+           "or lower beta (on_nonconvergence='ignore' accepts it; field.sinkhorn_error holds the worst error).")
+    if field.on_nonconvergence == "raise":
+        raise IntegrationError(msg)
+    warnings.warn(msg, SinkhornConvergenceWarning, stacklevel=4)
 
 
 def centred(f, A, Uy, hU: int):
@@ -151,7 +202,8 @@ def sinkhorn_potentials(S, iters: int, tol: float, overflow=None):
     to rounding, columns to ``err`` = max_j |sum_i alpha_ij - 1| after the last full sweep.
     ``overflow()`` is called (NumPy) when a score is not finite.
 
-    Annealing (epsilon scaling): when the scores spread over more than :data:`ANNEAL_SPREAD`, the
+    Annealing (epsilon scaling, PyTorch tensors; NumPy scores go to Newton's method instead, see the
+    module docstring): when the scores spread over more than :data:`ANNEAL_SPREAD`, the
     plain iteration converges slowly (its rate degrades like exp(-spread)); the potentials are
     then first computed for the scores s S with s = ANNEAL_SPREAD / spread, 2 s, 4 s, ... < 1,
     each stage to the column tolerance max(tol, 1e-6) and warm-started from the previous stage's
@@ -167,7 +219,9 @@ def sinkhorn_potentials(S, iters: int, tol: float, overflow=None):
         return S[..., :, :, :1] * 0.0, g, (0, 0.0)
     spread = float(S.max() - S.min()) if numpy else float((S.max() - S.min()).detach())
     scales, total = [], 0
-    s = ANNEAL_SPREAD / spread if spread > ANNEAL_SPREAD else 1.0
+    # NumPy: Newton finishes what the sweeps leave, faster than annealed sweeps (l = 64, beta = 100:
+    # 0.41 s annealed, ~20 ms without), so the stages are for the PyTorch path only
+    s = ANNEAL_SPREAD / spread if spread > ANNEAL_SPREAD and not numpy else 1.0
     while s < 1.0:
         scales.append(s)
         s *= 2.0
@@ -178,8 +232,67 @@ def sinkhorn_potentials(S, iters: int, tol: float, overflow=None):
         total, prev = total + done, s
     if prev is not None:
         g = g / prev
-    f, g, done, err = _sweeps(S, g, iters, tol, xp, numpy)
-    return f, g, (total + done, err)
+    newton = numpy and iters > NEWTON_AFTER  # a cap of <= NEWTON_AFTER sweeps is the truncated iteration
+    f, g, done, err = _sweeps(S, g, NEWTON_AFTER if newton else iters, tol, xp, numpy)
+    total += done
+    if err > tol and newton:  # slow linear convergence: Newton on the dual (module docstring)
+        f, g, err = _newton(S, f, g, tol)
+        if err > tol and iters > done:  # Newton stalled (it should not): the remaining sweeps
+            f, g, more, err = _sweeps(S, g, iters - done, tol, xp, numpy)
+            total += more
+    return f, g, (total, err)
+
+
+def _dual(S, f, g):
+    """alpha = exp(f + S + g) in [..., h, i, j] layout, its row and column sums and phi (module docstring)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # a trial step of the line search may overflow
+        A = np.exp(f[..., :, None] + S + g[..., None, :])
+        r, c = A.sum(-1), A.sum(-2)
+        return A, r, c, r.sum(-1) - f.sum(-1) - g.sum(-1)
+
+
+def _newton(S, f, g, tol):
+    """Newton's method on Sinkhorn's dual from the potentials f (..., l, h, 1), g (..., 1, h, l) of
+    S[..., i, eta, j]: (f, g, column error) in the same layout, ending with a row normalisation."""
+    K = np.moveaxis(S, -2, -3)  # [..., eta, i, j]
+    fv, gv = np.moveaxis(f[..., 0], -1, -2), g[..., 0, :, :]  # (..., h, l)
+    n = K.shape[-1]
+    m = 2 * n - 1
+    diag = np.arange(m)
+    A, r, c, phi = _dual(K, fv, gv)
+    for _ in range(NEWTON_STEPS):
+        if max(float(np.abs(r - 1).max()), float(np.abs(c - 1).max())) <= tol:
+            break
+        H = np.zeros(K.shape[:-2] + (m, m))
+        H[..., diag[:n], diag[:n]] = r
+        H[..., diag[n:], diag[n:]] = c[..., :-1]
+        H[..., :n, n:] = A[..., :, :-1]
+        H[..., n:, :n] = np.swapaxes(A[..., :, :-1], -1, -2)
+        H[..., diag, diag] *= 1.0 + 1e-12
+        grad = np.concatenate([r - 1.0, c[..., :-1] - 1.0], -1)
+        with np.errstate(all="ignore"):
+            step = -np.linalg.solve(H, grad[..., None])[..., 0]
+        step = np.where(np.isfinite(step), step, 0.0)
+        df = step[..., :n]
+        dg = np.concatenate([step[..., n:], np.zeros(step.shape[:-1] + (1,))], -1)
+        slope = np.einsum("...k,...k->...", grad, step)
+        t = np.ones(K.shape[:-2])
+        for _ in range(60):  # backtracking: each block until phi decreases enough (Armijo, 1e-4)
+            _, _, _, trial = _dual(K, fv + t[..., None] * df, gv + t[..., None] * dg)
+            ok = np.isfinite(trial) & (trial <= phi + 1e-4 * t * slope)
+            if ok.all():
+                break
+            t = np.where(ok, t, 0.5 * t)
+        t = np.where(ok, t, 0.0)  # a block without descent keeps its potentials
+        fv, gv = fv + t[..., None] * df, gv + t[..., None] * dg
+        A, r, c, phi = _dual(K, fv, gv)
+        if not ok.any():
+            break
+    g = gv[..., None, :, :]
+    f = -_lse(S + g, -1, np)  # end with the rows, as the sweeps do
+    with np.errstate(over="ignore"):
+        err = np.abs(np.expm1(_lse(S + f, -3, np) + g))
+    return f, g, float(err.max()) if err.size else 0.0
 
 
 def sinkhorn_weights(S, iters: int, tol: float, overflow):

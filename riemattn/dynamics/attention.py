@@ -92,7 +92,13 @@ class AttentionField(_CheckedField):
     tie_rtol : float, default 2**-40
         "hardmax": the relative tolerance of ties (0: exact ties only).
     sinkhorn_iters, sinkhorn_tol : int, float, default 1000, 1e-10
-        "sinkhorn": at most that many sweeps, stopping once every column sum is within the tol of 1.
+        "sinkhorn": at most that many sweeps, stopping once every column sum is within the tol of 1
+        (on NumPy, Newton's method on the dual finishes what 20 sweeps leave: 64 tokens at beta = 100
+        to 1e-14; ``riemattn.dynamics._normalize``).
+    on_nonconvergence : {"warn", "raise", "ignore"}, default "warn"
+        "sinkhorn": what an evaluation whose column sums stay above ``sinkhorn_tol`` does: a
+        ``SinkhornConvergenceWarning`` (a RuntimeWarning), an ``IntegrationError``, or nothing.
+        ``field.sinkhorn_error`` holds the largest column error of the field's evaluations so far.
     alibi : float or array_like (hP,), optional
         ALiBi slopes m >= 0 (per head of P, or shared): ``S_ij = beta y_i^T P y_j - m |i - j|``.
     rope, rope_key : array_like (k,), array_like (d, d) or (hP, d, d), optional
@@ -121,7 +127,7 @@ class AttentionField(_CheckedField):
 
     def __init__(self, P, U=None, *, W=None, mask="full", normalization="paper", beta=1.0,
                  time_vectorized=None, rescaled=False, tie_rtol=HARDMAX_RTOL, sinkhorn_iters=SINKHORN_ITERS,
-                 sinkhorn_tol=SINKHORN_TOL, alibi=None, rope=None, rope_key=None):
+                 sinkhorn_tol=SINKHORN_TOL, on_nonconvergence="warn", alibi=None, rope=None, rope_key=None):
         self.mask = check_choice(mask, "mask", MASKS)
         self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS + OTHER_NORMALIZATIONS)
         self.beta = check_beta_batch(beta)
@@ -147,7 +153,7 @@ class AttentionField(_CheckedField):
         self.manifold = Euclidean(d) if self.flat else manifold_for(W, d, f"P of shape {self._P.shape[-2:]}")
         self.W = None if W is None or self.flat else self.manifold.W
         self.h = max(self._P.h, hU)
-        configure(self, tie_rtol, sinkhorn_iters, sinkhorn_tol)
+        configure(self, tie_rtol, sinkhorn_iters, sinkhorn_tol, on_nonconvergence)
         self.alibi = check_alibi(alibi, self._P.h)
         self.rope, self.rope_key = check_rope(rope, rope_key, d, self._P.h)
         # closed_form: whether the closed-form Jacobians of riemattn.dynamics.jacobians apply
