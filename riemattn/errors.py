@@ -8,7 +8,7 @@ the argument, what was expected and what was received. They subclass the built-i
 from __future__ import annotations
 
 __all__ = ["RiemattnError", "ValidationError", "InputTypeError", "IntegrationError", "MissingDependencyError",
-           "UnsupportedByEngine"]
+           "UnsupportedByEngine", "SinkhornConvergenceWarning"]
 
 
 class RiemattnError(Exception):
@@ -38,3 +38,11 @@ class UnsupportedByEngine(ValidationError):
 
     The message names what is unsupported (a Python field, a callable weight, a ``save_fn``, a user
     event, ...). Only ``engine="auto"`` falls back to the NumPy engine silently."""
+
+
+class SinkhornConvergenceWarning(RuntimeWarning):
+    """Sinkhorn attention's column sums stayed above ``sinkhorn_tol``
+    (``AttentionField(normalization="sinkhorn", on_nonconvergence="warn")``, the default).
+
+    ``on_nonconvergence="raise"`` raises :class:`IntegrationError` instead; ``"ignore"`` passes."""
+

@@ -55,7 +55,7 @@ import numpy as np
 
 from .._backend import namespace
 from .._validation import check_int, check_nonnegative, check_positive
-from ..errors import ValidationError
+from ..errors import SinkhornConvergenceWarning, ValidationError
 
 __all__ = ["HARDMAX_RTOL", "centred", "configure", "other_weights", "SINKHORN_ITERS", "SINKHORN_TOL", "ANNEAL_SPREAD", "hardmax_weights", "sinkhorn_potentials",
            "sinkhorn_weights", "NEWTON_AFTER", "NEWTON_STEPS", "ON_NONCONVERGENCE", "SinkhornConvergenceWarning"]
@@ -74,10 +74,6 @@ NEWTON_AFTER = 20
 NEWTON_STEPS = 100
 #: What an attention field does when Sinkhorn's column sums miss ``sinkhorn_tol``.
 ON_NONCONVERGENCE = ("warn", "raise", "ignore")
-
-
-class SinkhornConvergenceWarning(RuntimeWarning):
-    """Sinkhorn's column sums did not reach ``sinkhorn_tol`` (``on_nonconvergence="warn"``)."""
 
 
 def configure(field, tie_rtol, iters, tol, on_nonconvergence="warn") -> None:

@@ -97,7 +97,7 @@ class AttentionField(_CheckedField):
         to 1e-14; ``riemattn.dynamics._normalize``).
     on_nonconvergence : {"warn", "raise", "ignore"}, default "warn"
         "sinkhorn": what an evaluation whose column sums stay above ``sinkhorn_tol`` does: a
-        ``SinkhornConvergenceWarning`` (a RuntimeWarning), an ``IntegrationError``, or nothing.
+        ``riemattn.errors.SinkhornConvergenceWarning`` (a RuntimeWarning), an ``IntegrationError``, or nothing.
         ``field.sinkhorn_error`` holds the largest column error of the field's evaluations so far.
     alibi : float or array_like (hP,), optional
         ALiBi slopes m >= 0 (per head of P, or shared): ``S_ij = beta y_i^T P y_j - m |i - j|``.

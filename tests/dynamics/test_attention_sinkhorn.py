@@ -213,7 +213,7 @@ def test_sinkhorn_converges_at_low_temperature_or_warns(ell, beta, recwarn):
 
 @pytest.mark.parametrize("mode", ["warn", "raise", "ignore"])
 def test_on_nonconvergence(mode, recwarn):
-    from riemattn.dynamics._normalize import SinkhornConvergenceWarning
+    from riemattn.errors import SinkhornConvergenceWarning
     from riemattn.errors import IntegrationError
 
     rng = np.random.default_rng(12)
