@@ -20,6 +20,9 @@ take NumPy arrays only.
 * :func:`cluster_count` -- tokens within a distance tolerance (transitively) form one cluster
   (SciPy's connected components; or GLPR's matrix-rank count, ``method="rank"``).
 * :func:`consensus_distance`, :func:`is_consensus`, :func:`field_norm`, :func:`is_equilibrium`.
+* :func:`rollout`, :func:`rollout_ode` -- the cumulative attention (influence of each token on each
+  other) through layers, with or without the residual, and along a continuous solve
+  (implemented in ``riemattn.analysis._rollout``, re-exported here).
 * :func:`leaders` -- the hardmax leaders: the tokens that are their own unique maximiser.
 * :func:`wendel_probability` -- Wendel's probability that random points lie in a hemisphere.
 * :func:`radii`, :func:`directions`, :func:`clustered_fraction` -- the radius |y_i|_W and the
@@ -51,6 +54,7 @@ from .._validation import (
 from ..dynamics._normalize import HARDMAX_RTOL
 from ..errors import InputTypeError, ValidationError
 from ._clusters import _norm_last, cluster_count
+from ._rollout import rollout, rollout_ode
 from .hemispheres import common_hemisphere, in_common_hemisphere
 
 __all__ = [
@@ -65,6 +69,8 @@ __all__ = [
     "field_norm",
     "is_equilibrium",
     "leaders",
+    "rollout",
+    "rollout_ode",
     "wendel_probability",
     "radii",
     "directions",

@@ -92,13 +92,11 @@ class AttentionField(_CheckedField):
     tie_rtol : float, default 2**-40
         "hardmax": the relative tolerance of ties (0: exact ties only).
     sinkhorn_iters, sinkhorn_tol : int, float, default 1000, 1e-10
-        "sinkhorn": at most that many sweeps, stopping once every column sum is within the tol of 1
-        (on NumPy, Newton's method on the dual finishes what 20 sweeps leave: 64 tokens at beta = 100
-        to 1e-14; ``riemattn.dynamics._normalize``).
+        "sinkhorn": at most that many sweeps until every column sum is within tol of 1; on NumPy
+        Newton's method finishes what 20 sweeps leave (``riemattn.dynamics._normalize``).
     on_nonconvergence : {"warn", "raise", "ignore"}, default "warn"
-        "sinkhorn": what an evaluation whose column sums stay above ``sinkhorn_tol`` does: a
-        ``riemattn.errors.SinkhornConvergenceWarning`` (a RuntimeWarning), an ``IntegrationError``, or nothing.
-        ``field.sinkhorn_error`` holds the largest column error of the field's evaluations so far.
+        "sinkhorn", column sums above ``sinkhorn_tol``: ``riemattn.errors.SinkhornConvergenceWarning``,
+        ``IntegrationError`` or nothing; ``field.sinkhorn_error``: the worst column error so far.
     alibi : float or array_like (hP,), optional
         ALiBi slopes m >= 0 (per head of P, or shared): ``S_ij = beta y_i^T P y_j - m |i - j|``.
     rope, rope_key : array_like (k,), array_like (d, d) or (hP, d, d), optional
