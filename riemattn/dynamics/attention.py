@@ -87,13 +87,11 @@ class AttentionField(_CheckedField):
         None: detected at construction by calling them on an array of times and comparing with
         scalar calls (``lambda t: np.cos(t) * P`` is detected as vectorised); see
         :class:`riemattn.dynamics._heads.HeadMatrices` for what is detected and how it can fail.
-        A callable returning per-trajectory stacks S + (h, d, d) returns (k,) + S + (h, d, d)
-        for k times.
+        Per-trajectory stacks S + (h, d, d) come as (k,) + S + (h, d, d) for k times.
     tie_rtol : float, default 2**-40
         "hardmax": the relative tolerance of ties (0: exact ties only).
     sinkhorn_iters, sinkhorn_tol : int, float, default 1000, 1e-10
-        "sinkhorn": at most that many sweeps until every column sum is within tol of 1; on NumPy
-        Newton's method finishes what 20 sweeps leave (``riemattn.dynamics._normalize``).
+        "sinkhorn": sweeps until the column sums are within tol of 1 (NumPy: Newton after 20).
     on_nonconvergence : {"warn", "raise", "ignore"}, default "warn"
         "sinkhorn", column sums above ``sinkhorn_tol``: ``riemattn.errors.SinkhornConvergenceWarning``,
         ``IntegrationError`` or nothing; ``field.sinkhorn_error``: the worst column error so far.
