@@ -24,7 +24,7 @@ from .errors import IntegrationError, RiemattnError, ValidationError
 from .geometry.manifolds import Ellipsoid, Euclidean, Sphere
 
 # dynamics: fields on them
-from .dynamics import circle
+from .dynamics import biases, circle, masks
 from .dynamics.attention import AttentionField
 from .dynamics.fields import AlgebraField, Field, LinearField, VectorField
 from .dynamics.glpr import sa, usa
@@ -69,11 +69,13 @@ __all__ = [
     "TransformerLayer",
     "ValidationError",
     "VectorField",
+    "biases",
     "circle",
     "diagnostics",
     "errors",
     "gradient_flow",
     "lie",
+    "masks",
     "tableaux",
     "theory",
     "use_device",

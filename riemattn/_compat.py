@@ -52,6 +52,9 @@ MOVED_MODULES = {
     "solvers.rosenbrock_tableaux": "solvers.stiff.rosenbrock_tableaux",
     "solvers.auto": "solvers.stiff.auto",
     "solvers.sde": "solvers.stochastic.sde",
+    # the attention parts (issue 55): short public paths, as the docs spell them
+    "masks": "dynamics.masks",
+    "biases": "dynamics.biases",
 }
 
 #: Module -> {name: the module that defines it now}: ``from riemattn.<module> import <name>`` still

@@ -39,7 +39,15 @@ SMALL_TOKENS = st.integers(1, 3)
 #: field kind -> the manifold kinds it is drawn on (the registry of the suite's fields)
 FIELD_KINDS = {"user": rs.MANIFOLD_KINDS, "attention": ("sphere", "ellipsoid"), "circle": ("euclidean",),
                # attention beyond softmax (issue 44): on flat space too (W="flat"); positions drawn
-               "hardmax": ("sphere", "ellipsoid", "euclidean"), "sinkhorn": ("sphere", "ellipsoid", "euclidean")}
+               "hardmax": ("sphere", "ellipsoid", "euclidean"), "sinkhorn": ("sphere", "ellipsoid", "euclidean"),
+               # issue 55's parts: sigmoid attention; masks and biases of riemattn.masks / .biases below
+               "sigmoid": ("sphere", "ellipsoid", "euclidean")}
+#: every public constructor of riemattn.masks and riemattn.biases, as drawn (tests/suites/test_edges.py
+#: checks that a new one is registered here)
+MASK_PARTS = {"full": lambda: "full", "causal": lambda: "causal", "window": lambda: ra.masks.window(2),
+              "prefix": lambda: ra.masks.prefix(2), "Mask": lambda: ra.masks.Mask(lambda i, j: j >= i, "anticausal")}
+BIAS_PARTS = {"none": lambda: None, "alibi": lambda: ra.biases.alibi(0.5),
+              "Bias": lambda: ra.biases.Bias(lambda t, i, j: -np.cos(t) * np.abs(i - j), time_dependent=True)}
 
 
 @dataclass
@@ -90,13 +98,16 @@ def attention(draw, manifold, normalization="paper"):
     U = {"identity": None, "zero": np.zeros((h, d, d))}.get(U) if U != "drawn" else draw(rs.head_matrices(h, d))
     beta = draw(st.one_of(rs.betas(max_value=2.0), st.just(0.0)))
     W = None if isinstance(manifold, ra.Sphere) else "flat" if isinstance(manifold, ra.Euclidean) else manifold.W
-    masks = ["full"] if normalization == "sinkhorn" else ["full", "causal"]
+    masks = ["full"] if normalization == "sinkhorn" else list(MASK_PARTS)
     extra = {}
-    if normalization != "paper":  # positional scores: ALiBi slopes and RoPE frequencies, or none
+    if normalization != "paper":  # positional scores: ALiBi slopes and RoPE frequencies, or none; bias parts
         extra["alibi"] = draw(st.one_of(st.none(), st.floats(0.0, 2.0)))
         extra["rope"] = draw(st.one_of(st.none(), st.just([0.7])))
-    return ra.AttentionField(P, U, W=W, beta=beta, mask=draw(st.sampled_from(masks)), normalization=normalization,
-                             **extra)
+        extra["bias"] = BIAS_PARTS[draw(st.sampled_from(list(BIAS_PARTS)))]()
+    if isinstance(manifold, ra.Euclidean) and draw(st.booleans()):
+        extra["update"] = "uncentred"
+    return ra.AttentionField(P, U, W=W, beta=beta, mask=MASK_PARTS[draw(st.sampled_from(masks))](),
+                             normalization=normalization, **extra)
 
 
 @st.composite

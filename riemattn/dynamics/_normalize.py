@@ -56,9 +56,10 @@ import numpy as np
 from .._backend import namespace
 from .._validation import check_int, check_nonnegative, check_positive
 from ..errors import SinkhornConvergenceWarning, ValidationError
+from ._parts import admissible
 
 __all__ = ["HARDMAX_RTOL", "centred", "configure", "other_weights", "SINKHORN_ITERS", "SINKHORN_TOL", "ANNEAL_SPREAD", "hardmax_weights", "sinkhorn_potentials",
-           "sinkhorn_weights", "NEWTON_AFTER", "NEWTON_STEPS", "ON_NONCONVERGENCE", "SinkhornConvergenceWarning"]
+           "sinkhorn_weights", "sigmoid_weights", "NEWTON_AFTER", "NEWTON_STEPS", "ON_NONCONVERGENCE", "SinkhornConvergenceWarning"]
 
 #: Default relative tolerance of hardmax ties: 2^-40 ~ 9e-13, some 4000 eps, far above the
 #: rounding of scores y_i^T P y_j of moderate d (about d eps relative), far below the gaps of
@@ -84,9 +85,10 @@ def configure(field, tie_rtol, iters, tol, on_nonconvergence="warn") -> None:
     field.on_nonconvergence = check_choice(on_nonconvergence, "on_nonconvergence", ON_NONCONVERGENCE)
     #: the largest column error of a Sinkhorn evaluation of this field so far (0 before any)
     field.sinkhorn_error = 0.0
-    if field.normalization == "sinkhorn" and field.mask == "causal":
-        raise ValidationError("normalization='sinkhorn' needs mask='full': the only lower-triangular "
-                              "doubly stochastic matrix is the identity (no attention between tokens).")
+    if field.normalization == "sinkhorn" and field.mask != "full":
+        raise ValidationError(f"normalization='sinkhorn' needs mask='full', got {field.mask!r}: a masked kernel "
+                              "need not have a doubly stochastic scaling (the only lower-triangular doubly "
+                              "stochastic matrix is the identity: no attention between tokens).")
     field.tie_rtol = check_nonnegative(tie_rtol, "tie_rtol")
     field.sinkhorn_iters = check_int(iters, "sinkhorn_iters", 1)
     field.sinkhorn_tol = check_positive(tol, "sinkhorn_tol")
@@ -97,9 +99,12 @@ def configure(field, tie_rtol, iters, tol, on_nonconvergence="warn") -> None:
 def other_weights(field, S, t, y):
     """(E, r) of the field's hardmax or Sinkhorn normalisation of its scores S at (t, y)."""
     overflow = lambda: field._overflow(t, y)  # noqa: E731
+    n = y.shape[-2]
+    tril = None if field.mask == "full" else field._causal(n, S) if field.mask == "causal" else admissible(field, n, S)
     if field.normalization == "hardmax":
-        tril = field._causal(y.shape[-2], S) if field.mask == "causal" else None
         return hardmax_weights(S, tril, field.tie_rtol, overflow)
+    if field.normalization == "sigmoid":
+        return sigmoid_weights(S, tril, n, overflow), None
     A, _, field._work.sinkhorn = sinkhorn_weights(S, field.sinkhorn_iters, field.sinkhorn_tol, overflow)
     err = field._work.sinkhorn[1]
     if not err <= field.sinkhorn_error:  # NaN-safe running maximum
@@ -120,6 +125,18 @@ def _not_converged(field, err):
     if field.on_nonconvergence == "raise":
         raise IntegrationError(msg)
     warnings.warn(msg, SinkhornConvergenceWarning, stacklevel=4)
+
+
+def sigmoid_weights(S, tril, n: int, overflow):
+    """alpha = sigmoid(S - log n) (Ramapuram et al. 2024: the bias -log n of sigmoid attention), 0 where
+    masked; as 0.5 (1 + tanh(x / 2)), in [0, 1] for every score. ``overflow()`` for a NaN or +inf score."""
+    xp = namespace(S)
+    if type(S) is np.ndarray and overflow is not None and (np.isnan(S).any() or np.isposinf(S).any()):
+        overflow()  # (-inf is a pair a bias excludes: weight 0)
+    A = 0.5 * (1.0 + xp.tanh(0.5 * (S - math.log(n))))
+    if tril is None:
+        return A
+    return A * tril if type(A) is np.ndarray else xp.where(tril > 0, A, xp.zeros_like(A))
 
 
 def centred(f, A, Uy, hU: int):

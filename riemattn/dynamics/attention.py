@@ -25,6 +25,7 @@ from .._backend import constant, device_of, namespace, requires_grad, size, to_n
 from . import _batch
 from ._heads import HeadMatrices, bmm, stack_columns
 from ._normalize import HARDMAX_RTOL, SINKHORN_ITERS, SINKHORN_TOL, centred, configure, other_weights
+from ._parts import admissible, bias_scores, configure_parts
 from ._positional import alibi_bias, check_alibi, check_rope, rope_scores
 from ._softmax import overflow_message, rescaled_scores, weights, weights_device
 from .._validation import check_beta_batch, check_choice, check_flag, check_points, check_real, check_rescaled, check_times
@@ -37,8 +38,8 @@ __all__ = ["AttentionField", "MASKS", "NORMALIZATIONS", "OTHER_NORMALIZATIONS"] 
 MASKS = ("full", "causal")
 #: The softmax family: smooth fields with closed-form Jacobians and compiled kernels.
 NORMALIZATIONS = ("paper", "softmax", "mean")
-#: The hardmax and Sinkhorn normalisations (NumPy / PyTorch engine; Jacobians by finite differences).
-OTHER_NORMALIZATIONS = ("hardmax", "sinkhorn")
+#: The hardmax, Sinkhorn and sigmoid normalisations (NumPy / PyTorch engine; Jacobians by finite differences).
+OTHER_NORMALIZATIONS = ("hardmax", "sinkhorn", "sigmoid")
 
 
 class AttentionField(_CheckedField):
@@ -60,9 +61,9 @@ class AttentionField(_CheckedField):
     W : array_like, shape (d, d), or "flat", optional
         SPD matrix of the ellipsoid E_W the tokens live on; None means the sphere S^(d-1);
         "flat": R^d, field and update the centred ``sum_eta sum_j alpha_ij^eta U_eta (y_j - y_i)``.
-    mask : {"full", "causal"}
-        Causal attention restricts token i to tokens j <= i (lower triangular attention).
-    normalization : {"paper", "softmax", "mean", "hardmax", "sinkhorn"}
+    mask : "full", "causal", a ``riemattn.masks`` mask (window, prefix), bool array or callable
+        Which token attends to which (``riemattn.dynamics.masks``); "causal": j <= i.
+    normalization : {"paper", "softmax", "mean", "hardmax", "sinkhorn", "sigmoid"}
         "paper": Z_i = sqrt(d) sum_j e^{y_i^T P y_j} (rows sum to 1/sqrt(d), the papers' D_eta);
         "softmax": rows sum to 1; "mean": alpha_ij = e^{y_i^T P y_j} / l (GLPR's USA; l tokens,
         also for causal attention). "hardmax": 1 / |M_i| on the maximisers M_i of row i's
@@ -71,8 +72,9 @@ class AttentionField(_CheckedField):
         switches: fixed-step steppers and ``"layer"`` step across it (first order there);
         ``integrate`` refuses adaptive steppers with a ValidationError. "sinkhorn": each head's
         exp(S) scaled to a doubly stochastic matrix (log domain, any beta; mask "full" only).
-        Details: ``riemattn.dynamics._normalize``. Both: no compiled kernels (``engine="auto"``
-        runs NumPy), finite-difference Jacobians.
+        "sigmoid": alpha_ij = sigmoid(s_ij - log l) (Ramapuram et al. 2024; no row normalisation).
+        Details: ``riemattn.dynamics._normalize``. These three: no compiled kernels
+        (``engine="auto"`` runs NumPy), finite-difference Jacobians.
     beta : float or array_like, default 1.0
         Inverse temperature multiplying every P_eta (GLPR's beta). An array gives one beta per
         trajectory: it broadcasts against the leading (batch) axes of the tokens ``y``, so a
@@ -102,6 +104,10 @@ class AttentionField(_CheckedField):
         R((j - i) theta) K y_j``, R the block rotation of the coordinate pairs (2m, 2m + 1).
         Positions combine with masks, heads, time-varying weights and every normalisation
         (``riemattn.dynamics._positional``).
+    bias : array (l, l) or (h, l, l), callable of (i, j), or ``riemattn.biases`` bias, optional
+        Added to the scores after beta (``riemattn.dynamics.biases``; ALiBi: ``biases.alibi(m)``).
+    update : {"centred", "uncentred"}, default "centred"
+        ``W="flat"`` only: "uncentred" is sum_j alpha_ij U_eta y_j instead of U_eta (y_j - y_i).
 
     Notes
     -----
@@ -123,8 +129,8 @@ class AttentionField(_CheckedField):
 
     def __init__(self, P, U=None, *, W=None, mask="full", normalization="paper", beta=1.0,
                  time_vectorized=None, rescaled=False, tie_rtol=HARDMAX_RTOL, sinkhorn_iters=SINKHORN_ITERS,
-                 sinkhorn_tol=SINKHORN_TOL, on_nonconvergence="warn", alibi=None, rope=None, rope_key=None):
-        self.mask = check_choice(mask, "mask", MASKS)
+                 sinkhorn_tol=SINKHORN_TOL, on_nonconvergence="warn", alibi=None, rope=None, rope_key=None,
+                 bias=None, update="centred"):
         self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS + OTHER_NORMALIZATIONS)
         self.beta = check_beta_batch(beta)
         self.rescaled = check_rescaled(rescaled, None if normalization == "mean" else f"{normalization=}", self.beta)
@@ -148,12 +154,14 @@ class AttentionField(_CheckedField):
         self.flat = isinstance(W, str) and W == "flat"
         self.manifold = Euclidean(d) if self.flat else manifold_for(W, d, f"P of shape {self._P.shape[-2:]}")
         self.W = None if W is None or self.flat else self.manifold.W
+        configure_parts(self, mask, bias, update)
         self.h = max(self._P.h, hU)
         configure(self, tie_rtol, sinkhorn_iters, sinkhorn_tol, on_nonconvergence)
         self.alibi = check_alibi(alibi, self._P.h)
         self.rope, self.rope_key = check_rope(rope, rope_key, d, self._P.h)
         # closed_form: whether the closed-form Jacobians of riemattn.dynamics.jacobians apply
-        self.closed_form = self.normalization in NORMALIZATIONS and self.alibi is None and self.rope is None and not self.flat
+        self.closed_form = (self.normalization in NORMALIZATIONS and self.alibi is None and self.rope is None
+                            and not self.flat and self.mask in MASKS and self.bias is None)
         # a scalar beta is folded into constant P; an array beta scales the scores per trajectory
         self._bscale = self.beta if isinstance(self.beta, float) and not self.rescaled else 1.0
         const = self._P.const
@@ -210,12 +218,8 @@ class AttentionField(_CheckedField):
         return constant(self._consts, name, value, y)
 
     def take(self, index, batch_shape: tuple):
-        """This field for the trajectories ``index`` of the flattened batch ``batch_shape``.
-
-        ``self`` for a scalar beta and shared P and U; otherwise a copy whose array beta and
-        per-trajectory P and U are broadcast to ``batch_shape``, flattened and taken at ``index``
-        (see :meth:`riemattn.dynamics.fields.Field.take` and ``riemattn.dynamics._batch``).
-        """
+        """This field for the trajectories ``index`` of the flattened batch ``batch_shape``: ``self`` for shared
+        beta, P and U, else a copy with them taken at ``index`` (``riemattn.dynamics._batch``)."""
         return _batch.take(self, index, batch_shape)
 
     def _mm(self, a, b, buffer: str | None = None):
@@ -265,24 +269,21 @@ class AttentionField(_CheckedField):
                 S *= factor
         if self.alibi is not None:  # -m |i - j|, after beta
             S = S + alibi_bias(self._consts, self.alibi, n, y)
+        if self.bias is not None:  # a bias part, after beta
+            S = S + bias_scores(self, t, n, y)
         return S
 
     def _buffer(self, name: str, shape: tuple) -> np.ndarray:
-        """A reusable float64 work array (per thread, per name, kept for the last shape asked).
-
-        The scores and attention matrices of a batch are large temporaries (640 KB at B = 400,
-        l = 10, h = 2); allocating them afresh on every call goes through mmap/munmap in glibc
-        and made a call 1.5-3x slower per trajectory at B = 400 than at B = 200 (measured; see
-        docs/steppers.md). Buffers never leave the field: what a method returns is always fresh.
-        """
+        """A reusable float64 work array (per thread, per name, kept for the last shape asked): fresh
+        large temporaries made a call 1.5-3x slower per trajectory at B = 400 than at B = 200
+        (mmap/munmap; docs/steppers.md). Buffers never leave the field."""
         store = self._work.__dict__
         buf = store.get(name)
         if buf is None or buf.shape != shape:
             buf = store[name] = np.empty(shape)
         return buf
 
-    def _causal(self, n: int, y=None) -> np.ndarray:
-        """The causal mask [i, 1, j] (j <= i): bool for NumPy; for tensors 0/1 in y's dtype."""
+    def _causal(self, n: int, y=None) -> np.ndarray:  # [i, 1, j] (j <= i): bool; tensors: 0/1 in y's dtype
         if n not in self._tril:
             self._tril[n] = np.tril(np.ones((n, n), dtype=bool))[:, None, :]
         if y is None or type(y) is np.ndarray:
@@ -290,19 +291,16 @@ class AttentionField(_CheckedField):
         return self._const(("tril", n), self._tril[n].astype(float), y)
 
     def _weights(self, t, y: np.ndarray):
-        """Unnormalized weights E[..., i, eta, j] and per-row factors r[..., i, eta] with
-        alpha = E * r[..., None] ("paper" / "softmax"); for "mean" r is None and E is alpha
-        (see ``riemattn.dynamics._softmax``)."""
+        """(E, r): alpha = E * r[..., None] ("paper", "softmax"), or E when r is None (see _softmax)."""
         S = self._scores(t, y)
         n = y.shape[-2]
-        causal = self.mask == "causal"
         if self.normalization in OTHER_NORMALIZATIONS:
             return other_weights(self, S, t, y)
         scale = np.sqrt(self.d) if self.normalization == "paper" else 1.0
+        tril = None if self.mask == "full" else self._causal(n, S) if self.mask == "causal" else admissible(self, n, S)
         if type(S) is not np.ndarray:
-            return weights_device(S, n, self.normalization, scale, self._causal(n, S) if causal else None)
-        return weights(S, n, self.normalization, scale, self._causal(n) if causal else None,
-                       lambda smax=None: self._overflow(t, y, smax))
+            return weights_device(S, n, self.normalization, scale, tril)
+        return weights(S, n, self.normalization, scale, tril, lambda smax=None: self._overflow(t, y, smax))
 
     def _overflow(self, t, y, smax=None):
         """Scores or weights beyond the float range: raise naming beta and P (NaN/inf tokens: let them through)."""
@@ -351,7 +349,7 @@ class AttentionField(_CheckedField):
             else:  # normalise and sum over heads in one pass
                 A = np.einsum("...ihj,...ih->...ij", E, r, out=self._buffer("A", E.shape[:-3] + (n, n)))
             f = self._mm(A, y)
-            return f - A.sum(-1)[..., None] * y if self.flat else f  # flat: sum_j alpha_ij (y_j - y_i)
+            return f - A.sum(-1)[..., None] * y if self.flat and self.centred else f  # flat: sum_j alpha_ij (y_j - y_i)
         A = self._attention(t, y)  # (..., l, hP, l)
         batch = tuple(y.shape[:-2])
         if self._Ucols is not None:
@@ -369,7 +367,7 @@ class AttentionField(_CheckedField):
             A = xp.sum(A, axis=-2, keepdims=True) if hU == 1 else xp.broadcast_to(A, tuple(A.shape[:-2]) + (hU, n))
         A = A.swapaxes(-1, -2).reshape(tuple(A.shape[:-3]) + (n, n * hU))  # columns (j, eta)
         f = self._mm(A, Uy)
-        return centred(f, A, Uy, hU) if self.flat else f
+        return centred(f, A, Uy, hU) if self.flat and self.centred else f
 
     def drive(self, t, y) -> np.ndarray:
         """Deprecated alias of :meth:`update` (the name used before version 0.2)."""
@@ -396,5 +394,6 @@ class AttentionField(_CheckedField):
 
 
 def _positions(f) -> str:
-    return "".join(f", {k}={v.tolist()}" for k, v in (("alibi", f.alibi), ("rope", f.rope)) if v is not None)
+    out = "".join(f", {k}={v.tolist()}" for k, v in (("alibi", f.alibi), ("rope", f.rope)) if v is not None)
+    return out + (f", bias={f.bias!r}" if f.bias is not None else "") + ("" if f.centred else ", update='uncentred'")
 

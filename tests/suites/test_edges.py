@@ -191,3 +191,4 @@ def test_zero_length_span(stepper, batch, engine):
     check_solution(pb, sol)
     # the identity, up to the rounding of one re-normalization (fixed steppers take a step of 0)
     assert sol.success and np.all(np.abs(sol.y[-1] - pb.y0) <= 2 * np.finfo(float).eps)
+

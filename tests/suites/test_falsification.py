@@ -47,6 +47,7 @@ def _from_files(module, outdir: Path, summary: dict) -> xr.Dataset:
         ds = f.load()
     for var, t in summary.get("timings", {}).items():  # moved out of data.nc by the runner
         ds[var] = (tuple(t["dims"]), np.asarray(t["values"], dtype=float))
+        ds[var].attrs.update(zip(("long_name", "units"), getattr(module, "DATA_ATTRS", {}).get(var, (None, None))))
     return ds
 
 

@@ -293,6 +293,10 @@ def pack_field(field, y_shape) -> KernelPack:
     for what in ("alibi", "rope"):
         if getattr(field, what) is not None:
             _unsupported(f"positional scores ({what}=...)")
+    if field.mask not in ("full", "causal"):  # a part of riemattn.masks: the kernels know these two
+        _unsupported(f"mask={field.mask!r}", " (its kernels cover 'full' and 'causal')")
+    if getattr(field, "bias", None) is not None:
+        _unsupported(f"bias={field.bias!r}", " (a bias part runs on the NumPy engine)")
     if field.flat:
         _unsupported("an attention field on flat space (W='flat')")
     return _pack_attention(field, batch, l, d, ln)

@@ -1,0 +1,131 @@
+"""Additive attention biases as parts (``AttentionField(..., bias=...)``).
+
+A bias ``b_ij`` (per head eta, or shared) is added to the scores the normalization sees, after
+beta: ``s_ij = beta y_i^T P_eta y_j + b_ij^eta``; masked pairs stay excluded. Spellings accepted by
+``AttentionField(bias=...)``:
+
+==========================================  =====================================================
+an array (l, l) or (h, l, l)                 a fixed bias for l tokens (finite, or -inf: a pair
+                                             excluded, like a mask)
+a callable ``(i, j) -> array``               called once per number of tokens l with the integer
+                                             arrays ``i`` (l, 1) and ``j`` (1, l)
+``Bias(fn, time_dependent=True)``            ``fn(t, i, j)``: a bias that changes with time
+:func:`alibi` ``(slopes)``                   ALiBi: ``-m_eta |i - j|`` (Press, Smith & Lewis, ICLR
+                                             2022), one slope per head or one for all
+==========================================  =====================================================
+
+The bias keeps the softmax Jacobian's form, but the closed-form Jacobians are written for plain
+scores: fields with a bias use finite-difference Jacobians. Engines: the NumPy engine (NumPy and
+PyTorch arrays); ``engine="compiled"`` raises :class:`~riemattn.errors.UnsupportedByEngine` naming
+the bias, ``engine="auto"`` runs NumPy. (``AttentionField(alibi=m)``, the older keyword, is the same
+bias as ``bias=alibi(m)``.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import as_float_array, check_int
+from ..errors import InputTypeError, ValidationError
+
+__all__ = ["Bias", "alibi", "as_bias"]
+
+
+class Bias:
+    """A bias part: :meth:`array` gives the additive bias for l tokens at time t.
+
+    Parameters
+    ----------
+    rule : callable or array_like, shape (l, l) or (h, l, l)
+        ``rule(i, j)`` (or ``rule(t, i, j)`` when ``time_dependent``) on index arrays ``i`` (l, 1)
+        and ``j`` (1, l), returning an array broadcasting to (l, l) or (h, l, l); or a fixed array.
+    name : str, optional
+        What :func:`repr` shows.
+    time_dependent : bool, default False
+        Whether ``rule`` takes the time first.
+    """
+
+    def __init__(self, rule, name: str | None = None, *, time_dependent: bool = False):
+        if not isinstance(time_dependent, bool):
+            raise InputTypeError(f"time_dependent must be True or False, got {time_dependent!r}.")
+        self.time_dependent = time_dependent
+        if callable(rule):
+            self._rule, self._fixed = rule, None
+            self.name = name or f"bias({getattr(rule, '__name__', 'callable')})"
+        else:
+            if time_dependent:
+                raise ValidationError("a fixed bias array cannot be time dependent; give a callable fn(t, i, j).")
+            arr = _checked(np.array(as_float_array(rule, "bias")), "bias")  # a copy: the user's array stays writable
+            self._rule, self._fixed = None, arr
+            self.name = name or f"array bias {arr.shape}"
+        self._cache: dict = {}
+
+    engines = ("numpy",)
+
+    def array(self, l: int, t: float = 0.0) -> np.ndarray:
+        """The bias for l tokens at time t: float, shape (l, l) or (h, l, l) (read-only)."""
+        l = check_int(l, "l", 1)
+        if self._fixed is not None:
+            if self._fixed.shape[-1] != l:
+                raise ValidationError(f"{self.name} is a fixed array for {self._fixed.shape[-1]} tokens; "
+                                      f"the tokens have l = {l}.")
+            return self._fixed
+        key = (l, float(t)) if self.time_dependent else l
+        out = self._cache.get(key)
+        if out is None:
+            i, j = np.arange(l)[:, None], np.arange(l)[None, :]
+            args = (float(t), i, j) if self.time_dependent else (i, j)
+            try:
+                out = np.asarray(self._rule(*args), dtype=float)
+            except Exception as exc:  # noqa: BLE001 - the user's callable: say which call failed
+                raise ValidationError(f"{self.name}: the callable raised {type(exc).__name__}: {exc} for l = {l}.") from exc
+            try:
+                out = np.broadcast_to(out, out.shape[:-2] + (l, l) if out.ndim >= 2 else (l, l))
+            except ValueError:
+                raise ValidationError(f"{self.name}: the callable returned shape {out.shape}; expected (l, l) or "
+                                      f"(h, l, l) with l = {l}.") from None
+            out = _checked(np.array(out), self.name)
+            if not self.time_dependent:  # a time-dependent bias is recomputed at each time
+                self._cache[key] = out
+        return out
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _checked(arr: np.ndarray, name: str) -> np.ndarray:
+    if arr.ndim not in (2, 3) or arr.shape[-1] != arr.shape[-2] or arr.shape[-1] < 1:
+        raise ValidationError(f"{name} must have shape (l, l) or (h, l, l), got {arr.shape}.")
+    if np.isnan(arr).any() or np.isposinf(arr).any():
+        raise ValidationError(f"{name} must be finite or -inf (an excluded pair); got NaN or +inf.")
+    if np.isneginf(arr).all(axis=-1).any():
+        raise ValidationError(f"{name} is -inf on a whole row: a query with no key to attend to.")
+    arr.setflags(write=False)
+    return arr
+
+
+def alibi(slopes) -> Bias:
+    """ALiBi: the bias ``-m_eta |i - j|`` with slopes m_eta >= 0 (a float for every head, or (h,))."""
+    m = as_float_array(slopes, "slopes")
+    if m.ndim > 1 or not np.isfinite(m).all() or np.any(m < 0):
+        raise ValidationError(f"slopes must be finite numbers >= 0 (one, or one per head), got {slopes!r}.")
+    shown = m.tolist()
+
+    def rule(i, j):
+        dist = np.abs(i - j).astype(float)
+        with np.errstate(over="ignore"):  # slopes near the float limit: -inf off the diagonal (the limit)
+            return -(m[:, None, None] * dist) if m.ndim else -(m * dist)
+
+    return Bias(rule, f"alibi({shown})")
+
+
+def as_bias(bias) -> Bias | None:
+    """The :class:`Bias` of any spelling ``AttentionField(bias=...)`` accepts (None: no bias)."""
+    if bias is None or isinstance(bias, Bias):
+        return bias
+    if callable(bias):
+        return Bias(bias)
+    if isinstance(bias, (np.ndarray, list, tuple)):
+        return Bias(bias)
+    raise InputTypeError(f"bias must be an array (l, l) or (h, l, l), a callable of (i, j), a riemattn.biases.Bias "
+                         f"or None; got {type(bias).__name__}.")

@@ -1,0 +1,164 @@
+"""Attention masks as parts: which token attends to which (``AttentionField(..., mask=...)``).
+
+A mask says, for each head eta and each pair of positions (i, j) (token i the query, token j the
+key; positions 0, ..., l - 1 along the token axis), whether i attends to j. Masked pairs get the
+weight 0 in every normalization (their score is -inf before it). Spellings accepted by
+``AttentionField(mask=...)``:
+
+=====================================  ==========================================================
+``"full"``                              every i attends to every j
+``"causal"``                            j <= i
+:func:`window` ``(k)``                  i - k < j <= i (the last k positions, sliding window)
+:func:`prefix` ``(k)``                  j <= max(i, k - 1): the first k tokens attend to each
+                                        other, the rest causally (prefix-LM)
+a boolean array (l, l) or (h, l, l)     True where i attends to j (a fixed number of tokens l)
+a callable ``(i, j) -> bool array``     called once per number of tokens l with the integer arrays
+                                        ``i`` (l, 1) and ``j`` (1, l) (NumPy broadcasting), e.g.
+                                        ``lambda i, j: (j <= i) & (i - j < 4)``
+=====================================  ==========================================================
+
+Every row must keep at least one key (else the row has no weights to normalise): a mask that
+leaves a query with none is refused, naming the query. Engines: "full" and "causal" run on every
+engine; the other masks run on the NumPy engine (``engine="auto"`` picks it; ``engine="compiled"``
+raises :class:`~riemattn.errors.UnsupportedByEngine` naming the mask). Jacobians of fields with
+those masks are formed by finite differences (the closed forms cover "full" and "causal").
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+import numpy as np
+
+from .._validation import check_int
+from ..errors import InputTypeError, ValidationError
+
+__all__ = ["Mask", "full", "causal", "window", "prefix", "as_mask"]
+
+
+class Mask:
+    """A mask part: :meth:`array` gives the boolean admissibility for l tokens.
+
+    Parameters
+    ----------
+    rule : callable (i, j) -> bool array, or array_like of bool, shape (l, l) or (h, l, l)
+        The rule, evaluated on index arrays ``i`` (l, 1) and ``j`` (1, l); or a fixed array.
+    name : str
+        What :func:`repr` shows (e.g. ``"window(4)"``).
+    builtin : str, optional
+        ``"full"`` or ``"causal"`` for the two masks every engine runs.
+    """
+
+    def __init__(self, rule, name: str, builtin: str | None = None):
+        self.name, self.builtin = name, builtin
+        if callable(rule):
+            self._rule, self._fixed = rule, None
+        else:
+            arr = np.asarray(rule)
+            if arr.dtype != bool or arr.ndim not in (2, 3) or arr.shape[-1] != arr.shape[-2] or arr.shape[-1] < 1:
+                raise ValidationError(f"mask must be a boolean array of shape (l, l) or (h, l, l), got "
+                                      f"{arr.dtype} of shape {arr.shape}.")
+            self._rule, self._fixed = None, _keeps_a_key(arr.copy(), name)
+            self._fixed.setflags(write=False)
+        self._cache: dict = {}
+
+    @property
+    def engines(self) -> tuple:
+        """The engines that run this mask."""
+        return ("numpy", "compiled", "cuda") if self.builtin else ("numpy",)
+
+    @property
+    def heads(self) -> int | None:
+        """Heads of a fixed (h, l, l) mask (None: one mask for every head)."""
+        return self._fixed.shape[0] if self._fixed is not None and self._fixed.ndim == 3 else None
+
+    def array(self, l: int) -> np.ndarray:
+        """Admissibility for l tokens: bool, shape (l, l) or (h, l, l) (read-only, cached)."""
+        l = check_int(l, "l", 1)
+        if self._fixed is not None:
+            if self._fixed.shape[-1] != l:
+                raise ValidationError(f"mask {self.name} is a fixed array for {self._fixed.shape[-1]} tokens; "
+                                      f"the tokens have l = {l}.")
+            return self._fixed
+        if l not in self._cache:
+            i, j = np.arange(l)[:, None], np.arange(l)[None, :]
+            try:
+                out = np.asarray(self._rule(i, j))
+            except Exception as exc:  # noqa: BLE001 - the user's callable: say which call failed
+                raise ValidationError(f"mask {self.name}: the callable raised {type(exc).__name__}: {exc} when "
+                                      f"called with index arrays i (l, 1), j (1, l) for l = {l}.") from exc
+            if out.dtype != bool:
+                raise ValidationError(f"mask {self.name}: the callable must return a bool array, got {out.dtype}.")
+            try:
+                out = np.broadcast_to(out, out.shape[:-2] + (l, l)) if out.ndim >= 2 else np.broadcast_to(out, (l, l))
+            except ValueError:
+                raise ValidationError(f"mask {self.name}: the callable returned shape {out.shape}; expected (l, l) "
+                                      f"or (h, l, l) with l = {l}.") from None
+            if out.ndim not in (2, 3):
+                raise ValidationError(f"mask {self.name}: expected (l, l) or (h, l, l), got shape {out.shape}.")
+            out = _keeps_a_key(np.array(out), self.name)
+            out.setflags(write=False)
+            self._cache[l] = out
+        return self._cache[l]
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _keeps_a_key(arr: np.ndarray, name: str) -> np.ndarray:
+    empty = np.argwhere(~arr.any(axis=-1))
+    if empty.size:
+        where = ", ".join(str(tuple(int(v) for v in e)) for e in empty[:4])
+        raise ValidationError(f"mask {name} leaves a query with no key to attend to (head, query index: {where}); "
+                              "every row needs at least one True.")
+    return arr
+
+
+def full() -> Mask:
+    """Every token attends to every token."""
+    return Mask(lambda i, j: np.ones(np.broadcast_shapes(i.shape, j.shape), dtype=bool), "'full'", "full")
+
+
+def causal() -> Mask:
+    """Token i attends to j <= i."""
+    return Mask(lambda i, j: j <= i, "'causal'", "causal")
+
+
+def _positive(k, name: str) -> int:
+    if isinstance(k, bool) or not isinstance(k, Integral):
+        raise InputTypeError(f"{name} must be a positive integer, got {type(k).__name__} {k!r}.")
+    return check_int(k, name, 1)
+
+
+def window(k: int) -> Mask:
+    """Sliding window: token i attends to j with i - k < j <= i (its last k positions, itself included).
+
+    ``window(1)`` is attention to oneself only; a k beyond the number of tokens is the causal mask.
+    """
+    k = _positive(k, "k")
+    return Mask(lambda i, j: (j <= i) & (j > i - k), f"window({k})")
+
+
+def prefix(k: int) -> Mask:
+    """Prefix-LM: j <= max(i, k - 1) (the first k tokens attend to each other, the rest causally)."""
+    k = _positive(k, "k")
+    return Mask(lambda i, j: j <= np.maximum(i, k - 1), f"prefix({k})")
+
+
+def as_mask(mask) -> Mask:
+    """The :class:`Mask` of any spelling ``AttentionField(mask=...)`` accepts (module docstring)."""
+    if isinstance(mask, Mask):
+        return mask
+    if isinstance(mask, str):
+        if mask == "full":
+            return full()
+        if mask == "causal":
+            return causal()
+        raise ValidationError(f"mask must be 'full', 'causal', a riemattn.masks mask, a boolean array (l, l) or "
+                              f"(h, l, l) or a callable of (i, j); got {mask!r}.")
+    if callable(mask):
+        return Mask(mask, f"mask({getattr(mask, '__name__', 'callable')})")
+    if isinstance(mask, (np.ndarray, list, tuple)):
+        return Mask(np.asarray(mask), f"array mask {np.shape(mask)}")
+    raise InputTypeError(f"mask must be a string, a riemattn.masks mask, a boolean array or a callable of (i, j); "
+                         f"got {type(mask).__name__}.")
