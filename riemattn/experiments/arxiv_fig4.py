@@ -20,7 +20,7 @@ V_1 never increases; V_1 and V_2 tend to 0; every token reaches v. Identity (a c
 construction, never counted): the theorem's hypotheses hold -- U is the printed matrix (symmetric,
 top eigenvalue simple and positive) and the initial tokens were flipped into {v^T y > 0}.
 
-Deviations (the configuration keys ``U`` and ``tokens`` default to the paper's): U made
+Deviations (the configuration keys ``U`` and ``tokens_side`` default to the paper's): U made
 non-symmetric (U + S, S skew with unit entries: the top eigenvalues become a complex pair, there is no
 consensus point and the first token keeps turning); the tokens flipped into {v^T y < 0}, outside the
 theorem's domain (they converge to -v); the time axis reversed. v is always the top eigenvector of
@@ -60,7 +60,7 @@ DATA_ATTRS = {
     "V": ("token Lyapunov function V_i = 1 - v^T y_i", "1"),
     "misalignment": ("misalignment E(y) of ICML eq. (9)", "1"),
     "distance_to_v": ("largest distance of a token to v, max_i |y_i - v|", "1"),
-    "v": ("unit top eigenvector v of U (the consensus point)", "1"),
+    "v": ("unit top eigenvector v of U's symmetric part (the consensus point)", "1"),
     "U_eigenvalues": ("eigenvalues of the symmetric part of the value matrix U, ascending", "1"),
     "U_asymmetry": ("largest entry of |U - U^T| (0: U symmetric)", "1"),
 }
@@ -77,7 +77,7 @@ def P_fig4(t):
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration. ``quick``: shorter horizon, coarser step; ``smoke``: for the test suite.
 
-    ``U``: "printed" (the paper's) or "non-symmetric" (U + SKEW, a deviation); ``tokens``: "domain"
+    ``U``: "printed" (the paper's) or "non-symmetric" (U + SKEW, a deviation); ``tokens_side``: "domain"
     (flipped into {v^T y > 0}, the theorem's hypothesis) or "opposite" (into {v^T y < 0}, a deviation).
     """
     model = {"seed": 4, "U": "printed", "tokens_side": "domain", "tokens": 10, "stepper": "rk4"}
