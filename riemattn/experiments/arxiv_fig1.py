@@ -13,8 +13,24 @@ converge to an equilibrium, which in the paper's run (and here) is a consensus p
 V_P = -l^2 e / 2.
 
 Left panel: trajectories on a wireframe of E_P (white: start, gray: end). Right panel: V_P(t).
-Initial tokens: uniform in the cube [-0.5, 0.5]^3, projected onto E_P (ARXIV section 7). The paper
+Initial tokens: uniform in the cube [-0.5, 0.5]^3, projected onto E_P (ARXIV section 7): not in a
+common hemisphere, so consensus is a result of the dynamics, not of the initial condition. The paper
 does not print the horizon or the step; we use RK4 with dt = 0.01 on t in [0, 40].
+
+Claims checked. Paper claims (each fails under a deviation of the model or the data: ``DEVIATIONS``):
+
+1. V_P never increases along the run (Theorem 3.1: a gradient flow);
+2. the tokens converge to an equilibrium: |grad_{g_P} V_P|(t1) < 1e-6 and below 1e-6 of its
+   maximum (Theorem 3.2);
+3. the equilibrium is a consensus point (the paper's Figure 1): spread < 1e-6, V_P = -l^2 e / 2.
+
+Identity (an implementation check, never counted for the verdict): dV_P/dt = -|grad_{g_P} V_P|^2
+along the run. Theorem 3.1 is an algebraic identity of the field (eq. 8 with U = I, W = P *is*
+-grad_{g_P} of eq. 10's V_P), true for every initial condition; the check compares the package's
+field with its potential and metric (central differences in t).
+
+Deviations: the value matrix U = -I (a head's sign flipped: the field becomes +grad V_P, gradient
+ascent, which spreads the tokens); the time axis reversed (V_P rises, the run leaves the equilibrium).
 """
 
 from __future__ import annotations
@@ -24,7 +40,10 @@ import xarray as xr
 
 from ..analysis.gradient_flow import arxiv_field, metric, potential
 from ..solvers.core.integrate import integrate
+from ..dynamics.attention import AttentionField
+from ._deviations import deviation
 from ._papers import P_FIG1
+from ._verdict import claim
 from ..runs.plotting import plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig1"
@@ -47,9 +66,11 @@ DATA_ATTRS = {
 
 
 def config(quick: bool = False) -> dict:
-    """Seeded configuration; ``quick`` takes a 4x coarser step over the same horizon."""
+    """Seeded configuration; ``quick`` takes a 4x coarser step over the same horizon. ``U``: the value
+    matrix, "identity" (the paper's) or "minus identity" (a deviation: gradient ascent)."""
     return {
         "seed": 0,
+        "U": "identity",
         "tokens": 10,
         "P": P_FIG1.tolist(),
         "t1": 40.0,
@@ -63,6 +84,8 @@ def run(config: dict) -> xr.Dataset:
     rng = np.random.default_rng(config["seed"])
     P = np.asarray(config["P"], dtype=float)
     field = arxiv_field(P)
+    if config.get("U", "identity") == "minus identity":  # a deviation: +grad_{g_P} V_P
+        field = AttentionField(P, -np.eye(P.shape[0]), W=P, normalization="paper")
     y0 = field.manifold.projection(rng.uniform(-0.5, 0.5, size=(int(config["tokens"]), 3)))
     sol = integrate(
         field, y0, (0.0, float(config["t1"])), stepper=config["stepper"], dt=float(config["dt"])
@@ -107,7 +130,8 @@ def plot(ds: xr.Dataset):
 
 
 def claims(ds: xr.Dataset) -> dict:
-    """V_P non-increasing; dV_P/dt = -|grad|^2; convergence to an equilibrium, a consensus point."""
+    """V_P non-increasing; convergence to an equilibrium, a consensus point (paper); dV_P/dt =
+    -|grad|^2 (identity of the field)."""
     V = ds.V.values
     t = ds.time.values
     rise = float(np.max(np.diff(V) / np.abs(V[1:])))
@@ -119,26 +143,35 @@ def claims(ds: xr.Dataset) -> dict:
     g = ds.grad_norm.values
     V_cons = ds.attrs["V_consensus"]
     return {
-        "potential_non_increasing": {
-            "passed": rise <= 1e-13,
-            "value": rise,
-            "description": "largest relative increase of V_P between steps <= 1e-13 (rounding only)",
-        },
-        "gradient_identity": {
-            "passed": gap <= 1e-2,
-            "value": gap,
-            "description": "dV_P/dt = -|grad_{g_P} V_P|^2 along the run (Thm 3.1), "
-            "max relative gap <= 1e-2 "
-            "(central differences in t)",
-        },
-        "converges_to_equilibrium": {
-            "passed": bool(g[-1] < 1e-6 and g[-1] < 1e-6 * g.max()),
-            "value": float(g[-1]),
-            "description": "|grad_{g_P} V_P|(t1) < 1e-6 and below 1e-6 of its maximum (Thm 3.2)",
-        },
-        "equilibrium_is_consensus": {
-            "passed": bool(ds.spread[-1] < 1e-6 and abs(V[-1] / V_cons - 1.0) < 1e-9),
-            "value": float(ds.spread[-1]),
-            "description": "max_ij |y_i - y_j| at t1 < 1e-6 and V_P(t1) = -l^2 e/2 to 1e-9 (consensus)",
-        },
+        "potential_non_increasing": claim(
+            rise <= 1e-13, rise,
+            "largest relative increase of V_P between steps <= 1e-13 (rounding only; Theorem 3.1)"),
+        "gradient_identity": claim(
+            gap <= 1e-2, gap,
+            "identity of the field: dV_P/dt = -|grad_{g_P} V_P|^2 along the run, max relative gap <= 1e-2 "
+            "(central differences in t). Theorem 3.1 is algebraic (eq. 8 with U = I, W = P is -grad_{g_P} "
+            "V_P for every configuration): a check of the field against the potential and the metric",
+            kind="identity"),
+        "converges_to_equilibrium": claim(
+            bool(g[-1] < 1e-6 and g[-1] < 1e-6 * g.max()), float(g[-1]),
+            "|grad_{g_P} V_P|(t1) < 1e-6 and below 1e-6 of its maximum (Thm 3.2)"),
+        "equilibrium_is_consensus": claim(
+            bool(ds.spread[-1] < 1e-6 and abs(V[-1] / V_cons - 1.0) < 1e-9), float(ds.spread[-1]),
+            "max_ij |y_i - y_j| at t1 < 1e-6 and V_P(t1) = -l^2 e/2 to 1e-9 (consensus, the paper's Fig. 1)"),
     }
+
+
+def _time_reversed(ds):
+    """The run read backwards on the same time grid: it starts at the equilibrium and leaves it."""
+    return ds.isel(time=slice(None, None, -1)).assign_coords(time=ds.time.values)
+
+
+DEVIATIONS = (
+    deviation("U = -I (gradient ascent)", ("potential_non_increasing", "equilibrium_is_consensus"),
+              "the value matrix's sign flipped: the field is +grad_{g_P} V_P, V_P rises and the tokens "
+              "spread over E_P instead of meeting", config=lambda cfg: {**cfg, "U": "minus identity"}),
+    deviation("time axis reversed", ("potential_non_increasing", "converges_to_equilibrium",
+                                     "equilibrium_is_consensus"),
+              "the trajectory read backwards: V_P increases, the gradient at the end is the initial one, "
+              "the tokens end spread", data=_time_reversed),
+)

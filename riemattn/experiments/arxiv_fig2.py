@@ -9,6 +9,15 @@ consensus.
 Initial tokens: uniform in the cube [-0.5, 0.5]^3 with the first coordinate replaced by its absolute
 value (so that all start in H+(v), as the theorem requires and the paper's figure shows), projected
 onto the sphere. The papers do not print the horizon; we use t in [0, 10].
+
+Claims checked, all paper claims (each fails under a deviation: ``DEVIATIONS``): the tokens stay in
+H+(v) at every saved time (forward invariance: only t = 0 is set by the initial condition); V(y) =
+max_i (1 - v^T y_i) never increases; the misalignment E(y(t1)) < 1e-6 (consensus). The theorem
+holds for any P_eta(t) (the attention weights are positive whatever P is), so a head's sign flipped
+in P is *not* a deviation that should break it; its hypothesis U = I is: with U = -I (a value head's
+sign flipped) every token is pushed away from the weighted mean of the others, and they leave the
+hemisphere, V rises and no consensus forms. The time axis reversed makes V increase and ends the run
+spread out.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ import xarray as xr
 from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import hemisphere_lyapunov, misalignment
 from ..solvers.core.integrate import integrate
+from ._deviations import deviation
 from ._papers import hemisphere_P
+from ._verdict import claim
 from ..runs.plotting import draw_great_circle, draw_point, legend_below, plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig2"
@@ -42,12 +53,13 @@ V = (1.0, 0.0, 0.0)
 
 
 def config(quick: bool = False) -> dict:
-    return {"seed": 3, "tokens": 10, "t1": 10.0, "dt": 2e-3, "stepper": "rk4", "n_save": 501 if not quick else 251}
+    # U: the value matrix, "identity" (the paper's) or "minus identity" (a deviation)
+    return {"seed": 3, "U": "identity", "tokens": 10, "t1": 10.0, "dt": 2e-3, "stepper": "rk4", "n_save": 501 if not quick else 251}
 
 
 def run(config: dict) -> xr.Dataset:
     rng = np.random.default_rng(config["seed"])
-    field = AttentionField(hemisphere_P)
+    field = AttentionField(hemisphere_P, -np.eye(3) if config.get("U", "identity") == "minus identity" else None)
     y0 = rng.uniform(-0.5, 0.5, size=(config["tokens"], 3))
     y0[:, 0] = np.abs(y0[:, 0])
     y0 = field.manifold.projection(y0)
@@ -98,19 +110,30 @@ def claims(ds: xr.Dataset) -> dict:
     lyap = ds.lyapunov.values
     increase = float(np.max(np.diff(lyap)))
     return {
-        "tokens_stay_in_hemisphere": {
-            "passed": bool(ds.min_vy.min() > 0),
-            "value": float(ds.min_vy.min()),
-            "description": "min over time and tokens of v^T y_i(t) > 0 (H+(v) forward invariant)",
-        },
-        "lyapunov_non_increasing": {
-            "passed": increase <= 1e-12,
-            "value": increase,
-            "description": "largest increase of V between saved times <= 1e-12 (rounding)",
-        },
-        "consensus": {
-            "passed": float(ds.misalignment[-1]) < 1e-6,
-            "value": float(ds.misalignment[-1]),
-            "description": "misalignment E(y(t1)) < 1e-6 (tokens reach consensus)",
-        },
+        "tokens_stay_in_hemisphere": claim(
+            bool(ds.min_vy.min() > 0), float(ds.min_vy.min()),
+            "min over saved times and tokens of v^T y_i(t) > 0 (H+(v) forward invariant)"),
+        "lyapunov_non_increasing": claim(
+            increase <= 1e-12, increase, "largest increase of V between saved times <= 1e-12 (rounding)"),
+        "consensus": claim(
+            float(ds.misalignment[-1]) < 1e-6, float(ds.misalignment[-1]),
+            "misalignment E(y(t1)) < 1e-6 (tokens reach consensus)"),
     }
+
+
+def _time_reversed(ds):
+    """The run read backwards on the same time grid."""
+    return ds.isel(time=slice(None, None, -1)).assign_coords(time=ds.time.values)
+
+
+DEVIATIONS = (
+    deviation("U = -I (value sign flipped)", ("tokens_stay_in_hemisphere", "lyapunov_non_increasing", "consensus"),
+              "the theorem's hypothesis U = I replaced by U = -I: each token moves away from the attention-weighted "
+              "mean of the others, so the tokens leave H+(v), V rises and they do not meet (run to t = 2, "
+              "the same save spacing: the tokens are out of H+(v) long before)",
+              config=lambda cfg: {**cfg, "U": "minus identity", "t1": 2.0,
+                                  "n_save": int(round(2.0 * (cfg["n_save"] - 1) / cfg["t1"])) + 1}),
+    deviation("time axis reversed", ("lyapunov_non_increasing", "consensus"),
+              "the trajectory read backwards: V increases and the run ends with the initial, spread tokens",
+              data=_time_reversed),
+)

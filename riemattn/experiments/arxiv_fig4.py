@@ -15,6 +15,17 @@ token with v^T y_i < 0 replaced by -y_i, so that all start in the theorem's doma
 in that domain). The papers do not print the horizon; we integrate to t = 60 (quick: 40), when
 V_1, V_2 are below 1e-9.
 
+Claims checked. Paper claims (each fails under a deviation of the model or the data: ``DEVIATIONS``):
+V_1 never increases; V_1 and V_2 tend to 0; every token reaches v. Identity (a check of the
+construction, never counted): the theorem's hypotheses hold -- U is the printed matrix (symmetric,
+top eigenvalue simple and positive) and the initial tokens were flipped into {v^T y > 0}.
+
+Deviations (the configuration keys ``U`` and ``tokens_side`` default to the paper's): U made
+non-symmetric (U + S, S skew with unit entries: the top eigenvalues become a complex pair, there is no
+consensus point and the first token keeps turning); the tokens flipped into {v^T y < 0}, outside the
+theorem's domain (they converge to -v); the time axis reversed. v is always the top eigenvector of
+the symmetric part of U (U itself for the paper's), so it stays the paper's v under the deviations.
+
 References
 ----------
 Rodriguez Abella, Silvestre, Tabuada, "Asymptotic behavior of continuous-time attention" (ARXIV),
@@ -30,7 +41,9 @@ from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import misalignment, token_lyapunov
 from ..solvers.core.integrate import integrate
 from ..analysis.theory import consensus_points
+from ._deviations import deviation
 from ._papers import D1, P_FIG4, U_FIG4
+from ._verdict import claim
 from ..runs.plotting import draw_point, plot_sphere_trajectories, styled
 
 NAME = "arxiv-fig4"
@@ -47,9 +60,13 @@ DATA_ATTRS = {
     "V": ("token Lyapunov function V_i = 1 - v^T y_i", "1"),
     "misalignment": ("misalignment E(y) of ICML eq. (9)", "1"),
     "distance_to_v": ("largest distance of a token to v, max_i |y_i - v|", "1"),
-    "v": ("unit top eigenvector v of U (the consensus point)", "1"),
-    "U_eigenvalues": ("eigenvalues of the value matrix U, ascending", "1"),
+    "v": ("unit top eigenvector v of U's symmetric part (the consensus point)", "1"),
+    "U_eigenvalues": ("eigenvalues of the symmetric part of the value matrix U, ascending", "1"),
+    "U_asymmetry": ("largest entry of |U - U^T| (0: U symmetric)", "1"),
 }
+
+#: a skew-symmetric matrix with unit entries: U + SKEW is the non-symmetric deviation's value matrix
+SKEW = np.array([[0.0, 1.0, -1.0], [-1.0, 0.0, 1.0], [1.0, -1.0, 0.0]])
 
 
 def P_fig4(t):
@@ -58,12 +75,17 @@ def P_fig4(t):
 
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
-    """Seeded configuration. ``quick``: shorter horizon, coarser step; ``smoke``: for the test suite."""
+    """Seeded configuration. ``quick``: shorter horizon, coarser step; ``smoke``: for the test suite.
+
+    ``U``: "printed" (the paper's) or "non-symmetric" (U + SKEW, a deviation); ``tokens_side``: "domain"
+    (flipped into {v^T y > 0}, the theorem's hypothesis) or "opposite" (into {v^T y < 0}, a deviation).
+    """
+    model = {"seed": 4, "U": "printed", "tokens_side": "domain", "tokens": 10, "stepper": "rk4"}
     if smoke:
-        return {"seed": 4, "tokens": 10, "t1": 36.0, "dt": 0.02, "stepper": "rk4", "n_save": 361}
+        return {**model, "t1": 36.0, "dt": 0.02, "n_save": 361}
     if quick:
-        return {"seed": 4, "tokens": 10, "t1": 40.0, "dt": 0.01, "stepper": "rk4", "n_save": 401}
-    return {"seed": 4, "tokens": 10, "t1": 60.0, "dt": 0.005, "stepper": "rk4", "n_save": 1201}
+        return {**model, "t1": 40.0, "dt": 0.01, "n_save": 401}
+    return {**model, "t1": 60.0, "dt": 0.005, "n_save": 1201}
 
 
 def initial_tokens(rng, tokens: int, v: np.ndarray) -> np.ndarray:
@@ -75,9 +97,13 @@ def initial_tokens(rng, tokens: int, v: np.ndarray) -> np.ndarray:
 
 def run(config: dict) -> xr.Dataset:
     rng = np.random.default_rng(config["seed"])
-    v = consensus_points(U_FIG4)[0]
-    field = AttentionField(P_fig4, U_FIG4, mask="causal")
+    U = U_FIG4 + (SKEW if config.get("U", "printed") == "non-symmetric" else 0.0)
+    sym = (U + U.T) / 2
+    v = consensus_points(sym)[0]  # the printed U's v, also when U is made non-symmetric
+    field = AttentionField(P_fig4, U, mask="causal")
     y0 = initial_tokens(rng, config["tokens"], v)
+    if config.get("tokens_side", "domain") == "opposite":  # outside the theorem's domain
+        y0 = -y0
     t_save = np.linspace(0.0, config["t1"], config["n_save"])
     sol = integrate(
         field, y0, (0.0, config["t1"]), stepper=config["stepper"], dt=config["dt"], saveat=t_save
@@ -88,7 +114,8 @@ def run(config: dict) -> xr.Dataset:
     ds["misalignment"] = ("time", misalignment(sol.y))
     ds["distance_to_v"] = ("time", np.max(np.linalg.norm(sol.y - v, axis=-1), axis=-1))
     ds["v"] = ("component", v)
-    ds["U_eigenvalues"] = ("component", np.linalg.eigvalsh(U_FIG4))
+    ds["U_eigenvalues"] = ("component", np.linalg.eigvalsh(sym))
+    ds["U_asymmetry"] = float(np.abs(U - U.T).max())
     return ds
 
 
@@ -128,25 +155,42 @@ def claims(ds: xr.Dataset) -> dict:
     increase = float(np.max(np.diff(V1)))
     lam = ds.U_eigenvalues.values
     vy0 = 1.0 - ds.V[0].values
+    asym = float(ds.U_asymmetry) if "U_asymmetry" in ds else 0.0
     return {
-        "theorem_assumptions": {
-            "passed": bool(lam[-1] > 0 and lam[-1] - lam[-2] > 1e-6 and np.min(vy0) > 0),
-            "value": {"top_eigenvalues": lam[-2:].tolist(), "min_v_y0": float(np.min(vy0))},
-            "description": "U's top eigenvalue is simple and positive, and v^T y_i(0) > 0 for every token",
-        },
-        "V1_non_increasing": {
-            "passed": increase <= 1e-12,
-            "value": increase,
-            "description": "largest increase of V_1 = 1 - v^T y_1 between saved times <= 1e-12 (rounding)",
-        },
-        "V1_V2_to_zero": {
-            "passed": bool(abs(V1[-1]) < 1e-8 and abs(V2[-1]) < 1e-8),
-            "value": [float(V1[-1]), float(V2[-1])],
-            "description": "|V_1(t1)| and |V_2(t1)| < 1e-8 (the first two tokens reach v)",
-        },
-        "consensus_at_v": {
-            "passed": float(ds.distance_to_v[-1]) < 1e-3,
-            "value": float(ds.distance_to_v[-1]),
-            "description": "max_i |y_i(t1) - v| < 1e-3 (all tokens reach the consensus point (v, ..., v))",
-        },
+        "theorem_assumptions": claim(
+            bool(asym == 0.0 and lam[-1] > 0 and lam[-1] - lam[-2] > 1e-6 and np.min(vy0) > 0),
+            {"top_eigenvalues": lam[-2:].tolist(), "min_v_y0": float(np.min(vy0)), "U_asymmetry": asym},
+            "identity (the construction): U is symmetric with a simple positive top eigenvalue (the printed "
+            "matrix) and v^T y_i(0) > 0 for every token (the initial tokens are flipped into that domain)",
+            kind="identity"),
+        "V1_non_increasing": claim(
+            increase <= 1e-12, increase,
+            "largest increase of V_1 = 1 - v^T y_1 between saved times <= 1e-12 (rounding)"),
+        "V1_V2_to_zero": claim(
+            bool(abs(V1[-1]) < 1e-8 and abs(V2[-1]) < 1e-8), [float(V1[-1]), float(V2[-1])],
+            "|V_1(t1)| and |V_2(t1)| < 1e-8 (the first two tokens reach v)"),
+        "consensus_at_v": claim(
+            float(ds.distance_to_v[-1]) < 1e-3, float(ds.distance_to_v[-1]),
+            "max_i |y_i(t1) - v| < 1e-3 (all tokens reach the consensus point (v, ..., v))"),
     }
+
+
+def _time_reversed(ds):
+    """The run read backwards on the same time grid."""
+    return ds.isel(time=slice(None, None, -1)).assign_coords(time=ds.time.values)
+
+
+_ALL = ("V1_non_increasing", "V1_V2_to_zero", "consensus_at_v")
+DEVIATIONS = (
+    deviation("U non-symmetric", _ALL,
+              "U + S with S skew-symmetric (unit entries): the theorem's hypothesis U = U^T fails, U's top "
+              "eigenvalues are a complex pair (-0.53 +- 1.48i), the first token turns instead of climbing to v",
+              config=lambda cfg: {**cfg, "U": "non-symmetric"}),
+    deviation("tokens outside the domain", _ALL,
+              "the initial tokens flipped into {v^T y < 0} (the theorem's hypothesis v^T y_i(0) > 0 fails): "
+              "they converge to -v, V_1 rises to 2",
+              config=lambda cfg: {**cfg, "tokens_side": "opposite"}),
+    deviation("time axis reversed", _ALL,
+              "the trajectory read backwards: V_1 increases and the run ends at the initial tokens",
+              data=_time_reversed),
+)

@@ -19,6 +19,15 @@ so consensus is slow: E falls below 1e-6 near t = 240 (measured); we integrate t
 and h = 2 but takes 4 trajectories, a step of 1 (measured: the tokens differ from the step-0.5
 solution by < 1e-4) and t1 = 260.
 
+Claims checked. Paper claim (fails under the deviations ``DEVIATIONS``): E(y(t1)) < 1e-6 on every
+trajectory. Observation: the first saved time from which every trajectory stays below 1e-6 (it
+exists exactly when the paper claim holds, so it is reported, not counted again). Identity (an
+implementation check of the causal mask): the first token never moves -- it attends only to itself
+and the tangent projection of y_1 at y_1 is 0, for any P and U.
+
+Deviations: U = -I (a value head's sign flipped: each token flees the attention-weighted mean of the
+tokens before it, so the tokens do not meet; the configuration key ``U``); the time axis reversed.
+
 References
 ----------
 Rodriguez Abella, Silvestre, Tabuada, "Asymptotic behavior of continuous-time attention" (ARXIV),
@@ -35,6 +44,8 @@ from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import misalignment
 from ..solvers.core.integrate import integrate
 from ..runs.plotting import legend_below, styled
+from ._deviations import deviation
+from ._verdict import claim
 
 NAME = "arxiv-fig5"
 PAPER = "ARXIV"
@@ -58,6 +69,7 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration; ``quick`` and ``smoke`` take fewer trajectories and a larger step."""
     base = {
         "seed": 5,
+        "U": "identity",  # the value matrix: "identity" (the paper's) or "minus identity" (a deviation)
         "tokens": 50,
         "d": 500,
         "heads": 2,
@@ -126,7 +138,8 @@ def d_example_times(heads, t_end, step=0.01):
 
 def run(config: dict) -> xr.Dataset:
     heads, y0 = draw(config)
-    field = AttentionField(heads, mask="causal")
+    U = -np.eye(config["d"]) if config.get("U", "identity") == "minus identity" else None
+    field = AttentionField(heads, U, mask="causal")
     t_save = np.linspace(0.0, config["t1"], config["n_save"])
     # One integrate call that keeps only what the figure needs (save_fn): saving every token at
     # every time would take n_save * 100 * 50 * 500 * 8 bytes = 6 GB at full size.
@@ -202,21 +215,29 @@ def claims(ds: xr.Dataset) -> dict:
     # first saved time after which every trajectory stays below 1e-6
     idx = len(t) - int(np.argmin(below[::-1])) if not below.all() else 0
     t_below = float(t[idx]) if idx < len(t) else float("nan")
+    drift = float(ds.attrs["y1_drift"])
     return {
-        "E_below_1e-6_every_trajectory": {
-            "passed": final < 1e-6,
-            "value": final,
-            "description": "max over trajectories of E(y(t1)) < 1e-6 (consensus on every trajectory)",
-        },
-        "time_all_below_1e-6": {
-            "passed": bool(np.isfinite(t_below)),
-            "value": t_below,
-            "description": "first saved time from which every trajectory has E < 1e-6 (exists before t1)",
-        },
-        "first_token_fixed": {
-            "passed": float(ds.attrs["y1_drift"]) < 1e-10,
-            "value": float(ds.attrs["y1_drift"]),
-            "description": "|y_1(t1) - y_1(0)| < 1e-10 on every trajectory (causal, U = I: the first "
-            "token does not move)",
-        },
+        "E_below_1e-6_every_trajectory": claim(
+            final < 1e-6, final, "max over trajectories of E(y(t1)) < 1e-6 (consensus on every trajectory)"),
+        "time_all_below_1e-6": claim(
+            None, t_below, "first saved time from which every trajectory has E < 1e-6 (nan: none before t1)",
+            kind="observation", observed=bool(np.isfinite(t_below))),
+        "first_token_fixed": claim(
+            drift < 1e-10, drift,
+            "identity of the causal mask: |y_1(t1) - y_1(0)| < 1e-10 on every trajectory (the first token "
+            "attends only to itself and P_{y_1}^perp y_1 = 0, for any P and U)", kind="identity"),
     }
+
+
+def _time_reversed(ds):
+    """The misalignment read backwards on the same time grid."""
+    return ds.isel(time=slice(None, None, -1)).assign_coords(time=ds.time.values)
+
+
+DEVIATIONS = (
+    deviation("U = -I (value sign flipped)", "E_below_1e-6_every_trajectory",
+              "the theorem's U = I replaced by U = -I: each token moves away from the attention-weighted mean "
+              "of the tokens before it, so no consensus forms", config=lambda cfg: {**cfg, "U": "minus identity"}),
+    deviation("time axis reversed", "E_below_1e-6_every_trajectory",
+              "E read backwards: the run ends with the initial, spread tokens", data=_time_reversed),
+)

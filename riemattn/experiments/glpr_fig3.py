@@ -27,6 +27,15 @@ i != j, so the estimator averages the indicator over all n (n - 1)/2 pairs of ea
 The clustering boundary at time t is the beta where the estimated probability crosses 1/2 (linear
 interpolation on the beta grid; the largest such beta).
 
+Claims checked, all paper claims (each fails under a deviation of the data, ``DEVIATIONS``; the sweep
+is not rerun): at the largest d the 1/2-boundary is within 0.5 of the equiangular curve at t = 10,
+20, 30 (the curve read from the data, ``equiangular_clustering_time``, inverted by interpolation;
+within 2e-3 of :func:`~riemattn.analysis.theory.phase_boundary`); at t1 every d clusters at beta = 0
+and the largest d does not at beta_max; the band 0.1 < P < 0.9 at t1 is wider at the smallest d than
+at the largest. Deviations: the beta axis reversed (the boundary and the small/large-beta contrast
+move), the reference curve of a dynamics twice as fast (its clustering times halved: at t = 10 it
+sits at beta ~ 6.3 instead of 5.1), the d axis reversed (the diagrams' dimension labels swapped).
+
 References
 ----------
 Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
@@ -38,8 +47,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..analysis.theory import clustering_time, phase_boundary
+from ..analysis.theory import clustering_time
 from ..runs.plotting import styled
+from ._deviations import deviation
+from ._verdict import claim
 
 NAME = "glpr-fig3"
 PAPER = "GLPR"
@@ -161,48 +172,67 @@ def plot(ds: xr.Dataset):
     return fig
 
 
+def equiangular_boundary(ds, t) -> float:
+    """beta*(t) of the equiangular curve stored in ``ds`` (T(beta) inverted by linear interpolation; T
+    increases with beta); NaN outside the tabulated times."""
+    T, b = ds.equiangular_clustering_time.values, ds.beta_curve.values
+    return float(np.interp(t, T, b, left=np.nan, right=np.nan))
+
+
 def claims(ds: xr.Dataset) -> dict:
     d_max = int(ds.d.values.max())
     p = ds.probability.sel(d=d_max)
     emp = empirical_boundary(p.values, ds.beta.values)
-    out = {}
-    gaps = []
+    values, gaps = [], []
     for tc in CHECK_TIMES:
         s = int(np.argmin(np.abs(ds.time.values - tc)))
-        theory = float(
-            phase_boundary(float(ds.time.values[s]), int(ds.attrs["n"]), float(ds.attrs["eps"]))
-        )
-        gaps.append(abs(float(emp[s]) - theory) if np.isfinite(emp[s]) else np.inf)
-        out.setdefault("values", []).append(
-            {"t": float(ds.time.values[s]), "empirical": float(emp[s]), "equiangular": theory}
-        )
-    claims = {
-        f"boundary_matches_equiangular_d{d_max}": {
-            "passed": bool(max(gaps) <= 0.5),
-            "value": out["values"],
-            "description": f"at d = {d_max} the beta where P(clustered) = 1/2 is within 0.5 of the equiangular "
-            "curve (GLPR eq. 6.12) at t = 10, 20, 30",
-        },
+        theory = equiangular_boundary(ds, float(ds.time.values[s]))
+        gap = abs(float(emp[s]) - theory)
+        gaps.append(gap if np.isfinite(gap) else np.inf)
+        values.append({"t": float(ds.time.values[s]), "empirical": float(emp[s]), "equiangular": theory})
+    out = {
+        f"boundary_matches_equiangular_d{d_max}": claim(
+            bool(max(gaps) <= 0.5), values,
+            f"at d = {d_max} the beta where P(clustered) = 1/2 is within 0.5 of the equiangular curve (GLPR eq. "
+            "6.12, as stored in the data) at t = 10, 20, 30"),
     }
     # clustering is more likely at smaller beta: at the final time P(beta = 0) = 1 and P(beta_max) < 1/2
     p_end = ds.probability.isel(time=-1)
-    claims["clustered_at_small_beta_not_at_large"] = {
-        "passed": bool(np.all(p_end.isel(beta=0) > 0.99) and float(p.isel(time=-1, beta=-1)) < 0.5),
-        "value": {
-            "P(beta=0, t1) per d": p_end.isel(beta=0).values.tolist(),
-            f"P(beta_max, t1), d={d_max}": float(p.isel(time=-1, beta=-1)),
-        },
-        "description": "at t1 every d has P = 1 at beta = 0, and at d = max P < 1/2 at beta = beta_max",
-    }
+    out["clustered_at_small_beta_not_at_large"] = claim(
+        bool(np.all(p_end.isel(beta=0) > 0.99) and float(p.isel(time=-1, beta=-1)) < 0.5),
+        {"P(beta=0, t1) per d": p_end.isel(beta=0).values.tolist(),
+         f"P(beta_max, t1), d={d_max}": float(p.isel(time=-1, beta=-1))},
+        "at t1 every d has P = 1 at beta = 0, and at d = max P < 1/2 at beta = beta_max")
     # GLPR: the transition sharpens as d grows (a wide band of intermediate probabilities at small d)
     width = {}
     for d in ds.d.values:
         q = ds.probability.sel(d=d).isel(time=-1).values
         width[int(d)] = float(np.sum((q > 0.1) & (q < 0.9)) * float(ds.beta[1] - ds.beta[0]))
     d_min = int(ds.d.values.min())
-    claims["transition_sharper_in_high_dimension"] = {
-        "passed": bool(width[d_min] > width[d_max]),
-        "value": width,
-        "description": f"at t1 the beta-width of the band 0.1 < P < 0.9 is larger at d = {d_min} than at d = {d_max}",
-    }
-    return claims
+    out["transition_sharper_in_high_dimension"] = claim(
+        bool(width[d_min] > width[d_max]), width,
+        f"at t1 the beta-width of the band 0.1 < P < 0.9 is larger at d = {d_min} than at d = {d_max}")
+    return out
+
+
+def _reversed(ds, dim):
+    """The probabilities with the ``dim`` axis read backwards (the coordinate kept)."""
+    return ds.isel({dim: slice(None, None, -1)}).assign_coords({dim: ds[dim].values})
+
+
+def _faster_reference(ds):
+    """The equiangular curve of a dynamics twice as fast: its clustering times halved."""
+    return ds.assign(equiangular_clustering_time=ds.equiangular_clustering_time / 2)
+
+
+DEVIATIONS = (
+    deviation("beta axis reversed", ("boundary_matches_equiangular_d*", "clustered_at_small_beta_not_at_large"),
+              "the probabilities assigned to the betas in reverse order: clustering at large beta, not at small",
+              data=lambda ds: _reversed(ds, "beta")),
+    deviation("reference twice as fast", "boundary_matches_equiangular_d*",
+              "the equiangular curve with its clustering times halved (a time scale off by 2): beta*(t) becomes "
+              "beta*(2t), 1.2 higher at t = 10", data=_faster_reference),
+    deviation("d axis reversed", "transition_sharper_in_high_dimension",
+              "the diagrams' dimension labels swapped: the largest d's sharp transition read as the smallest d's",
+              data=lambda ds: _reversed(ds, "d")),
+)

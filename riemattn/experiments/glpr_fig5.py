@@ -37,6 +37,11 @@ Checked on the run (nothing hard-coded):
 - for V = I (random Q, K) and every d, the 1/2-contour (the largest beta where P crosses 1/2)
   moves to larger beta as t grows: beta_1/2(t1/3) < beta_1/2(2 t1/3) < beta_1/2(t1).
 
+Both are paper claims; each fails under a deviation of the data (``DEVIATIONS``; the sweep is not
+rerun): the time axis reversed (the probability falls with t, the contour moves to smaller beta) and
+the beta axis reversed (P increases with beta: the 1/2-contour is no longer finite). The V = G G^T / d
+contour is an observation.
+
 Data layout (data.nc): ``probability`` and ``probability_first_pair`` (V, d, beta, time),
 ``probability_per_replicate`` (V, d, beta, replicate, time).
 
@@ -52,6 +57,8 @@ import numpy as np
 import xarray as xr
 
 from ..runs.plotting import styled
+from ._deviations import deviation
+from ._verdict import claim
 from .glpr_fig3 import empirical_boundary
 
 NAME = "glpr-fig5"
@@ -170,26 +177,36 @@ def claims(ds: xr.Dataset) -> dict:
                 observed[f"V={law}, d={int(d)}"] = {"beta_1/2": b.tolist(),
                                                      "min over beta of P(t1)": float(at[:, -1].min())}
     out = {
-        "probability_increases_with_t_for_every_beta": {
-            "passed": bool(mono_ok),
-            "value": {"check_times": times, **mono},
-            "description": "for every V ensemble, d and beta, P(clustered) does not decrease over "
-            "t = t1/3, 2t1/3, t1 and at t1 exceeds its t = 0 value",
-        },
-        "half_contour_moves_to_larger_beta": {
-            "passed": bool(contour_ok),
-            "value": {"check_times": times, **{f"beta_1/2, {k}": v for k, v in contour.items()}},
-            "description": "with random Q, K (V = I), for every d the beta where P = 1/2 is finite and "
-            "strictly increases over t = t1/3, 2t1/3, t1",
-        },
+        "probability_increases_with_t_for_every_beta": claim(
+            bool(mono_ok), {"check_times": times, **mono},
+            "for every V ensemble, d and beta, P(clustered) does not decrease over t = t1/3, 2t1/3, t1 and at t1 "
+            "exceeds its t = 0 value"),
+        "half_contour_moves_to_larger_beta": claim(
+            bool(contour_ok), {"check_times": times, **{f"beta_1/2, {k}": v for k, v in contour.items()}},
+            "with random Q, K (V = I), for every d the beta where P = 1/2 is finite and strictly increases over "
+            "t = t1/3, 2t1/3, t1"),
     }
     if observed:
-        out["half_contour_with_random_psd_V"] = {
-            "passed": None,
-            "value": {"check_times": times, **observed},
-            "description": "with V = G G^T / d, the beta where P = 1/2 (inf: P >= 1/2 at every beta)",
-            "observed": ("P(t1) >= 1/2 at every beta and d: no contour at t1" if all(
+        out["half_contour_with_random_psd_V"] = claim(
+            None, {"check_times": times, **observed},
+            "with V = G G^T / d, the beta where P = 1/2 (inf: P >= 1/2 at every beta)", kind="observation",
+            observed=("P(t1) >= 1/2 at every beta and d: no contour at t1" if all(
                 v["min over beta of P(t1)"] >= 0.5 for v in observed.values())
-                else "P(t1) < 1/2 somewhere: a contour exists for some d"),
-        }
+                else "P(t1) < 1/2 somewhere: a contour exists for some d"))
     return out
+
+
+def _reversed(ds, dim):
+    """The probabilities with the ``dim`` axis read backwards (the coordinate kept)."""
+    return ds.isel({dim: slice(None, None, -1)}).assign_coords({dim: ds[dim].values})
+
+
+DEVIATIONS = (
+    deviation("time axis reversed", ("probability_increases_with_t_for_every_beta",
+                                     "half_contour_moves_to_larger_beta"),
+              "the diagrams read backwards in time: clustered pairs separate, the 1/2-contour moves to smaller beta",
+              data=lambda ds: _reversed(ds, "time")),
+    deviation("beta axis reversed", "half_contour_moves_to_larger_beta",
+              "the probabilities assigned to the betas in reverse order: clustering at large beta, not at small, "
+              "so P >= 1/2 at beta_max and no finite contour", data=lambda ds: _reversed(ds, "beta")),
+)

@@ -84,12 +84,30 @@ def test_glpr_fig3_empirical_boundary_interpolates():
 
 
 def _phase_dataset(prob):
-    """A synthetic phase-diagram dataset (d = 2, 128; 10 betas; t = 0, 10, 20, 30)."""
+    """A synthetic phase-diagram dataset (d = 2, 128; 10 betas; t = 0, 10, 20, 30), with the
+    equiangular curve tabulated as the figure stores it."""
+    from riemattn.analysis.theory import clustering_time
+
+    beta_curve = np.linspace(0.0, 9.0, 73)
+    T = [clustering_time(b, 32, 1e-3, "sa") for b in beta_curve]
     return xr.Dataset(
-        {"probability": (("d", "beta", "time"), prob)},
-        coords={"d": [2, 128], "beta": np.linspace(0, 9, 10), "time": [0.0, 10.0, 20.0, 30.0]},
+        {"probability": (("d", "beta", "time"), prob), "equiangular_clustering_time": ("beta_curve", T)},
+        coords={"d": [2, 128], "beta": np.linspace(0, 9, 10), "time": [0.0, 10.0, 20.0, 30.0],
+                "beta_curve": beta_curve},
         attrs={"n": 32, "eps": 1e-3},
     )
+
+
+def test_glpr_fig3_stored_curve_inverts_to_phase_boundary():
+    """The claims read beta*(t) from the stored curve T(beta) (73 betas, step 0.125) by linear
+    interpolation: within 2e-3 of phase_boundary at the check times (measured 1.5e-3 at most)."""
+    from riemattn.analysis.theory import phase_boundary
+    from riemattn.experiments.glpr_fig3 import equiangular_boundary
+
+    ds = _phase_dataset(np.ones((2, 10, 4)))
+    for t in (10.0, 20.0, 30.0):
+        assert abs(equiangular_boundary(ds, t) - phase_boundary(t, 32, 1e-3)) < 2e-3
+    assert np.isnan(equiangular_boundary(ds, 1.0))  # before the curve's first time: no boundary
 
 
 def test_glpr_fig3_boundary_claim_can_fail():
