@@ -325,11 +325,11 @@ DEVIATIONS = (
     deviation("value sign flipped", ("particles_diverge_unrescaled", "polytope_clusters", "polytope_vertices"),
               "V -> -V in both cases (one configuration): x' = -(attention average) contracts instead of "
               "diverging, and for V = -I the rescaled z' = z - P z repels: no clusters, not in convex position",
-              config=lambda cfg: {**cfg, "value_sign": -1.0, "configurations": 1}),
+              config=lambda cfg: {**cfg, "value_sign": -1.0, "configurations": 1, "dt": 0.02}),
     deviation("V = I in the hyperplane case", "hyperplanes_few",
               "the hyperplane case run with V = I (top eigenvalue not simple, one configuration): the points "
               "cluster to points, as many values of l_1^T z as points",
-              config=lambda cfg: {**cfg, "hyperplanes_V": "identity", "configurations": 1}),
+              config=lambda cfg: {**cfg, "hyperplanes_V": "identity", "configurations": 1, "dt": 0.02}),
     deviation("time axis reversed", ("particles_diverge_unrescaled", "polytope_clusters", "polytope_vertices",
                                      "hyperplanes_few"),
               "the saved times read backwards: the last time is the uniform start in [-5, 5]^2",

@@ -295,9 +295,9 @@ def claims(ds: xr.Dataset) -> dict:
     if np.isfinite(gap):
         out["clusters_match_full_circle_run"] = claim(
             gap < 1e-6, {"max_abs": gap, "log_s": ds.check_log_s.values.tolist()},
-            f"the plain 5-particle CircleField({ds.attrs['check_beta']:g}, 'usa', rescaled=True) run in s (rodas4p, "
-            "rtol 1e-8) has the cluster-clock run's energy at every plateau midpoint before s = 1e13, to 1e-6 "
-            "(identity: two solvers of one equation, the reduction checked)", kind="identity")
+            f"identity (two solvers of one equation): the plain 5-particle CircleField({ds.attrs['check_beta']:g}, "
+            "'usa', rescaled=True) run in s (rodas4p, rtol 1e-8) has the cluster-clock run's energy at every plateau "
+            "midpoint before s = 1e13, to 1e-6", kind="identity")
     return out
 
 
