@@ -27,6 +27,13 @@ configuration is also solved on the sphere with the attention field as a check).
    and |mean(C - R)| <= 1. The strong Rényi centres (fewer) are reported against later counts.
 
 Clusters: single linkage at chord distance ``tol`` (``riemattn.diagnostics.cluster_count``).
+
+Kinds: claim 1 is an identity (an implementation check, never counted for the verdict): token 1's
+velocity is the projection of x_1 onto its own tangent space, exactly 0 for any beta and any
+data. Claims 2-5 are paper claims; each fails under a deviation (``DEVIATIONS``): the saved states
+read backwards in time (2, 4, 5: the last state is the uniform start, the counts grow, the clusters
+at t_early are the initial scatter) and the leader ODE solved at beta / 2 (3: the merge time is
+e^{beta (1 - cos phi)}-sensitive, so the prediction at another temperature misses it).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from ..dynamics.glpr import sa
 from ..runs.plotting import legend_below, styled
 from ..solvers.core.integrate import integrate
 from ._causal import leader_merge_time, renyi_centres, solve_restarting
+from ._deviations import deviation
 from ._verdict import claim
 
 NAME = "causal-clusters"
@@ -58,6 +66,7 @@ DATA_ATTRS = {
     "distance_to_x1": ("max_k |x_k(t) - x_1(0)| (long runs)", "1"),
     "merge_time": ("time at which the cluster count first drops to `count` (NaN: not by t1)", "1"),
     "leader_time": ("final merge time predicted by the two-cluster leader ODE (quadrature)", "1"),
+    "theta_two": ("angles at the merge to two clusters, where the leader ODE starts (NaN: no such merge)", "rad"),
     "segments": ("integration segments (restarts in local time + 1)", "1"),
     "renyi": ("number of Rényi centres, delta = c beta^-1/2", "1"),
     "strong_renyi": ("number of strong Rényi centres", "1"),
@@ -107,6 +116,7 @@ def _long_part(cfg, theta0):
     theta = np.full((len(t_save), m, n), np.nan)
     merge_t = np.full((m, len(counts)), np.nan)
     leader = np.full(m, np.nan)
+    two = np.full((m, n), np.nan)
     segments = np.zeros(m, dtype=int)
     for k in range(m):
         out, merges, stats = solve_restarting(field, theta0[k], t_save, stepper=cfg["stepper"], rtol=cfg["rtol"],
@@ -118,7 +128,8 @@ def _long_part(cfg, theta0):
         if 2 in merges and 1 in merges and merges[1][0] > merges[2][0]:  # a two-cluster plateau
             T, _, _ = leader_merge_time(merges[2][1], beta, cfg["tol"])
             leader[k] = merges[2][0] + T
-    return t_save, theta, merge_t, leader, segments
+            two[k] = merges[2][1]
+    return t_save, theta, merge_t, leader, segments, two
 
 
 def _sphere_check(cfg, theta0):
@@ -138,7 +149,7 @@ def _sphere_check(cfg, theta0):
 def run(config: dict) -> xr.Dataset:
     theta0 = _initial(config)
     R, SR, C = _renyi_part(config, theta0)
-    t_save, theta, merge_t, leader, segments = _long_part(config, theta0)
+    t_save, theta, merge_t, leader, segments, two = _long_part(config, theta0)
     ok = np.isfinite(theta).all(axis=-1)
     pts = to_points(np.where(np.isfinite(theta), theta, 0.0))
     # one saved time at a time: cluster_count builds an (l, l, 2) array per configuration
@@ -153,6 +164,7 @@ def run(config: dict) -> xr.Dataset:
             "distance_to_x1": (("t_save", "configuration"), dist),
             "merge_time": (("configuration", "count"), merge_t),
             "leader_time": (("configuration",), leader),
+            "theta_two": (("configuration", "token"), two),
             "segments": (("configuration",), segments),
             "renyi": (("renyi_configuration",), R),
             "strong_renyi": (("renyi_configuration",), SR),
@@ -191,9 +203,10 @@ def claims(ds: xr.Dataset) -> dict:
     ok = drift <= 8 * eps * np.pi and sphere <= 1e-13
     out["first_token_fixed"] = claim(
         ok, {"angles_max_drift": drift, "sphere_max_drift": sphere},
-        "token 1 attends only to itself, so it never moves: its angle changes by <= 8 eps pi (dense-output "
-        "rounding) over every long run, and on the sphere (attention field, mask='causal', dopri5 to "
-        f"t = {ds.attrs['sphere_check_t']:g}) |x_1(t) - x_1(0)| <= 1e-13")
+        "identity: token 1 attends only to itself, so its velocity P_x1^perp(x_1) is exactly 0 (for any beta and "
+        "data): its angle changes by <= 8 eps pi (dense-output rounding) over every long run, and on the sphere "
+        f"(attention field, mask='causal', dopri5 to t = {ds.attrs['sphere_check_t']:g}) |x_1(t) - x_1(0)| <= 1e-13",
+        kind="identity")
     final = ds.distance_to_x1.values[-1]
     t_one = ds.merge_time.sel(count=1).values
     out["consensus_at_first_token"] = claim(
@@ -250,6 +263,35 @@ def claims(ds: xr.Dataset) -> dict:
         f"0 at t = {ds.attrs['sphere_check_t']:g} (both dopri5, rtol 1e-10)", kind="observation",
         observed=f"{ds.attrs['sphere_vs_angles']:.1e} rad")
     return out
+
+
+def _backwards(ds):
+    """The saved states read backwards against their times (coordinates kept)."""
+    out = ds.copy()
+    for var in ("theta", "clusters", "distance_to_x1"):
+        out[var] = (ds[var].dims, ds[var].values[::-1].copy())
+    out["clusters_at"] = (ds.clusters_at.dims, ds.clusters_at.values[::-1].copy())
+    return out
+
+
+def _leader_at_half_beta(ds):
+    """The final merge predicted by the leader ODE solved at beta / 2 from the same two-cluster state."""
+    t2 = ds.merge_time.sel(count=2).values
+    pred = np.array([t + leader_merge_time(th, ds.attrs["beta"] / 2, ds.attrs["tol"])[0]
+                     if np.all(np.isfinite(th)) and np.isfinite(t) else np.nan
+                     for t, th in zip(t2, ds.theta_two.values)])
+    return ds.assign(leader_time=(ds.leader_time.dims, pred))
+
+
+DEVIATIONS = (
+    deviation("time axis reversed", ("consensus_at_first_token", "staircase", "early_clusters_match_renyi_centres"),
+              "the saved states (long runs and the Rényi configurations' counts) read backwards against their times: "
+              "the last state is the uniform start, the count grows, the clusters at t_early are the initial scatter",
+              data=_backwards),
+    deviation("leader ODE at beta / 2", "final_merge_matches_leader_ode",
+              "the final merge predicted by the leader's scalar ODE at half the simulation's beta, from the same "
+              "two-cluster state", data=_leader_at_half_beta),
+)
 
 
 @styled

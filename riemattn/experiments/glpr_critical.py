@@ -10,13 +10,15 @@ budget (starts per cell), never a proof: a finite search finds what it finds.
 
 Checked:
 
-* GLPR Theorem 6.1 (d >= 3, every beta): consensus is the only local maximum -- in the S^2 cells
+* (the paper claim; it fails under the deviation ``DEVIATIONS``: the census read for -E_beta, the
+  flow with the head's sign flipped, whose Hessians are the negatives -- consensus is then a
+  minimum and a spread configuration a maximum) GLPR Theorem 6.1 (d >= 3, every beta): consensus is the only local maximum -- in the S^2 cells
   no *certified* non-consensus point of index 0 may appear (the circle's Theorems 4.3 and 5.1 hold
   for beta below / above thresholds known up to constants: the circle enters the observation);
-* on the circle, the k equally spaced clusters (k | n; k = n the regular n-gon) are among the
+* (observation) on the circle, the k equally spaced clusters (k | n; k = n the regular n-gon) are among the
   points found and their spectra equal the closed forms of
   :func:`riemattn.analysis.critical_points.circle_cluster_spectrum` to 1e-8 (relative);
-* observed (Problem 3): whether every non-consensus point found has a positive eigenvalue.
+* (observation) Problem 3: whether every non-consensus point found has a positive eigenvalue.
   Points with eigenvalues that are zero within 1e-11 relative (``n_zero > 0``) are reported as
   *unresolved*: at large beta the positive eigenvalue of a saddle can be ~e^{-2 beta} times the
   largest, below double precision (and near such points the gradient is too).
@@ -40,6 +42,7 @@ import xarray as xr
 from ..analysis.critical_points import circle_cluster_spectrum, invariants, k_clusters, search
 from ..runs.plotting import styled
 from ..runs.sweep import point_rng
+from ._deviations import deviation
 from ._verdict import NOT_CHECKED, claim
 
 NAME = "glpr-critical"
@@ -224,6 +227,27 @@ def claims(ds: xr.Dataset) -> dict:
         observed="no non-consensus local maximum found" if not certified_max.any()
         else f"{int(certified_max.sum())} certified non-consensus local maxima")
     return out
+
+
+def _negated_energy(ds):
+    """The census of -E_beta (the flow with the head's sign flipped): the same critical points, the
+    Hessians negated -- index and number of negative eigenvalues exchanged, the spectra reversed."""
+    eig = ds.eigenvalues.values
+    neg = np.full_like(eig, np.nan)
+    for c in range(eig.shape[0]):
+        for s in range(eig.shape[1]):
+            ok = np.isfinite(eig[c, s])
+            neg[c, s, : ok.sum()] = -eig[c, s, ok][::-1]
+    return ds.assign(index=ds.n_negative.copy(), n_negative=ds.index.copy(),
+                     eigenvalues=(ds.eigenvalues.dims, neg))
+
+
+DEVIATIONS = (
+    deviation("energy's sign flipped", "consensus_only_local_max_where_proved",
+              "the census read for -E_beta (the gradient flow with the head's sign flipped, a repulsive "
+              "interaction): the same critical points with negated Hessians, so consensus is a local minimum and "
+              "the spread configurations (index 0 of -E_beta) are local maxima", data=_negated_energy),
+)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,14 @@ Two instruments built on ``integrate(..., events=...)`` (docs/events.md):
    trajectory). Independent reference: :func:`riemattn.analysis.theory.clustering_time`, the
    quadrature of d rho / r(rho) of the scalar ODE (no time stepping).
 
+Claims checked (paper claims; each fails under a deviation of the model or the data, ``DEVIATIONS``):
+the consensus event's time equals the quadrature of the theorem's scalar ODE (relative 1e-6); the
+time to consensus grows with beta; two time scales (the merge to one cluster takes >= 100 times as
+long as the merge to a few); E_beta never decreases. Deviations: the value's sign flipped (V = -I,
+a repulsive interaction: no consensus, E_beta falls), the staircase at beta = 0 (Kuramoto: no
+metastable phase), the beta axis and the time axis read backwards. Observation: the fraction of the
+late energy increase that sits at the merges (plateaus between them).
+
 References
 ----------
 Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
@@ -34,6 +42,7 @@ from ..analysis.theory import clustering_time
 from ..dynamics.glpr import sa
 from ..runs.plotting import legend_below, styled
 from ..solvers.core.integrate import integrate
+from ._deviations import deviation
 from ._verdict import NOT_CHECKED, claim
 from .glpr_fig4 import FEW  # GLPR's "a few clusters" of the metastable phase, one definition
 
@@ -59,7 +68,7 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration; ``quick``/``smoke``: fewer configurations, a shorter horizon."""
     base = {"seed": 7, "n": 32, "d": 2, "beta": 5.0, "eps": 1e-3, "counts": list(range(1, 9)),
             "t1": 1e4, "configurations": 12, "n_save": 81, "stepper": "dopri5", "rtol": 1e-7, "atol": 1e-9,
-            "event_tol": 1e-6,
+            "event_tol": 1e-6, "value_sign": 1.0,  # the paper's V = I; -1 (a deviation): V = -I, repulsive
             "consensus": {"n": 8, "betas": [0.0, 1.0, 2.0, 4.0, 6.0, 9.0], "eps": 1e-3, "rtol": 1e-10,
                           "atol": 1e-12, "event_tol": 1e-9}}
     if smoke:
@@ -70,6 +79,11 @@ def config(quick: bool = False, *, smoke: bool = False) -> dict:
     return base
 
 
+def _value(cfg, d):
+    sign = float(cfg.get("value_sign", 1.0))
+    return {} if sign == 1.0 else {"U": sign * np.eye(d)}
+
+
 def _staircase(cfg):
     rng = np.random.default_rng(cfg["seed"])
     n, d, m, beta = cfg["n"], cfg["d"], cfg["configurations"], cfg["beta"]
@@ -78,15 +92,15 @@ def _staircase(cfg):
     t_save = np.concatenate([[0.0], np.geomspace(0.1, cfg["t1"], cfg["n_save"] - 1)])
     counts = list(cfg["counts"])
     events = cluster_merges(np.sqrt(2.0 * cfg["eps"]), counts, terminal_at=1 if 1 in counts else None)
-    sol = integrate(sa(beta, d), x0, (0.0, float(t_save[-1])), stepper=cfg["stepper"], rtol=cfg["rtol"],
+    sol = integrate(sa(beta, d, **_value(cfg, d)), x0, (0.0, float(t_save[-1])), stepper=cfg["stepper"], rtol=cfg["rtol"],
                     atol=cfg["atol"], saveat=t_save, save_fn=lambda t, y: {"energy": energy(y, beta)},
                     events=events, event_tol=cfg["event_tol"])
     ev = sol.events
     times = np.stack([ev.of(f"merge_to_{c}")[:, 0] if ev.of(f"merge_to_{c}").shape[-1] else np.full(m, np.nan)
                       for c in counts], axis=-1)  # (configuration, count): each merge fires once
-    E_ev = ev.observables["energy"]  # (configuration, crossing)
+    E_ev = ev.observables.get("energy")  # (configuration, crossing); absent when no merge fired at all
     merge_E = np.full((m, len(counts)), np.nan)
-    for j, c in enumerate(counts):
+    for j, c in enumerate(counts if E_ev is not None else ()):
         k = ev.names.index(f"merge_to_{c}")
         hit = ev.which == k
         rows, cols = np.nonzero(hit)
@@ -100,7 +114,7 @@ def _consensus(cfg):
     theory = np.array([clustering_time(float(b), n, eps) for b in betas])
     x0 = np.broadcast_to(np.eye(n), (len(betas), n, n)).copy()  # pairwise orthogonal (rho(0) = 0)
     event = consensus((1.0 - 1.0 / n) * eps)  # misalignment (1 - 1/n)(1 - rho) = (1 - 1/n) eps
-    sol = integrate(sa(betas, n), x0, (0.0, 1.5 * float(theory.max())), stepper="dopri5", rtol=c["rtol"],
+    sol = integrate(sa(betas, n, **_value(cfg, n)), x0, (0.0, 1.5 * float(theory.max())), stepper="dopri5", rtol=c["rtol"],
                     atol=c["atol"], events=event, event_tol=c["event_tol"])
     return betas, sol.events.t_stop, theory
 
@@ -208,3 +222,25 @@ def claims(ds: xr.Dataset) -> dict:
         "a later merge: the energy is flat (a plateau) between merges", kind="observation",
         observed=f"{frac:.3f} of the late energy increase lies around the located merges")
     return out
+
+
+def _staircase_at(beta):
+    def f(cfg):
+        return {**cfg, "beta": beta}
+    return f
+
+
+DEVIATIONS = (
+    deviation("value sign flipped (repulsive)", ("consensus_time_matches_theory", "energy_nondecreasing"),
+              "V = -I in both runs: the particles repel, the consensus event never fires and E_beta decreases",
+              config=lambda cfg: {**cfg, "value_sign": -1.0}),
+    deviation("beta axis reversed", ("consensus_time_matches_theory", "consensus_slower_at_larger_beta"),
+              "the consensus times assigned to the betas in reverse order",
+              data=lambda ds: ds.assign(consensus_time=("beta", ds.consensus_time.values[::-1].copy()))),
+    deviation("Kuramoto staircase (beta = 0)", "two_time_scales",
+              "the staircase run at beta = 0 (Kuramoto): no metastable phase, the few clusters merge at once",
+              config=_staircase_at(0.0)),
+    deviation("time axis reversed", "energy_nondecreasing",
+              "the saved energies read backwards in time", data=lambda ds: ds.assign(
+                  energy=(ds.energy.dims, ds.energy.values[::-1].copy()))),
+)

@@ -23,6 +23,16 @@ top eigenvalue). Both equations live in flat R^d (:class:`riemattn.Euclidean`) a
 eq. (9.1) for x, then z = e^{-tV} x (:func:`scipy.linalg.expm`), and eq. (9.3) for z directly;
 the two must agree.
 
+Claims checked. Paper claims (each fails under a deviation: ``DEVIATIONS``): the unrescaled
+particles diverge; V = I: the z_i sit in at most n/2 clusters that have stopped moving, each a
+vertex of the clusters' convex hull; V positive: l_1^T z takes at most 3 values while the points
+stay more numerous (hyperplanes, not points). Deviations: the value's sign flipped (V -> -V: x
+contracts, z = e^{tV} x repels, -V has a negative top eigenvalue) and the time axis reversed.
+
+Identities (implementation checks, never counted): z from eq. (9.1) equals the solution of eq.
+(9.3) (the change of variables z = e^{-tV} x, integrated twice); the positive V has a simple
+positive top eigenvalue (Perron-Frobenius: the construction).
+
 References
 ----------
 Geshkovski, Letrouit, Polyanskiy, Rigollet, "A mathematical perspective on Transformers",
@@ -43,6 +53,8 @@ from ..dynamics.fields import VectorField
 from ..solvers.core.integrate import integrate
 from ..geometry.manifolds import Euclidean
 from ..runs.plotting import legend_below, styled
+from ._deviations import deviation
+from ._verdict import claim
 
 NAME = "glpr-pure-sa"
 PAPER = "GLPR"
@@ -66,7 +78,10 @@ DATA_ATTRS = {
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     """Seeded configuration; ``quick``/``smoke`` take a coarser step (same sizes: the run is cheap)."""
-    base = {"seed": 10, "n": 20, "d": 2, "box": 5.0, "t1": 12.0, "n_save": 121, "configurations": 4}
+    # value_sign: the paper's V (+1); -1 (a deviation) uses -V in both cases. hyperplanes_V: the
+    # paper's "positive" V (simple positive top eigenvalue); "identity" (a deviation): V = I there
+    base = {"seed": 10, "n": 20, "d": 2, "box": 5.0, "t1": 12.0, "n_save": 121, "configurations": 4,
+            "value_sign": 1.0, "hyperplanes_V": "positive"}
     if smoke:
         return {**base, "configurations": 2, "dt": 0.01}
     if quick:
@@ -137,6 +152,9 @@ def run(config: dict) -> xr.Dataset:
     rng = np.random.default_rng(config["seed"])
     n, d, m = config["n"], config["d"], config["configurations"]
     Vs = value_matrices(rng, d)
+    if config.get("hyperplanes_V", "positive") == "identity":
+        Vs["hyperplanes"] = np.eye(d)
+    Vs = {k: float(config.get("value_sign", 1.0)) * V for k, V in Vs.items()}
     x0 = rng.uniform(-config["box"], config["box"], size=(m, n, d))
     t_save = np.linspace(0.0, config["t1"], config["n_save"])
     QK = np.eye(d)
@@ -273,41 +291,47 @@ def claims(ds: xr.Dataset) -> dict:
     planes = [_clusters_1d(a[k], tol) for k in range(a.shape[0])]
     points = cluster_count(zH[-1], tol)
     still = float(np.max(np.linalg.norm(zP[-1] - zP[-11], axis=-1)) / span)
+    diverge = bool(ds.x_max_norm.isel(time=-1).min() > 100 * ds.x_max_norm.isel(time=0).max())
     return {
-        "rescaling_consistent": {
-            "passed": agree < 1e-6,
-            "value": agree,
-            "description": "z = e^{-tV} x from eq. (9.1) equals the solution of eq. (9.3) (max relative "
-            "difference < 1e-6)",
-        },
-        "particles_diverge_unrescaled": {
-            "passed": bool(
-                ds.x_max_norm.isel(time=-1).min() > 100 * ds.x_max_norm.isel(time=0).max()
-            ),
-            "value": ds.x_max_norm.isel(time=-1).values.tolist(),
-            "description": "without rescaling the particles diverge: max |x_i(t1)| > 100 max |x_i(0)|",
-        },
-        "polytope_clusters": {
-            "passed": bool(np.all(counts <= n // 2) and still < 1e-3),
-            "value": {"clusters": counts.tolist(), "motion_last_10pct": still},
-            "description": f"V = I: the {n} rescaled particles sit in <= {n // 2} clusters at t1, which have "
-            "stopped moving (displacement over the last 10% of time < 1e-3 of the initial box)",
-        },
-        "polytope_vertices": {
-            "passed": bool(min(frac) == 1.0),
-            "value": frac,
-            "description": "V = I: every cluster is a vertex of the convex hull of the clusters (convex position)",
-        },
-        "hyperplanes_top_eigenvalue": {
-            "passed": bool(lam_sorted[0] > 0 and lam_sorted[0] - lam_sorted[1] > 1e-6),
-            "value": lam_sorted.tolist(),
-            "description": "the second V has a simple positive top eigenvalue (the theorem's assumption)",
-        },
-        "hyperplanes_few": {
-            "passed": bool(max(planes) <= 3 and np.all(points > np.array(planes))),
-            "value": {"hyperplanes": planes, "distinct_points": points.tolist()},
-            "description": "V with a simple positive top eigenvalue: the coordinate l_1^T z_i takes <= 3 values "
-            "at t1 (<= 3 parallel hyperplanes) while the points themselves stay more numerous than the "
-            "hyperplanes (clustering on hyperplanes, not to points)",
-        },
+        "rescaling_consistent": claim(
+            agree < 1e-6, agree,
+            "identity: z = e^{-tV} x from eq. (9.1) equals the solution of eq. (9.3) (max relative difference "
+            "< 1e-6) -- eq. (9.3) is eq. (9.1) after the change of variables, so this checks two integrations of "
+            "one equation", kind="identity"),
+        "particles_diverge_unrescaled": claim(
+            diverge, ds.x_max_norm.isel(time=-1).values.tolist(),
+            "without rescaling the particles diverge: max |x_i(t1)| > 100 max |x_i(0)|"),
+        "polytope_clusters": claim(
+            bool(np.all(counts <= n // 2) and still < 1e-3), {"clusters": counts.tolist(), "motion_last_10pct": still},
+            f"V = I: the {n} rescaled particles sit in <= {n // 2} clusters at t1, which have stopped moving "
+            "(displacement over the last 10% of time < 1e-3 of the initial box)"),
+        "polytope_vertices": claim(
+            bool(min(frac) == 1.0), frac,
+            "V = I: every cluster is a vertex of the convex hull of the clusters (convex position)"),
+        "hyperplanes_top_eigenvalue": claim(
+            bool(lam_sorted[0] > 0 and lam_sorted[0] - lam_sorted[1] > 1e-6), lam_sorted.tolist(),
+            "identity: the second V has a simple positive top eigenvalue (the theorem's assumption, made true by "
+            "the construction: a matrix of positive entries, Perron-Frobenius)", kind="identity"),
+        "hyperplanes_few": claim(
+            bool(max(planes) <= 3 and np.all(points > np.array(planes))),
+            {"hyperplanes": planes, "distinct_points": points.tolist()},
+            "V with a simple positive top eigenvalue: the coordinate l_1^T z_i takes <= 3 values at t1 (<= 3 "
+            "parallel hyperplanes) while the points themselves stay more numerous than the hyperplanes "
+            "(clustering on hyperplanes, not to points)"),
     }
+
+
+DEVIATIONS = (
+    deviation("value sign flipped", ("particles_diverge_unrescaled", "polytope_clusters", "polytope_vertices"),
+              "V -> -V in both cases (one configuration): x' = -(attention average) contracts instead of "
+              "diverging, and for V = -I the rescaled z' = z - P z repels: no clusters, not in convex position",
+              config=lambda cfg: {**cfg, "value_sign": -1.0, "configurations": 1, "dt": 0.02}),
+    deviation("V = I in the hyperplane case", "hyperplanes_few",
+              "the hyperplane case run with V = I (top eigenvalue not simple, one configuration): the points "
+              "cluster to points, as many values of l_1^T z as points",
+              config=lambda cfg: {**cfg, "hyperplanes_V": "identity", "configurations": 1, "dt": 0.02}),
+    deviation("time axis reversed", ("particles_diverge_unrescaled", "polytope_clusters", "polytope_vertices",
+                                     "hyperplanes_few"),
+              "the saved times read backwards: the last time is the uniform start in [-5, 5]^2",
+              data=lambda ds: ds.isel(time=slice(None, None, -1))),
+)
