@@ -233,7 +233,9 @@ def claims(ds: xr.Dataset) -> dict:
             "k* is the unique most frequent cluster count at tau_c = 2 ln sqrt(N) over the seeds, at every beta "
             "whose counts have a unique most frequent value; a beta tied between k* and another count is not "
             "decided at this size and listed, a tie is never reproduced",
-            reason=None if status != NOT_CHECKED else "every beta's counts tie k* with another count"),
+            reason=("every beta's counts tie k* with another count" if status == NOT_CHECKED else
+                    f"not decided at this size (a tie with k*): beta = {', '.join(f'{b:g}' for b in undecided)}"
+                    if undecided else None)),
         "most_unstable_mode": claim(bool(np.array_equal(kstar, arg_paper) and ratio <= tol),
                                     {"beta": betas, "k*": kstar.tolist(), "argmax gamma": arg_paper.tolist(),
                                      "max |lambda / (pi gamma) - 1|": ratio},
