@@ -17,10 +17,17 @@ from ._verdict import NOT_CHECKED, claim
 TABLE3_PASSES = (1, 5, 10, 100, 1000)
 #: the paper's depth, from which its claims are checked (on GPT-2 XL)
 PAPER_PASSES = 2000
+#: the paper's model, (blocks, width) of GPT-2 XL: with PAPER_PASSES, the size gate of the claims
+PAPER_SHAPE = (48, 1600)
 #: "toward consensus": E after the last pass below this fraction of E after pass 1
 TOWARD_0 = 0.1
-#: "decreases with each pass": no rise between consecutive passes above this fraction of E(pass 1)
-RISE_TOL = 1e-3
+#: "decreases with each pass": no rise between consecutive passes above this fraction of E(pass 1).
+#: E is computed in float64 from float32 hidden states: their rounding (eps 6e-8, a few per block)
+#: moves E = 1 - mean cos by at most ~2 x 48 blocks x 2 eps = 1.2e-5 per pass of GPT-2 XL; 1e-4 is 8x
+#: that. (It was 1e-3, larger than the signal: the test-size model's passes lower E by 7.5e-4 of
+#: E(pass 1) each, so its passes in reverse order still counted as "decreasing each pass"; they now
+#: rise by 7x the tolerance.)
+RISE_TOL = 1e-4
 
 
 def per_pass(ds: xr.Dataset, var: str) -> np.ndarray:
@@ -35,13 +42,14 @@ def distinct_fraction(ids) -> float:
     return float(len(np.unique(ids)) / max(ids.size, 1))
 
 
-def claims(ds: xr.Dataset) -> dict:
+def claims(ds: xr.Dataset, *, paper_shape=PAPER_SHAPE, paper_passes: int = PAPER_PASSES,
+           table3_passes=TABLE3_PASSES, trained_from: str | None = None) -> dict:
     """The paper's claims on Figures 6-8 and Table 3, with stand-ins on smaller runs.
 
     Paper claims (checked only on GPT-2 XL looped >= 2000 passes; else *not checked at this size*):
 
     - ``fig6/{trained,random}/decreases-each-pass``: E after pass p+1 <= E after pass p (up to
-      1e-3 E(pass 1)) for every p;
+      ``RISE_TOL`` E(pass 1)) for every p;
     - ``fig6/{trained,random}/toward-consensus``, ``fig7/{redrawn,redrawn-noff}/toward-consensus``,
       ``fig8/prompt-k/toward-consensus``: E after the last pass < 0.1 E after pass 1;
     - ``table3/more-repetitive``: with trained weights, the distinct-token fraction of the greedy
@@ -50,16 +58,25 @@ def claims(ds: xr.Dataset) -> dict:
     Claims on trained weights are not checked when none were found. Stand-ins (any size): for each
     toward-consensus claim, ``.../decreases`` (E after the last pass < E after pass 1) on the run's
     own model; ``random-noff`` is an observation (no paper claim).
+
+    The gates (the falsification suite's deviations open them to decide the claims on a small run):
+    ``paper_shape`` (blocks, width) of the paper's model, None for any; ``paper_passes`` and
+    ``table3_passes`` the depths; ``trained_from="random"`` decides the trained-weight claims on the
+    random fixed-weight run when no trained weights were found (Table 3 is then computed with them).
     """
-    paper_size = (int(ds.attrs["n_layer"]), int(ds.attrs["d_model"])) == (48, 1600) and \
-        int(ds.attrs["passes"]) >= PAPER_PASSES
-    size_reason = (f"needs GPT-2 XL looped {PAPER_PASSES} passes (riemattn reproduce arxiv-gpt --full --device cuda); "
+    shape = (int(ds.attrs["n_layer"]), int(ds.attrs["d_model"]))
+    paper_size = (paper_shape is None or shape == tuple(paper_shape)) and int(ds.attrs["passes"]) >= paper_passes
+    size_reason = (f"needs GPT-2 XL looped {paper_passes} passes (riemattn reproduce arxiv-gpt --full --device cuda); "
                    f"this run: {ds.attrs['model']}, {ds.attrs['passes']} passes")
     trained = bool(int(ds.attrs["trained_found"]))
     out = {}
     city = per_pass(ds, "E_city")
+    names = list(map(str, ds["variant"].values))
     series = {f"fig6/{v}" if v in ("trained", "random") else f"fig7/{v}": city[j]
-              for j, v in enumerate(map(str, ds["variant"].values)) if v != "random-noff"}
+              for j, v in enumerate(names) if v != "random-noff"}
+    if not trained and trained_from in names:  # the trained-weight claims decided on another run (a gate opened)
+        series = {"fig6/trained": city[names.index(trained_from)], **series}
+        trained = True
     series.update({f"fig8/prompt-{k + 1}": e for k, e in enumerate(per_pass(ds, "E_table2"))})
 
     def status(ok, key):
@@ -97,7 +114,7 @@ def claims(ds: xr.Dataset) -> dict:
     frac = [distinct_fraction(r) for r in ds["greedy_ids"].values]
     value = {"passes": ds["decode_pass"].values.tolist(), "distinct_fraction": frac}
     ok = bool(np.all(np.diff(frac) <= 0) and frac[-1] < frac[0])
-    full = paper_size and int(ds["decode_pass"].values.max()) >= max(TABLE3_PASSES)
+    full = paper_size and int(ds["decode_pass"].values.max()) >= max(table3_passes)
     if trained and full:
         st, why = ok, None
     else:
@@ -109,3 +126,26 @@ def claims(ds: xr.Dataset) -> dict:
     out["table3/greedy-output"] = claim(None, value, f"Table 3's decoded outputs ({ds.attrs['table3_weights']} "
                                         "weights)", kind="observation", observed=ok)
     return out
+
+
+def passes_reversed(ds: xr.Dataset) -> xr.Dataset:
+    """E with the passes in reverse order, each pass's blocks in their order (layer 0 kept): a deviation."""
+    from .icml_gpt import passes_reversed_index
+
+    k = passes_reversed_index(int(ds.attrs["n_layer"]), ds.sizes["layer"])
+    for var in ("E_city", "E_table2"):
+        ds[var] = (ds[var].dims, ds[var].values[..., k])
+    return ds
+
+
+def first_pass_repeated(ds: xr.Dataset) -> xr.Dataset:
+    """E after every later pass, and the greedy output decoded after it, set to pass 1's."""
+    L = int(ds.attrs["n_layer"])
+    for var in ("E_city", "E_table2"):
+        a = ds[var].values
+        k = np.arange(L + 1, a.shape[-1])
+        a[..., k] = a[..., (k - 1) % L + 1]
+        ds[var] = (ds[var].dims, a)
+    g = ds["greedy_ids"].values
+    ds["greedy_ids"] = (ds["greedy_ids"].dims, np.broadcast_to(g[:1], g.shape).copy())
+    return ds

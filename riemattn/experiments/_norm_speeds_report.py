@@ -6,6 +6,7 @@ import numpy as np
 import xarray as xr
 
 from ..runs.plotting import legend_below, styled
+from ._deviations import deviation
 from ._verdict import claim
 
 #: the equiangular ODE and the tokens agree to this (both solved far tighter; see the claim)
@@ -31,7 +32,8 @@ def exponential_rate(gap, t, window=GAP_WINDOW):
 def radius_exponent(gap, r):
     """d log(gap) / d log(r) over the last saved interval, per row (-2: gap ~ r^-2)."""
     g, r = np.atleast_2d(gap), np.atleast_2d(r)
-    return np.log(g[:, -1] / g[:, -2]) / np.log(r[:, -1] / r[:, -2])
+    with np.errstate(divide="ignore", invalid="ignore"):  # a gap of 0 (collapsed) gives -inf or nan: no power law
+        return np.log(g[:, -1] / g[:, -2]) / np.log(r[:, -1] / r[:, -2])
 
 
 def claims(ds: xr.Dataset) -> dict:
@@ -42,8 +44,10 @@ def claims(ds: xr.Dataset) -> dict:
     out["equiangular_reduction_matches_tokens"] = claim(
         err_rho < MATCH_TOL and rel_r < MATCH_TOL and spread < MATCH_TOL,
         {"max |rho_sim - rho_ode|": err_rho, "max |r_sim - r_ode| / r": rel_r, "max spread": spread},
-        f"every placement keeps n = {ds.attrs['n_eq']} orthogonal tokens equiangular with one radius, and "
-        f"(rho, r) follow the scalar ODE of docs/theory/layernorm.md to {MATCH_TOL:g} (DOP853 vs the tokens)")
+        f"identity: every placement keeps n = {ds.attrs['n_eq']} orthogonal tokens equiangular with one radius, and "
+        f"(rho, r) follow the scalar ODE of docs/theory/layernorm.md to {MATCH_TOL:g} (DOP853 vs the tokens) -- the "
+        "symmetric start forces equiangularity and the ODE is the model restricted to it: checks the package's "
+        "placements against their reduction", kind="identity")
     te = float(ds.attrs["t_early"])
     early = ds.rho_simulated.sel(time_eq=te)
     others = early.drop_sel(placement="peri")
@@ -51,7 +55,7 @@ def claims(ds: xr.Dataset) -> dict:
     out["peri_fastest_early"] = claim(
         ahead, {str(p): early.sel(placement=p).values.round(6).tolist() for p in early.placement.values},
         f"at t = {te:g} Peri-LN's rho is the largest of the five at every beta (speed factor 1/(r |A|) with "
-        "|A| < 1 for spread-out tokens)")
+        "|A| < 1 for spread-out tokens, against 1, 1/r and alpha/|A|)")
     t = ds.time_eq.values
     rates = {p: exponential_rate(_gap(ds, p).values, t) for p in ("post", "ngpt")}
     want = {"post": 2.0, "ngpt": 2.0 * float(ds.attrs["alpha"])}
@@ -79,8 +83,9 @@ def claims(ds: xr.Dataset) -> dict:
     post = float(d.sel(rule="simuformer", placement_sf="post").max())
     out["matches_simuformer_post"] = claim(
         post < 1e-12, post,
-        "on the shared small case Post-LN's heat map equals the one simuformer's update draws (same block "
-        "N(x + h A), same statistic and checkpoints)")
+        "identity: on the shared small case Post-LN's heat map equals the one simuformer's update draws (same "
+        "block N(x + h A), same statistic and checkpoints): the authors' code and ours compute the same "
+        "numbers, an implementation check", kind="identity")
     out["simuformer_differences"] = claim(
         None, {f"{rule}/{p}": round(float(d.sel(rule=rule, placement_sf=p).max()), 4)
                for rule in d.rule.values for p in d.placement_sf.values},
@@ -89,6 +94,54 @@ def claims(ds: xr.Dataset) -> dict:
         "r' = r sum_k A_k, which with r' = <theta, A> ('model-radius') agrees up to the O(h) difference "
         "of two first-order blocks", kind="observation")
     return out
+
+
+def swap_placements(ds, a="post", b="peri"):
+    """``ds`` with the data of placements ``a`` and ``b`` exchanged (labels kept)."""
+    names = list(ds.placement.values)
+    perm = list(range(len(names)))
+    i, j = names.index(a), names.index(b)
+    perm[i], perm[j] = j, i
+    return ds.isel(placement=perm).assign_coords(placement=names)
+
+
+def _backwards(*names):
+    def f(ds):
+        for v in names:
+            ds[v] = (ds[v].dims, ds[v].values[..., ::-1])
+        return ds
+    return f
+
+
+def _small(alpha):
+    """nGPT's alpha changed, on a configuration cut to what the early-time claim reads (t <= 1)."""
+    def f(cfg):
+        cfg = {**cfg, "alpha": alpha}
+        cfg["eq"] = {**cfg["eq"], "t1": 1.0, "n_save": 5}
+        cfg["heat"] = {**cfg["heat"], "n_beta": 2, "configurations": 1, "t1": 1.0}
+        cfg["sf"] = {**cfg["sf"], "configurations": 1, "betas": [5.0], "t1": 1.0, "checkpoints": 3}
+        return cfg
+    return f
+
+
+DEVIATIONS = (
+    deviation("Post-LN and Peri-LN exchanged", ("peri_fastest_early", "post_ngpt_collapse_exponentially",
+                                                "pre_peri_resist_collapse", "heatmap_post_collapses_pre_peri_resist"),
+              "the runs of Post-LN and Peri-LN attributed to each other (equiangular runs and heat maps): the "
+              "fastest early placement and the one that collapses would then be the other",
+              data=swap_placements),
+    deviation("equiangular runs read backwards", ("peri_fastest_early", "post_ngpt_collapse_exponentially",
+                                                  "pre_peri_resist_collapse"),
+              "the token simulation's rho and r read from t1 down to 0 (the ODE kept): the gaps grow",
+              data=_backwards("rho_simulated", "r_simulated", "rho_spread", "r_spread")),
+    deviation("heat maps read backwards", "heatmap_post_collapses_pre_peri_resist",
+              "the clustered fractions read from the last time down to 0: nothing has clustered at the end",
+              data=_backwards("fraction")),
+    deviation("nGPT alpha = 5", "peri_fastest_early",
+              "nGPT's factor alpha raised from 0.2 to 5: its speed alpha/|A| then exceeds Peri-LN's 1/(r |A|) "
+              "(the configuration cut to t <= 1, what the early-time claim reads)",
+              config=_small(5.0)),
+)
 
 
 @styled

@@ -34,6 +34,11 @@ Otherwise a stand-in: the prompt's UTF-8 bytes as GPT-2's 256 byte tokens (ids 0
 ``bytes_to_unicode`` order), valid GPT-2 ids that decode to the same text, but without the BPE
 merges (one token per byte, so longer than GPT-2's tokenization); ids above 255 decode as ``[id]``.
 
+Claims (:mod:`riemattn.experiments._arxiv_claims`): checked only on GPT-2 XL at the paper's depth, gated
+by ``PAPER_SHAPE``, ``PAPER_PASSES``, ``TABLE3_PASSES``, ``TRAINED_FROM``; the deviations (data only)
+open the gate (any model, one pass, trained-weight claims on the random fixed-weight run) and fail
+them: the passes in reverse order, the first pass repeated (E and greedy output).
+
 References
 ----------
 Rodriguez Abella, Silvestre, Tabuada, "Asymptotic behavior of continuous-time attention" (arXiv
@@ -48,9 +53,12 @@ import os
 import numpy as np
 import xarray as xr
 
-from ._arxiv_claims import (  # noqa: F401  (claims, thresholds: public names of this module)
-    PAPER_PASSES, RISE_TOL, TABLE3_PASSES, TOWARD_0, claims, distinct_fraction, per_pass,
+from . import _arxiv_claims
+from ._arxiv_claims import (  # noqa: F401  (thresholds and helpers: public names of this module)
+    PAPER_PASSES, PAPER_SHAPE, RISE_TOL, TABLE3_PASSES, TOWARD_0, distinct_fraction, first_pass_repeated,
+    passes_reversed, per_pass,
 )
+from ._deviations import deviation
 from ..runs.plotting import styled
 from .icml_gpt import DATA_ATTRS as _ICML_ATTRS
 
@@ -109,6 +117,27 @@ TABLE3_PROMPT = (
 QUICK_OVERRIDES = {"vocab_size": 50257, "n_positions": 1024, "bos_token_id": 50256, "eos_token_id": 50256}
 
 _CITY_VARIANTS = ["random", "random-noff", "redrawn", "redrawn-noff"]
+
+TRAINED_FROM = None  #: without trained weights, decide their claims on this variant's run (None: not checked)
+
+
+def claims(ds: xr.Dataset) -> dict:
+    """:func:`riemattn.experiments._arxiv_claims.claims` gated by this module's constants (read now)."""
+    return _arxiv_claims.claims(ds, paper_shape=PAPER_SHAPE, paper_passes=PAPER_PASSES,
+                                table3_passes=TABLE3_PASSES, trained_from=TRAINED_FROM)
+
+
+#: the size gate opened for the deviations: any model, one pass, trained-weight claims on the random run
+_GATE_OPEN = {"PAPER_SHAPE": None, "PAPER_PASSES": 1, "TABLE3_PASSES": (1,), "TRAINED_FROM": "random"}
+
+DEVIATIONS = (
+    deviation("passes in reverse order", ("fig6/*/decreases-each-pass", "*/toward-consensus"),
+              "E (city and Table 2 prompts) with the passes in reverse order: E grows pass after pass",
+              data=passes_reversed, unlock=_GATE_OPEN),
+    deviation("first pass repeated", ("*/toward-consensus", "table3/more-repetitive"),
+              "E after every later pass, and the greedy output decoded after it, set to pass 1's: looping "
+              "further changes nothing", data=first_pass_repeated, unlock=_GATE_OPEN),
+)
 
 
 def config(quick: bool = False, *, smoke: bool = False, full: bool = False, device: str = "cpu") -> dict:

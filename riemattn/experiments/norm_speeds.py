@@ -24,6 +24,25 @@ Three parts, each from running :func:`riemattn.layernorm` models:
    components) where the model has r' = <theta, A>: with r' = <theta, A> in its code the maps agree
    up to the O(h) difference of the two first-order discretizations.
 
+Claims checked (:mod:`riemattn.experiments._norm_speeds_report`). Paper claims, each with
+deviations of the model or the data under which it fails (``DEVIATIONS``: Post-LN's and Peri-LN's
+runs exchanged; the equiangular runs or the heat maps read backwards in time; nGPT's alpha raised
+to 5):
+
+1. Peri-LN fastest early: at t = 0.25 Peri-LN's rho is the largest of the five placements at every
+   beta (its speed factor 1/(r |A|) exceeds 1, 1/r and alpha/|A| while |A| < 1, spread-out tokens);
+2. Post-LN and nGPT collapse exponentially, at the rates 2 and 2 alpha of the reduction;
+3. Pre-LN and Peri-LN (and Mix-LN after its switch) resist collapse: their gap closes only like
+   r^-2 ~ t^-2;
+4. heat maps: at the last time Post-LN has clustered more than 0.3 more of the pairs (beta-averaged)
+   than Pre-LN and Peri-LN, on random Q^T K and tokens.
+
+Identities (implementation checks, never counted for the verdict): the tokens of the equiangular
+start follow the scalar ODE of the reduction (the symmetric start forces equiangularity and the
+ODE is the model restricted to it), and Post-LN's heat map equals the one simuformer's update draws
+(the same block and statistic computed by two codes). Observation: the differences with simuformer
+per placement and radius rule.
+
 References
 ----------
 N. Karagodin, S. Ge, Y. Polyanskiy, P. Rigollet, "Normalization in attention dynamics",
@@ -203,4 +222,4 @@ def run(config: dict) -> xr.Dataset:
         "threshold": config["threshold"], "t_early": config["t_early"]})
 
 
-from ._norm_speeds_report import claims, plot  # noqa: E402,F401  (the figure and the claims)
+from ._norm_speeds_report import DEVIATIONS, claims, plot  # noqa: E402,F401  (the figure, the claims, the deviations)

@@ -21,18 +21,31 @@ attention of the tokens entering layer t; P^(t) is accumulated in NumPy as the a
 product (the residual of the layer step enters only through the tokens).
 
 Claims checked (the paper's findings, derived from its abstract and the mathematics of P^(t); the
-paper's trained-model experiments are not reproduced):
+paper's trained-model experiments are not reproduced). Paper claims (each with a deviation under
+which it fails: ``DEVIATIONS``):
 
-1. causal bias grows with depth: for every variant min_i [P^(t)]_i1 never decreases (each row of
-   P^(t+1) is a convex combination of rows of P^(t)), and without positions the first position
-   holds the largest share of the last token's cumulative influence at depth T, more than half;
-2. decay within a layer: the last token's mean attention distance sum_j A^(1)_lj (l - j) strictly
-   decreases as the ALiBi slope grows (m = 0 included);
-3. trade-off across depth: the depth at which the first position's share of the last token's
-   influence first exceeds 1/2 grows with the slope (non-decreasing, larger at the largest slope
-   than at m = 0), and is reached within T for every variant (the causal bias still wins);
-4. RoPE keeps the causal bias: with RoPE the first position also reaches more than half of the last
-   token's cumulative influence within T.
+1. causal bias grows with depth: without positions the first position's share [P^(t)]_{l1} of the
+   last token's cumulative influence is larger at depth T than after one layer, and more than half
+   at T. It fails with the causal mask removed (the first token is then no different from the
+   others) and on the layers read backwards;
+2. trade-off across depth: the depth at which the first position's share of the last token's
+   influence first exceeds 1/2 grows with the ALiBi slope (non-decreasing, larger at the largest
+   slope than at m = 0), and is reached within T for every slope (the causal bias still wins). It
+   fails with the causal mask removed (never reached) and with the depths assigned to the slopes in
+   reverse order;
+3. RoPE keeps the causal bias: with RoPE the first position also reaches more than half of the last
+   token's cumulative influence within T. It fails with the causal mask removed.
+
+Identities (implementation checks, never counted for the verdict):
+
+- min_i [P^(t)]_i1 never decreases, every variant (to rounding): each row of P^(t+1) = A^(t+1) P^(t)
+  is a convex combination of rows of P^(t) -- true of any product of row-stochastic matrices;
+- decay within a layer: the last token's mean attention distance sum_j A^(1)_lj (l - j) strictly
+  decreases as the ALiBi slope grows (m = 0 included) -- the bias -m (l - j) tilts the softmax
+  exponentially in the distance, and the mean of the distance under an exponential tilt has
+  derivative -variance < 0 in m.
+
+Configuration key for the deviations: ``mask`` ("causal", the paper's model; "full": no mask).
 
 Observation: the mean attention distance of the first layer with RoPE beside the one without.
 
@@ -50,6 +63,7 @@ import xarray as xr
 from ..dynamics.attention import AttentionField
 from ..runs.plotting import legend_below, styled
 from ..solvers.core.integrate import integrate
+from ._deviations import deviation
 from ._verdict import claim
 
 NAME = "position-bias"
@@ -77,10 +91,10 @@ TAU = 0.25
 
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     if smoke:
-        return {"seed": 97, "tokens": 12, "depth": 80, "probe": 10, "slopes": [0.5, 1.0]}
+        return {"seed": 97, "tokens": 12, "depth": 80, "probe": 10, "slopes": [0.5, 1.0], "mask": "causal"}
     if quick:
-        return {"seed": 97, "tokens": 24, "depth": 150, "probe": 10, "slopes": [0.25, 0.5, 1.0]}
-    return {"seed": 97, "tokens": 32, "depth": 400, "probe": 10, "slopes": [0.125, 0.25, 0.5, 1.0, 2.0]}
+        return {"seed": 97, "tokens": 24, "depth": 150, "probe": 10, "slopes": [0.25, 0.5, 1.0], "mask": "causal"}
+    return {"seed": 97, "tokens": 32, "depth": 400, "probe": 10, "slopes": [0.125, 0.25, 0.5, 1.0, 2.0], "mask": "causal"}
 
 
 def _variants(slopes):
@@ -108,7 +122,7 @@ def run(config: dict) -> xr.Dataset:
     layers = np.arange(T + 1) * TAU
     names, slopes, first, minfirst, profile, layer1, dist, thalf = [], [], [], [], [], [], [], []
     for name, m, kw in _variants(config["slopes"]):
-        field = AttentionField(np.eye(D), mask="causal", normalization="softmax", **kw)
+        field = AttentionField(np.eye(D), mask=config.get("mask", "causal"), normalization="softmax", **kw)
         y = integrate(field, y0, (0.0, T * TAU), "layer", dt=TAU, saveat=layers, engine="numpy").y
         A = np.stack([field.attention(0.0, yt)[0] for yt in y[:-1]])  # A^(t) from the tokens entering t
         P = cumulative(A)
@@ -132,7 +146,7 @@ def run(config: dict) -> xr.Dataset:
             "t_half": ("variant", np.array(thalf)),
         },
         coords={"variant": names, "layer": np.arange(1, T + 1), "position": np.arange(ell)},
-        attrs={"tau": TAU, "beta": 1.0, "d": D, "probe_depth": config["probe"]},
+        attrs={"tau": TAU, "beta": 1.0, "d": D, "probe_depth": config["probe"], "mask": config.get("mask", "causal")},
     )
 
 
@@ -175,20 +189,48 @@ def claims(ds: xr.Dataset) -> dict:
     dist = ds.mean_distance.values[decay][order]
     th = ds.t_half.values[decay][order]
     rope = names.index("rope")
+    grown = float(ds.first_share.values[none, 0])
     return {
-        "causal_bias_grows": claim(bool(drop <= floor and share > 0.5),
-                                   {"largest drop of min_i P_i1": drop, "first share at T (none)": share},
-                                   "min_i [P^(t)]_i1 never decreases (every variant, to rounding); without positions the "
-                                   "first position holds more than half of the last token's influence at T"),
-        "decay_within_layer": claim(bool(np.all(np.diff(dist) < 0)), {"slopes": m[order].tolist(), "mean distance": dist.tolist()},
-                                    "layer 1: the last token's mean attention distance strictly decreases as m grows"),
+        "causal_bias_grows": claim(bool(share > 0.5 and share > grown),
+                                   {"first share after 1 layer (none)": grown, "first share at T (none)": share},
+                                   "causal mask, no positions: the first position's share of the last token's "
+                                   "cumulative influence is larger at T than after one layer, and more than half"),
         "tradeoff_with_depth": claim(bool(np.isfinite(th).all() and np.all(np.diff(th) >= 0) and th[-1] > th[0]),
                                      {"slopes": m[order].tolist(), "t_half": th.tolist()},
                                      "depth at which the first position passes 1/2 of the last token's influence grows "
                                      "with m (non-decreasing, larger at the largest m than at m = 0), reached within T"),
         "rope_keeps_causal_bias": claim(bool(np.isfinite(ds.t_half.values[rope])), float(ds.t_half.values[rope]),
                                         "with RoPE the first position passes 1/2 of the last token's influence within T"),
+        "min_first_never_decreases": claim(
+            bool(drop <= floor), {"largest drop of min_i P_i1": drop},
+            "identity: min_i [P^(t)]_i1 never decreases (every variant, to rounding) -- each row of A^(t+1) P^(t) "
+            "is a convex combination of rows of P^(t), for any row-stochastic A", kind="identity"),
+        "decay_within_layer": claim(
+            bool(np.all(np.diff(dist) < 0)), {"slopes": m[order].tolist(), "mean distance": dist.tolist()},
+            "identity: layer 1, the last token's mean attention distance strictly decreases as m grows -- the "
+            "ALiBi bias tilts the softmax exponentially in the distance (derivative -variance)", kind="identity"),
         "rope_within_layer": claim(None, {"rope": float(ds.mean_distance.values[rope]),
                                           "none": float(ds.mean_distance.values[none])},
                                    "layer-1 mean attention distance of the last token, RoPE vs none", kind="observation"),
     }
+
+
+def _alibi_reversed(ds):
+    t = ds.t_half.values.copy()
+    alibi = [i for i, n in enumerate(ds.variant.values) if str(n).startswith("alibi") or str(n) == "none"]
+    t[alibi] = t[alibi][::-1]
+    return t
+
+
+DEVIATIONS = (
+    deviation("causal mask removed", ("causal_bias_grows", "tradeoff_with_depth", "rope_keeps_causal_bias"),
+              "the same tokens and variants with full attention: the first position is no longer the only one "
+              "every token sees, so nothing pulls the cumulative influence onto it",
+              config=lambda c: {**c, "mask": "full"}),
+    deviation("layers read backwards", "causal_bias_grows",
+              "the first position's share read from depth T down to depth 1",
+              data=lambda ds: ds.assign(first_share=(ds.first_share.dims, ds.first_share.values[:, ::-1]))),
+    deviation("slopes permuted", "tradeoff_with_depth",
+              "the depths t_half of the ALiBi variants assigned to the slopes in reverse order",
+              data=lambda ds: ds.assign(t_half=("variant", _alibi_reversed(ds)))),
+)

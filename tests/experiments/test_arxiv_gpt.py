@@ -168,6 +168,50 @@ def test_claims_are_checked_at_the_papers_size():
     assert c["table3/more-repetitive"]["status"] == "not checked at this size"
 
 
+def _small_gpt_ds(e_per_layer, L):
+    """icml-gpt's combined data for one model with E given per layer (2 prompts, one variant)."""
+    E = np.stack([np.asarray(e_per_layer)] * 2)[None, None]
+    n = E.shape[-1]
+    return xr.Dataset(
+        {"E": (("model", "variant", "prompt", "layer"), E), "E_residual": (("model", "variant", "prompt", "layer"), E),
+         "n_layer": ("model", [L]), "passes": ("model", [(n - 1) // L])},
+        coords={"model": ["gpt2-small"], "variant": ["random"]})
+
+
+def test_looped_gpt_deviations_open_the_gate_and_fail_the_claims():
+    """With the size gate open (the deviations' unlock), icml-gpt's toward-0 and arxiv-gpt's Figure 6
+    claims are decided on small data: E falling to 1 % over 4 passes of 2 blocks is reproduced,
+    and each declared deviation (passes in reverse order, first pass repeated) makes it fail."""
+    from riemattn.experiments._deviations import claims_at_size, deviated_claims, names_claim
+
+    icml = get("icml-gpt")
+    ds = _small_gpt_ds(np.geomspace(1.0, 0.01, 9), L=2)
+    assert icml.claims(ds)["gpt2-small/random/toward-0"]["status"] == "not checked at this size"
+    for dev in icml.DEVIATIONS:
+        assert claims_at_size(icml, ds, dev.unlock)["gpt2-small/random/toward-0"]["status"] == "reproduced"
+        assert deviated_claims(icml, dev, ds, {})["gpt2-small/random/toward-0"]["status"] == "not reproduced"
+    np.testing.assert_array_equal(icml.passes_reversed_index(3, 10), [0, 7, 8, 9, 4, 5, 6, 1, 2, 3])
+
+    L, P = 2, 4
+    layer = np.arange(P * L + 1)
+    falling = np.geomspace(1.0, 0.01, P * L + 1)
+    city = np.stack([falling] * 4)
+    ds = xr.Dataset(
+        {"E_city": (("variant", "layer"), city), "E_table2": (("prompt", "layer"), np.stack([falling] * 5)),
+         "greedy_ids": (("decode_pass", "token_t3"), np.stack([np.arange(10), np.zeros(10, int)]))},
+        coords={"variant": arxiv_gpt._CITY_VARIANTS, "layer": layer, "decode_pass": [1, P]})
+    ds.attrs.update(n_layer=L, d_model=32, passes=P, model="gpt2-tiny", trained_found=0,
+                    trained_missing="trained weights not found locally (x)", table3_weights="random (fixed)",
+                    table3_decoded=json.dumps(["a", "b"]))
+    assert arxiv_gpt.claims(ds)["fig6/trained/toward-consensus"]["status"] == "not checked at this size"
+    for dev in arxiv_gpt.DEVIATIONS:
+        base = claims_at_size(arxiv_gpt, ds, dev.unlock)
+        got = deviated_claims(arxiv_gpt, dev, ds, {})
+        named = [k for k, c in base.items() if c["kind"] == "paper" and names_claim(dev, k)]
+        assert named and all(base[k]["status"] == "reproduced" for k in named), {k: base[k]["status"] for k in named}
+        assert all(got[k]["status"] == "not reproduced" for k in named), {k: got[k]["status"] for k in named}
+
+
 # ------------------------------------------------------------------------------ --full / --device
 
 def test_full_sizes_and_device_in_the_configuration():
