@@ -32,7 +32,7 @@ __all__ = ["Bias", "alibi", "as_bias"]
 
 
 class Bias:
-    """A bias part: :meth:`array` gives the additive bias for l tokens at time t.
+    """A bias part: ``array(l)`` gives the additive bias for l tokens at time t.
 
     Parameters
     ----------
@@ -40,7 +40,7 @@ class Bias:
         ``rule(i, j)`` (or ``rule(t, i, j)`` when ``time_dependent``) on index arrays ``i`` (l, 1)
         and ``j`` (1, l), returning an array broadcasting to (l, l) or (h, l, l); or a fixed array.
     name : str, optional
-        What :func:`repr` shows.
+        What ``repr`` shows.
     time_dependent : bool, default False
         Whether ``rule`` takes the time first.
     """

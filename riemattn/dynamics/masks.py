@@ -37,14 +37,14 @@ __all__ = ["Mask", "full", "causal", "window", "prefix", "as_mask"]
 
 
 class Mask:
-    """A mask part: :meth:`array` gives the boolean admissibility for l tokens.
+    """A mask part: ``array(l)`` gives the boolean admissibility for l tokens.
 
     Parameters
     ----------
     rule : callable (i, j) -> bool array, or array_like of bool, shape (l, l) or (h, l, l)
         The rule, evaluated on index arrays ``i`` (l, 1) and ``j`` (1, l); or a fixed array.
     name : str
-        What :func:`repr` shows (e.g. ``"window(4)"``).
+        What ``repr`` shows (e.g. ``"window(4)"``).
     builtin : str, optional
         ``"full"`` or ``"causal"`` for the two masks every engine runs.
     """

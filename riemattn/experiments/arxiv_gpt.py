@@ -34,7 +34,7 @@ Otherwise a stand-in: the prompt's UTF-8 bytes as GPT-2's 256 byte tokens (ids 0
 ``bytes_to_unicode`` order), valid GPT-2 ids that decode to the same text, but without the BPE
 merges (one token per byte, so longer than GPT-2's tokenization); ids above 255 decode as ``[id]``.
 
-Claims (:mod:`riemattn.experiments._arxiv_claims`): checked only on GPT-2 XL at the paper's depth, gated
+Claims (``riemattn.experiments._arxiv_claims``): checked only on GPT-2 XL at the paper's depth, gated
 by ``PAPER_SHAPE``, ``PAPER_PASSES``, ``TABLE3_PASSES``, ``TRAINED_FROM``; the deviations (data only)
 open the gate (any model, one pass, trained-weight claims on the random fixed-weight run) and fail
 them: the passes in reverse order, the first pass repeated (E and greedy output).

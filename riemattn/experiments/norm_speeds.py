@@ -24,7 +24,7 @@ Three parts, each from running :func:`riemattn.layernorm` models:
    components) where the model has r' = <theta, A>: with r' = <theta, A> in its code the maps agree
    up to the O(h) difference of the two first-order discretizations.
 
-Claims checked (:mod:`riemattn.experiments._norm_speeds_report`). Paper claims, each with
+Claims checked (``riemattn.experiments._norm_speeds_report``). Paper claims, each with
 deviations of the model or the data under which it fails (``DEVIATIONS``: Post-LN's and Peri-LN's
 runs exchanged; the equiangular runs or the heat maps read backwards in time; nGPT's alpha raised
 to 5):
