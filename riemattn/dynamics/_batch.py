@@ -105,7 +105,8 @@ def take(field, index, batch_shape: tuple):
     ``batch_shape`` (its array beta and per-trajectory P, U taken along; ``field`` itself when it
     has none)."""
     scalar_beta = isinstance(field.beta, float)
-    if scalar_beta and not field.weights_batch:
+    per_context = getattr(field, "context", None) is not None and field.context.ndim > 2
+    if scalar_beta and not field.weights_batch and not per_context:
         return field
     new = copy.copy(field)
     new.__dict__.pop("_twin", None)
@@ -118,12 +119,15 @@ def take(field, index, batch_shape: tuple):
         new._U = None if field._U is None else field._U.take(index, batch_shape)
         new.weights_batch = (new._P.shape if new._P.batch else new._U.shape)[:1]
         new._set_columns()
+    if per_context:  # one cross-attention context per trajectory (riemattn.dynamics._parts)
+        from ._parts import take_context
+        new.context = take_context(field, index, batch_shape)
     # converted copies of the per-trajectory constants belong to the whole batch
     new._consts = {k: v for k, v in field._consts.items() if k[0] not in _PER_TRAJECTORY}
     return new
 
 
-_PER_TRAJECTORY = ("beta_flat", "Pcols", "Ucols")
+_PER_TRAJECTORY = ("beta_flat", "Pcols", "Ucols", "context")
 
 
 def _take_beta(field, index, batch_shape):

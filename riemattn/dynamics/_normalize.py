@@ -99,7 +99,7 @@ def configure(field, tie_rtol, iters, tol, on_nonconvergence="warn") -> None:
 def other_weights(field, S, t, y):
     """(E, r) of the field's hardmax or Sinkhorn normalisation of its scores S at (t, y)."""
     overflow = lambda: field._overflow(t, y)  # noqa: E731
-    n = y.shape[-2]
+    n = S.shape[-1]  # the keys (the tokens, or a cross-attention context)
     tril = None if field.mask == "full" else field._causal(n, S) if field.mask == "causal" else admissible(field, n, S)
     if field.normalization == "hardmax":
         return hardmax_weights(S, tril, field.tie_rtol, overflow)
@@ -140,10 +140,11 @@ def sigmoid_weights(S, tril, n: int, overflow):
 
 
 def centred(f, A, Uy, hU: int):
-    """Flat space: sum_eta sum_j alpha_ij U_eta (y_j - y_i) from f_i = sum_eta sum_j alpha_ij U_eta y_j,
-    A[..., i, (j, eta)] and Uy[..., (j, eta), :] (the attention field's mixing layout)."""
+    """Flat space: sum_eta sum_j alpha_ij U_eta (k_j - y_i) from f_i = sum_eta sum_j alpha_ij U_eta k_j,
+    A[..., i, (j, eta)] and the queries' Uy[..., (i, eta), :] (the attention field's mixing layout; the
+    keys k are the tokens, or a cross-attention context)."""
     n = A.shape[-2]
-    rows = A.reshape(tuple(A.shape[:-1]) + (n, hU)).sum(-2)  # (..., i, eta): sum_j alpha_ij^eta
+    rows = A.reshape(tuple(A.shape[:-1]) + (A.shape[-1] // hU, hU)).sum(-2)  # (..., i, eta): sum_j alpha_ij^eta
     Uyi = Uy.reshape(tuple(Uy.shape[:-2]) + (n, hU, Uy.shape[-1]))
     return f - namespace(f).einsum("...ie,...ied->...id", rows, Uyi)
 

@@ -1,29 +1,43 @@
-"""The mask, bias and update parts of an attention field (private helper of the attention field).
+"""The mask, bias, update and context parts of an attention field (private helper of the attention field).
 
 :mod:`riemattn.dynamics.masks` and :mod:`riemattn.dynamics.biases` define the parts; here they are
 checked against the field (heads, manifold) and laid out for the scores ``S[..., i, eta, j]``.
+
+Cross-attention (``context=C``, C of shape (m, d) or (..., m, d), finite): the queries are the
+moving tokens y_i, the keys and values the fixed c_j::
+
+    s_ij = beta y_i^T P_eta c_j,   f_i = sum_eta sum_j alpha_ij^eta U_eta c_j,
+
+the normalization over the m keys ("mean": 1 / m; "sigmoid": the bias -log m), on a manifold the
+tangent projection of f_i at y_i, on flat space ``update="centred"`` sum alpha U (c_j - y_i) or
+``"uncentred"`` sum alpha U c_j. The context is data, not a state: it does not move (an encoder's
+output). Batch axes of C broadcast against the tokens' batch, one context per trajectory, like
+per-trajectory weights (taken along by the adaptive loop's compaction). With a context: mask "full"
+only, no bias, ALiBi, RoPE or Sinkhorn (positions and masks relate a query to keys of the same
+sequence); NumPy engine.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._backend import constant
-from .._validation import check_choice
+from .._backend import constant, to_numpy
+from .._validation import as_float_array, check_choice, check_finite
 from ..errors import ValidationError
 from .biases import as_bias
 from .masks import as_mask
 
-__all__ = ["UPDATES", "configure_parts", "admissible", "bias_scores"]
+__all__ = ["UPDATES", "configure_parts", "admissible", "bias_scores", "keys", "take_context"]
 
 #: "centred": sum_j alpha_ij U (y_j - y_i) on flat space (the tangent update on a manifold);
 #: "uncentred": sum_j alpha_ij U y_j on flat space (Sinkformers' x' = K W_V x, the SAN layer).
 UPDATES = ("centred", "uncentred")
 
 
-def configure_parts(field, mask, bias, update) -> None:
-    """Set ``field.mask`` ("full", "causal" or a Mask), ``field.bias`` (None or a Bias) and
-    ``field.centred``; ``field._P.h`` and ``field.flat`` already set."""
+def configure_parts(field, mask, bias, update, context=None) -> None:
+    """Set ``field.mask`` ("full", "causal" or a Mask), ``field.bias`` (None or a Bias),
+    ``field.centred`` and ``field.context`` (None or a read-only array (..., m, d)); ``field._P``,
+    ``field.flat``, ``field.normalization``, ``field.alibi`` and ``field.rope`` already set."""
     part = as_mask(mask) if not isinstance(mask, str) else None
     if isinstance(mask, str):
         check_choice(mask, "mask", ("full", "causal"))  # the old message for a bad string
@@ -42,7 +56,48 @@ def configure_parts(field, mask, bias, update) -> None:
                               "ellipsoid the update is projected on the tangent space, which already removes "
                               "the component along y_i.")
     field.centred = update == "centred"
+    field.context = None
+    if context is not None:
+        C = np.array(check_finite(as_float_array(context, "context"), "context"))  # a copy, read-only
+        d = field._P.shape[-1]
+        if C.ndim < 2 or C.shape[-1] != d or C.shape[-2] < 1:
+            raise ValidationError(f"context must have shape (m, {d}) or (..., m, {d}) with m >= 1 keys, got {C.shape}.")
+        others = [what for what, on in (("mask", field.mask != "full"), ("bias", field.bias is not None),
+                                        ("alibi", field.alibi is not None), ("rope", field.rope is not None),
+                                        ("normalization='sinkhorn'", field.normalization == "sinkhorn")) if on]
+        if others:
+            raise ValidationError(f"context (cross-attention) does not combine with {', '.join(others)}: masks and "
+                                  "positions relate a query to keys of its own sequence; use mask='full'.")
+        C.setflags(write=False)
+        field.context = C
 
+
+def keys(field, y):
+    """The keys and values: the tokens y themselves, or the context broadcast to y's batch (and kind)."""
+    C = field.context
+    if C is None:
+        return y
+    C = constant(field._consts, "context", C, y)
+    batch = tuple(y.shape[:-2])
+    try:
+        if np.broadcast_shapes(tuple(C.shape[:-2]), batch) != batch:
+            raise ValueError
+    except ValueError:
+        raise ValidationError(f"context of shape {tuple(field.context.shape)} does not broadcast against the tokens' "
+                              f"batch shape {batch} (its leading axes are one context per trajectory).") from None
+    if type(C) is np.ndarray:
+        return np.broadcast_to(C, batch + tuple(C.shape[-2:]))
+    return C.broadcast_to(batch + tuple(C.shape[-2:]))
+
+
+def take_context(field, index, batch_shape):
+    """A per-trajectory context broadcast to ``batch_shape``, flattened and taken at ``index``."""
+    C = field.context
+    if C is None or C.ndim == 2:
+        return C
+    out = np.broadcast_to(C, tuple(batch_shape) + C.shape[-2:]).reshape((-1,) + C.shape[-2:])[np.asarray(to_numpy(index))]
+    out.setflags(write=False)
+    return out
 
 def _layout(B: np.ndarray) -> np.ndarray:
     """(l, l) -> [i, 1, j]; (h, l, l) -> [i, eta, j]."""

@@ -25,7 +25,7 @@ from .._backend import constant, device_of, namespace, requires_grad, size, to_n
 from . import _batch
 from ._heads import HeadMatrices, bmm, stack_columns
 from ._normalize import HARDMAX_RTOL, SINKHORN_ITERS, SINKHORN_TOL, centred, configure, other_weights
-from ._parts import admissible, bias_scores, configure_parts
+from ._parts import admissible, bias_scores, configure_parts, keys
 from ._positional import alibi_bias, check_alibi, check_rope, rope_scores
 from ._softmax import overflow_message, rescaled_scores, weights, weights_device
 from .._validation import check_beta_batch, check_choice, check_flag, check_points, check_real, check_rescaled, check_times
@@ -108,6 +108,8 @@ class AttentionField(_CheckedField):
         Added to the scores after beta (``riemattn.dynamics.biases``; ALiBi: ``biases.alibi(m)``).
     update : {"centred", "uncentred"}, default "centred"
         ``W="flat"`` only: "uncentred" is sum_j alpha_ij U_eta y_j instead of U_eta (y_j - y_i).
+    context : array_like, shape (m, d) or (..., m, d), optional
+        Cross-attention: keys and values from the fixed c_j (``riemattn.dynamics._parts``).
 
     Notes
     -----
@@ -130,7 +132,7 @@ class AttentionField(_CheckedField):
     def __init__(self, P, U=None, *, W=None, mask="full", normalization="paper", beta=1.0,
                  time_vectorized=None, rescaled=False, tie_rtol=HARDMAX_RTOL, sinkhorn_iters=SINKHORN_ITERS,
                  sinkhorn_tol=SINKHORN_TOL, on_nonconvergence="warn", alibi=None, rope=None, rope_key=None,
-                 bias=None, update="centred"):
+                 bias=None, update="centred", context=None):
         self.normalization = check_choice(normalization, "normalization", NORMALIZATIONS + OTHER_NORMALIZATIONS)
         self.beta = check_beta_batch(beta)
         self.rescaled = check_rescaled(rescaled, None if normalization == "mean" else f"{normalization=}", self.beta)
@@ -154,14 +156,14 @@ class AttentionField(_CheckedField):
         self.flat = isinstance(W, str) and W == "flat"
         self.manifold = Euclidean(d) if self.flat else manifold_for(W, d, f"P of shape {self._P.shape[-2:]}")
         self.W = None if W is None or self.flat else self.manifold.W
-        configure_parts(self, mask, bias, update)
         self.h = max(self._P.h, hU)
-        configure(self, tie_rtol, sinkhorn_iters, sinkhorn_tol, on_nonconvergence)
         self.alibi = check_alibi(alibi, self._P.h)
         self.rope, self.rope_key = check_rope(rope, rope_key, d, self._P.h)
+        configure_parts(self, mask, bias, update, context)
+        configure(self, tie_rtol, sinkhorn_iters, sinkhorn_tol, on_nonconvergence)
         # closed_form: whether the closed-form Jacobians of riemattn.dynamics.jacobians apply
         self.closed_form = (self.normalization in NORMALIZATIONS and self.alibi is None and self.rope is None
-                            and not self.flat and self.mask in MASKS and self.bias is None)
+                            and not self.flat and self.mask in MASKS and self.bias is None and self.context is None)
         # a scalar beta is folded into constant P; an array beta scales the scores per trajectory
         self._bscale = self.beta if isinstance(self.beta, float) and not self.rescaled else 1.0
         const = self._P.const
@@ -203,11 +205,8 @@ class AttentionField(_CheckedField):
         return np.broadcast_to(Ut, Ut.shape[:-3] + (self.h,) + Ut.shape[-2:])
 
     def _check_y(self, y) -> np.ndarray:
-        """Public calls: real finite tokens (..., l, d) with l >= 1 (any leading axes, even empty).
-
-        Tokens off the manifold are accepted: every method is the ambient extension of its
-        formula (what ambient ODE solvers such as SciPy's evaluate at their stage points).
-        """
+        """Public calls: real finite tokens (..., l, d), l >= 1 (any leading axes, even empty); off the
+        manifold too (each method is the ambient extension of its formula, as ambient solvers need)."""
         if (type(y) is np.ndarray and y.dtype == np.float64 and y.ndim >= 2 and y.shape[-1] == self.d
                 and y.shape[-2] and math.isfinite(np.add.reduce(y, axis=None))):
             return y  # the common case, ~2 us (NaN/inf propagate into the sum; on an overflow, the full check)
@@ -248,11 +247,11 @@ class AttentionField(_CheckedField):
             yP = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * h, self.d))
         else:  # one P per trajectory
             yP = self._mm(y, cols).reshape(batch + (n * h, self.d))
-        return self._mm(yP, yT, "S").reshape(batch + (n, h, n))
+        return self._mm(yP, yT, "S").reshape(batch + (n, h, yT.shape[-1]))
 
     def _scores(self, t, y: np.ndarray) -> np.ndarray:
-        """S[..., i, eta, j] = y_i^T beta P_eta(t) y_j."""
-        yT = y.swapaxes(-1, -2)
+        """S[..., i, eta, j] = y_i^T beta P_eta(t) k_j, k the keys: y, or the context (cross-attention)."""
+        yT = keys(self, y).swapaxes(-1, -2)
         batch = tuple(y.shape[:-2])
         n = y.shape[-2]
         if batch != self._batch_ok:
@@ -293,7 +292,7 @@ class AttentionField(_CheckedField):
     def _weights(self, t, y: np.ndarray):
         """(E, r): alpha = E * r[..., None] ("paper", "softmax"), or E when r is None (see _softmax)."""
         S = self._scores(t, y)
-        n = y.shape[-2]
+        n = S.shape[-1]  # the keys (the tokens, or the context)
         if self.normalization in OTHER_NORMALIZATIONS:
             return other_weights(self, S, t, y)
         scale = np.sqrt(self.d) if self.normalization == "paper" else 1.0
@@ -321,7 +320,7 @@ class AttentionField(_CheckedField):
         """Attention matrices alpha_ij^eta(t, y), shape (..., h, l, l)."""
         y = self._check_y(y)
         xp = namespace(y)
-        shape = tuple(y.shape[:-2]) + (self.h,) + tuple(y.shape[-2:-1]) * 2
+        shape = tuple(y.shape[:-2]) + (self.h, y.shape[-2], keys(self, y).shape[-2])
         if size(y) == 0:
             return xp.zeros(shape, dtype=y.dtype, device=device_of(y))
         A = self._attention(t, y).swapaxes(-2, -3)
@@ -329,11 +328,8 @@ class AttentionField(_CheckedField):
         return np.array(A) if type(A) is np.ndarray else A.contiguous()  # a copy (A holds a work buffer)
 
     def update(self, t, y) -> np.ndarray:
-        """The un-normalised attention update f_i = sum_eta sum_j alpha_ij^eta U_eta y_j, shape (..., l, d).
-
-        One transformer layer is ``pi_W(y + tau * update(t, y))`` (the ``"layer"`` stepper); the
-        field is its tangent part, ``(I - y_i y_i^T W) f_i``.
-        """
+        """The un-normalised attention update f_i = sum_eta sum_j alpha_ij^eta U_eta y_j, shape (..., l, d):
+        one layer is ``pi_W(y + tau * update(t, y))`` ("layer"), the field its tangent part (I - y_i y_i^T W) f_i."""
         y = self._check_y(y) if self._checked else y
         return self._update(t, y) if size(y) else namespace(y).zeros_like(y)
 
@@ -347,8 +343,8 @@ class AttentionField(_CheckedField):
             elif type(E) is not np.ndarray:
                 A = (E * r[..., None]).sum(-2) if E.shape[-2] > 1 else E[..., 0, :] * r
             else:  # normalise and sum over heads in one pass
-                A = np.einsum("...ihj,...ih->...ij", E, r, out=self._buffer("A", E.shape[:-3] + (n, n)))
-            f = self._mm(A, y)
+                A = np.einsum("...ihj,...ih->...ij", E, r, out=self._buffer("A", E.shape[:-3] + (n, E.shape[-1])))
+            f = self._mm(A, keys(self, y))
             return f - A.sum(-1)[..., None] * y if self.flat and self.centred else f  # flat: sum_j alpha_ij (y_j - y_i)
         A = self._attention(t, y)  # (..., l, hP, l)
         batch = tuple(y.shape[:-2])
@@ -356,18 +352,21 @@ class AttentionField(_CheckedField):
             cols = self._const("Ucols", self._Ucols, y)
         else:
             cols = stack_columns(self._U.at(t, batch, y).swapaxes(-1, -2))
-        hU = cols.shape[-1] // self.d
+        hU, kv = cols.shape[-1] // self.d, keys(self, y)
+        m = kv.shape[-2]
         # rows (j, eta)
         if cols.ndim == 2:
-            Uy = self._mm(y.reshape(-1, self.d), cols).reshape(batch + (n * hU, self.d))
+            Uy = self._mm(kv.reshape(-1, self.d), cols).reshape(batch + (m * hU, self.d))
         else:
-            Uy = self._mm(y, cols).reshape(batch + (n * hU, self.d))
+            Uy = self._mm(kv, cols).reshape(batch + (m * hU, self.d))
         if A.shape[-2] != hU:  # one U shared by the P heads: sum their attention; one P shared by U heads
             xp = namespace(A)
-            A = xp.sum(A, axis=-2, keepdims=True) if hU == 1 else xp.broadcast_to(A, tuple(A.shape[:-2]) + (hU, n))
-        A = A.swapaxes(-1, -2).reshape(tuple(A.shape[:-3]) + (n, n * hU))  # columns (j, eta)
+            A = xp.sum(A, axis=-2, keepdims=True) if hU == 1 else xp.broadcast_to(A, tuple(A.shape[:-2]) + (hU, m))
+        A = A.swapaxes(-1, -2).reshape(tuple(A.shape[:-3]) + (n, m * hU))  # columns (j, eta)
         f = self._mm(A, Uy)
-        return centred(f, A, Uy, hU) if self.flat and self.centred else f
+        if not (self.flat and self.centred):
+            return f
+        return centred(f, A, Uy if kv is y else self._mm(y, cols).reshape(batch + (n * hU, self.d)), hU)
 
     def drive(self, t, y) -> np.ndarray:
         """Deprecated alias of :meth:`update` (the name used before version 0.2)."""
@@ -395,5 +394,7 @@ class AttentionField(_CheckedField):
 
 def _positions(f) -> str:
     out = "".join(f", {k}={v.tolist()}" for k, v in (("alibi", f.alibi), ("rope", f.rope)) if v is not None)
-    return out + (f", bias={f.bias!r}" if f.bias is not None else "") + ("" if f.centred else ", update='uncentred'")
+    out += f", bias={f.bias!r}" if f.bias is not None else ""
+    out += f", context of shape {f.context.shape}" if f.context is not None else ""
+    return out + ("" if f.centred else ", update='uncentred'")
 

@@ -235,3 +235,106 @@ def test_every_attention_part_is_drawn():
     assert set(ra.biases.__all__) - helpers <= set(BIAS_PARTS), set(ra.biases.__all__) - helpers - set(BIAS_PARTS)
     for make in (*MASK_PARTS.values(), *BIAS_PARTS.values()):
         make()  # each registered part builds
+
+
+# ---------------------------------------------------------------------------------------------
+# cross-attention: keys and values from a fixed context
+# ---------------------------------------------------------------------------------------------
+def cross_reference(y, C, P, U, beta, normalization, flat, centred):
+    l, d = y.shape
+    m = C.shape[0]
+    out = np.zeros_like(y)
+    for eta in range(P.shape[0]):
+        for i in range(l):
+            s = [beta * (y[i] @ P[eta] @ C[j]) for j in range(m)]
+            if normalization in ("softmax", "paper"):
+                top = max(s)
+                z = sum(math.exp(v - top) for v in s) * (math.sqrt(d) if normalization == "paper" else 1)
+                a = [math.exp(v - top) / z for v in s]
+            elif normalization == "mean":
+                a = [math.exp(v) / m for v in s]
+            elif normalization == "sigmoid":
+                a = [1.0 / (1.0 + math.exp(-(v - math.log(m)))) for v in s]
+            else:
+                top = max(s)
+                M = [j for j in range(m) if s[j] >= top - 2.0**-40 * max(abs(v) for v in s)]
+                a = [1.0 / len(M) if j in M else 0.0 for j in range(m)]
+            Ue = U[eta] if U.shape[0] > 1 else U[0]
+            for j in range(m):
+                out[i] += a[j] * (Ue @ (C[j] - y[i]) if flat and centred else Ue @ C[j])
+    if not flat:
+        out -= np.einsum("ia,ia->i", y, out)[:, None] * y
+    return out
+
+
+@pytest.mark.parametrize("normalization, space, values", list(itertools.product(
+    ["softmax", "paper", "mean", "sigmoid", "hardmax"], ["sphere", "flat", "uncentred"], ["identity", "matrices"])))
+def test_cross_attention_matches_the_reference(normalization, space, values):
+    rng = np.random.default_rng(abs(hash((normalization, space, values))) % 2**32)
+    h, d, m = 2, 3, 7
+    P = rng.normal(size=(h, d, d))
+    U = np.eye(d)[None] if values == "identity" else rng.normal(size=(h, d, d))
+    y, C = rng.normal(size=(L, d)), rng.normal(size=(m, d))
+    if space == "sphere":
+        y /= np.linalg.norm(y, axis=1, keepdims=True)
+    field = ra.AttentionField(P, None if values == "identity" else U, W=None if space == "sphere" else "flat",
+                              normalization=normalization, beta=0.8, context=C,
+                              update="uncentred" if space == "uncentred" else "centred")
+    want = cross_reference(y, C, P, U, 0.8, normalization, space != "sphere", space == "flat")
+    np.testing.assert_allclose(field(0.0, y), want, rtol=0, atol=64 * m * h * EPS * 10 * max(1, np.abs(U).max()))
+    assert field.attention(0.0, y).shape == (h, L, m)
+
+
+def test_the_tokens_as_their_own_context_are_self_attention():
+    """At one instant, cross-attention with c = y (a copy) is self-attention: the same formulas."""
+    rng = np.random.default_rng(10)
+    y = rng.normal(size=(3, L, 3))
+    y /= np.linalg.norm(y, axis=-1, keepdims=True)
+    P, U = rng.normal(size=(2, 3, 3)), rng.normal(size=(2, 3, 3))
+    for norm in ("softmax", "paper", "mean", "sigmoid"):
+        self_ = ra.AttentionField(P, U, normalization=norm)
+        for b in range(3):
+            cross = ra.AttentionField(P, U, normalization=norm, context=y[b].copy())
+            np.testing.assert_allclose(cross(0.0, y[b]), self_(0.0, y[b]), rtol=0, atol=1e-14)
+
+
+def test_one_context_per_trajectory_through_an_adaptive_solve():
+    """Batched contexts (one per trajectory) ride along the adaptive loop's compaction: the batch's
+    solution equals each trajectory solved alone with its own context."""
+    rng = np.random.default_rng(11)
+    y0 = rng.normal(size=(3, 4, 3))
+    y0 /= np.linalg.norm(y0, axis=-1, keepdims=True)
+    C = rng.normal(size=(3, 5, 3)) * np.array([0.2, 1.0, 3.0])[:, None, None]  # different stiffness: steps differ
+    field = ra.AttentionField(np.eye(3), context=C, normalization="softmax", beta=2.0)
+    sol = ra.integrate(field, y0, (0.0, 2.0), "dopri5", rtol=1e-10, atol=1e-10)
+    assert sol.success and len(set(sol.per_trajectory.n_steps.tolist())) > 1  # compaction happened
+    for b in range(3):
+        alone = ra.integrate(ra.AttentionField(np.eye(3), context=C[b], normalization="softmax", beta=2.0),
+                             y0[b], (0.0, 2.0), "dopri5", rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(sol.y[-1, b], alone.y[-1], rtol=0, atol=1e-13)
+    with pytest.raises(UnsupportedByEngine, match="cross-attention"):
+        ra.integrate(field, y0, (0.0, 1.0), "dopri5", engine="compiled")
+    with pytest.raises(RiemattnError, match="context"):
+        field(0.0, y0[:2])  # three contexts, two trajectories
+
+
+def test_cross_attention_on_torch_tensors():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(12)
+    y = rng.normal(size=(2, L, 3))
+    field = ra.AttentionField(rng.normal(size=(2, 3, 3)), rng.normal(size=(3, 3)), W="flat", context=rng.normal(size=(5, 3)))
+    got = field(0.0, torch.as_tensor(y))
+    np.testing.assert_allclose(got.numpy(), field(0.0, y), rtol=0, atol=64 * EPS * 10)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(context=np.ones((5, 4))), "context"),
+    (dict(context=np.full((5, 3), np.nan)), "context"),
+    (dict(context=np.ones((0, 3))), "context"),
+    (dict(context=np.ones((5, 3)), mask="causal"), "mask"),
+    (dict(context=np.ones((5, 3)), alibi=0.5), "alibi"),
+    (dict(context=np.ones((5, 3)), normalization="sinkhorn"), "sinkhorn"),
+])
+def test_bad_context_is_named(kw, match):
+    with pytest.raises(RiemattnError, match=match):
+        ra.AttentionField(np.eye(3), **kw)

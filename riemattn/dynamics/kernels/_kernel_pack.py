@@ -297,6 +297,8 @@ def pack_field(field, y_shape) -> KernelPack:
         _unsupported(f"mask={field.mask!r}", " (its kernels cover 'full' and 'causal')")
     if getattr(field, "bias", None) is not None:
         _unsupported(f"bias={field.bias!r}", " (a bias part runs on the NumPy engine)")
+    if getattr(field, "context", None) is not None:
+        _unsupported(f"cross-attention (a context of shape {field.context.shape})")
     if field.flat:
         _unsupported("an attention field on flat space (W='flat')")
     return _pack_attention(field, batch, l, d, ln)
