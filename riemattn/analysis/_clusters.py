@@ -36,7 +36,9 @@ def cluster_count(y, tol: float, *, method: str = "components") -> np.ndarray:
 
     ``method="components"`` (default): clusters are the connected components of this graph
     (single linkage: a chain of close tokens is one cluster), counted with SciPy's
-    ``scipy.sparse.csgraph.connected_components`` on one block-diagonal graph of the whole batch.
+    ``scipy.sparse.csgraph.connected_components`` on one block-diagonal graph of the whole batch;
+    above 4096 tokens, on a grid of cells of side tol / sqrt(d) with a k-d tree, in O(l) memory
+    (``riemattn.analysis._clusters._components_grid``; the same count).
 
     ``method="rank"``: the rank of the l x l 0/1 matrix A_ij = [|y_i - y_j| <= tol], singular
     values above sigma_max l eps(float32) counted -- the count of GLPR's published code
@@ -84,6 +86,8 @@ def cluster_count(y, tol: float, *, method: str = "components") -> np.ndarray:
             s = np.abs(np.linalg.eigvalsh(A))  # A is symmetric: its singular values
             counts[a:a + step] = np.sum(s > s.max(axis=-1, keepdims=True) * l * _RANK_RTOL_EPS, axis=-1)
         return counts.reshape(batch)
+    if l > _GRID_L:  # many tokens: no l x l distances
+        return np.array([_components_grid(Y[k], tol) for k in range(m)], dtype=np.int64).reshape(batch)
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -95,6 +99,69 @@ def cluster_count(y, tol: float, *, method: str = "components") -> np.ndarray:
     _, labels = connected_components(graph, directed=True, connection="weak")
     _, first = np.unique(labels, return_index=True)  # the first token of each component
     return np.bincount(first // l, minlength=m).astype(np.int64).reshape(batch)
+
+
+#: Above this many tokens ``method="components"`` finds the clusters on a grid (:func:`_components_grid`):
+#: O(l) memory instead of pdist's l (l - 1) / 2 distances (4096 tokens: 67 MB of distances).
+_GRID_L = 4096
+
+
+def _components_grid(Y, tol) -> int:
+    """Connected components of the graph |y_i - y_j| <= tol of one configuration Y (l, d), without
+    the l x l distances.
+
+    Cells of side s = tol / sqrt(d) (integer coordinates floor(y / s)): two tokens of one cell are
+    within tol, so each cell is connected. Two cells are joined when some pair of their tokens is
+    within tol; such a pair puts their first tokens (the representatives) within 3 tol, so the
+    candidate cell pairs come from a k-d tree of the representatives (scipy's cKDTree,
+    ``query_pairs(3 tol)``) and each candidate is checked on its tokens' distances (computed as
+    pdist does). The components of the cells' graph are SciPy's ``connected_components``. Memory
+    and time grow with l and the number of candidate pairs, not l^2: 1e5 tokens on S^2 in ~3 s.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    l, d = Y.shape
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        grid = np.floor(Y / (tol / np.sqrt(d))) if tol > 0 else None
+    if grid is None or not np.all(np.abs(grid) < 2.0**62):  # tol 0, or tiny against |y|: cells of equal tokens
+        _, cell = np.unique(Y, axis=0, return_inverse=True)
+    else:
+        _, cell = np.unique(grid.astype(np.int64), axis=0, return_inverse=True)
+    cell = cell.ravel()
+    k = int(cell.max()) + 1
+    if tol == 0 or k == 1:
+        return k
+    order = np.argsort(cell, kind="stable")
+    starts = np.searchsorted(cell[order], np.arange(k + 1))
+    pairs = cKDTree(Y[order[starts[:-1]]]).query_pairs(3.0 * tol, output_type="ndarray")
+    a, b = pairs[:, 0], pairs[:, 1]
+    na, nb = starts[a + 1] - starts[a], starts[b + 1] - starts[b]
+    small = na * nb <= 256
+    keep = [np.zeros((0, 2), dtype=np.int64)]
+    if small.any():  # every token pair of the small cell pairs at once
+        pa, pb, sa, sb = a[small], b[small], na[small], nb[small]
+        cnt = sa * sb
+        first = np.cumsum(cnt) - cnt
+        pid = np.repeat(np.arange(pa.size), cnt)
+        off = np.arange(int(cnt.sum())) - first[pid]
+        ia, ib = order[starts[pa][pid] + off // sb[pid]], order[starts[pb][pid] + off % sb[pid]]
+        acc = np.zeros(ia.size)
+        for c in range(d):  # squares summed in the order of the coordinates, as pdist does
+            t = Y[ia, c] - Y[ib, c]
+            acc += t * t
+        near = np.minimum.reduceat(np.sqrt(acc), first) <= tol
+        keep.append(np.stack([pa[near], pb[near]], axis=-1))
+    for x, z in zip(a[~small], b[~small]):  # large cells: a k-d tree of one against the other
+        A, B = Y[order[starts[x]:starts[x + 1]]], Y[order[starts[z]:starts[z + 1]]]
+        dist, near = cKDTree(A).query(B, k=1, distance_upper_bound=2.0 * tol)
+        hit = np.isfinite(dist)  # B's tokens with an A token close by: their distance as pdist computes it
+        if hit.any() and np.sqrt(((A[near[hit]] - B[hit]) ** 2).sum(-1)).min() <= tol:
+            keep.append(np.array([[x, z]]))
+    keep = np.concatenate(keep)
+    graph = coo_matrix((np.ones(len(keep), dtype=np.int8), (keep[:, 0], keep[:, 1])), shape=(k, k))
+    return int(connected_components(graph, directed=False)[0])
 
 
 #: Up to this many tokens the links of a batch are computed at once; above, one configuration at

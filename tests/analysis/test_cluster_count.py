@@ -139,3 +139,54 @@ def test_critical_point_clusters_label_by_first_appearance():
     np.testing.assert_array_equal(critical_points.clusters(x, 1e-5), [0, 1, 1, 0, 2, 1])
     chain = _chain(30, 1e-6, d=2)
     np.testing.assert_array_equal(critical_points.clusters(chain, 1.5e-6), np.zeros(30, int))
+
+
+# ---------------------------------------------------------------------------------------------
+# many tokens: the grid path (issue 57, item 4), O(l) memory
+# ---------------------------------------------------------------------------------------------
+def _configs(rng, l, d):
+    u = rng.standard_normal((l, d))
+    yield "uniform", u / np.linalg.norm(u, axis=1, keepdims=True)
+    c = rng.standard_normal((7, d))
+    yield "clusters", c[rng.integers(7, size=l)] + 1e-3 * rng.standard_normal((l, d))
+    yield "chain", np.outer(np.arange(l) * 0.01, np.ones(d) / np.sqrt(d)) + 1e-4 * rng.standard_normal((l, d))
+    yield "duplicates", np.repeat(rng.standard_normal((l // 4, d)), 4, axis=0)[rng.permutation(l // 4 * 4)]
+
+
+@pytest.mark.parametrize("d", [2, 3, 8])
+def test_grid_components_agree_with_the_distance_matrix(d):
+    """The grid's count equals the pdist graph's (every distance computed), on uniform, clustered,
+    chain-like and duplicated tokens, tol from 0 to beyond the diameter."""
+    from riemattn.analysis._clusters import _components_grid
+
+    rng = np.random.default_rng(d)
+    for name, Y in _configs(rng, 600, d):
+        for tol in (0.0, 1e-300, 1e-4, 1e-2, 0.05, 0.3, 100.0):
+            want = int(cluster_count(Y, tol))  # 600 tokens: the pdist path
+            assert _components_grid(Y, tol) == want, (name, tol)
+
+
+def test_many_tokens_take_the_grid_path_in_linear_memory():
+    """20 000 tokens: pdist would hold 2e8 distances (1.6 GB); the grid path stays within a few MB of
+    NumPy arrays (tracemalloc counts NumPy's allocations), and its count equals the graph of every
+    pair within tol found by scipy's k-d tree (an independent reference)."""
+    import tracemalloc
+
+    from scipy.sparse import coo_matrix
+    from scipy.spatial import cKDTree
+    from scipy.sparse.csgraph import connected_components
+
+    rng = np.random.default_rng(1)
+    l, tol = 20_000, 0.02
+    y = rng.standard_normal((l, 3))
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    tracemalloc.start()
+    got = int(cluster_count(y, tol))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # the arrays are O(l): tokens, cells, candidate pairs (~30 per token at this density) -- 100 bytes a
+    # token and pair is ~60 MB; the l x l distances would be 1.6 GB
+    assert peak < 64e6, peak
+    pairs = cKDTree(y).query_pairs(tol, output_type="ndarray")  # reference: scipy's k-d tree over all pairs
+    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(l, l))
+    assert got == connected_components(graph, directed=False)[0]
