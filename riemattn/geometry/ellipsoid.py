@@ -21,7 +21,7 @@ from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 
 from .._backend import constant, is_torch, requires_grad
-from .._validation import check_flag, check_int, check_spd
+from .._validation import check_flag, check_memory, check_size, check_spd
 from ..errors import ValidationError
 from ._fast import _FastMixin, check_chart_dim
 from .metrics import EllipsoidMetric
@@ -154,7 +154,8 @@ class Ellipsoid(_FastMixin, LevelSet):
         global RNG (``gs.random.seed``) like Hypersphere.random_uniform; squeezed when
         ``n_samples == 1``.
         """
-        n_samples = check_int(n_samples, "n_samples", 1)
+        n_samples = check_size(n_samples, "n_samples", 1)
+        check_memory((n_samples, self.ambient_dim), "n_samples")
         return self._from_sphere(self._sphere().random_uniform(n_samples))
 
     def random_point(self, n_samples=1, bound=1.0):
@@ -171,7 +172,8 @@ class Ellipsoid(_FastMixin, LevelSet):
         """
         import geomstats.backend as gs
 
-        n_samples = check_int(n_samples, "n_samples", 1)
+        n_samples = check_size(n_samples, "n_samples", 1)
+        check_memory((n_samples, self.ambient_dim), "n_samples")
         if base_point is not None:
             base_point = self.check_point(base_point, "base_point")
             if n_samples > 1 and base_point.ndim > 1 and n_samples != len(base_point):

@@ -27,7 +27,8 @@ from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 
 from .._backend import dot_last, namespace
-from .._validation import as_float_array, check_finite, check_flag, check_int, check_nonzero_tokens, check_points, check_spd
+from .._validation import (as_float_array, check_finite, check_flag, check_memory, check_nonzero_tokens,
+                           check_points, check_size, check_spd)
 from ..errors import ValidationError
 from ._fast import ATOL, _FastMixin, check_chart_dim, same_kind
 from .ellipsoid import Ellipsoid
@@ -42,7 +43,8 @@ class Sphere(_FastMixin, Hypersphere):
     Parameters
     ----------
     dim : int
-        Dimension n of the sphere; points have shape ``(..., dim + 1)``.
+        Dimension n of the sphere; points have shape ``(..., dim + 1)``. At most 2**31 - 1, and
+        geomstats' (dim + 1, dim + 1) metric matrix must fit in memory (ValidationError otherwise).
 
     Notes
     -----
@@ -51,7 +53,8 @@ class Sphere(_FastMixin, Hypersphere):
     """
 
     def __init__(self, dim: int, equip: bool = True):
-        dim = check_int(dim, "dim", 1, " (the sphere S^dim lives in R^(dim+1))")
+        dim = check_size(dim, "dim", 1, what=" (the sphere S^dim lives in R^(dim+1))")
+        check_memory((dim + 1, dim + 1), "dim")  # geomstats builds the (dim+1, dim+1) metric matrix
         super().__init__(dim, intrinsic=False, equip=check_flag(equip, "equip"))
 
     @staticmethod
@@ -82,7 +85,9 @@ class Sphere(_FastMixin, Hypersphere):
 
     def random_uniform(self, n_samples=1):
         """Uniform points on the sphere, shape (n_samples, dim + 1) (geomstats' global RNG; squeezed for 1)."""
-        return super().random_uniform(check_int(n_samples, "n_samples", 1))
+        n_samples = check_size(n_samples, "n_samples", 1)
+        check_memory((n_samples, self.dim + 1), "n_samples")
+        return super().random_uniform(n_samples)
 
     # geomstats' charts of the circle and the 2-sphere, refused in other dimensions
     def angle_to_extrinsic(self, point_angle):
@@ -119,7 +124,8 @@ class Euclidean(_GsEuclidean):
     Parameters
     ----------
     dim : int
-        d, the dimension of the space; points have shape ``(..., dim)``.
+        d, the dimension of the space; points have shape ``(..., dim)``. At most 2**31 - 1, and
+        geomstats' (dim, dim) metric matrix must fit in memory (ValidationError otherwise).
 
     Notes
     -----
@@ -130,7 +136,8 @@ class Euclidean(_GsEuclidean):
     """
 
     def __init__(self, dim: int, equip: bool = True):
-        dim = check_int(dim, "dim", 1, " (the space R^dim)")
+        dim = check_size(dim, "dim", 1, what=" (the space R^dim)")
+        check_memory((dim, dim), "dim")  # geomstats builds the (dim, dim) metric matrix
         super().__init__(dim, equip=check_flag(equip, "equip"))
 
     @property
@@ -203,7 +210,9 @@ class Euclidean(_GsEuclidean):
 
     def random_uniform(self, n_samples=1):
         """Points uniform in the cube [-1, 1]^dim, shape (n_samples, dim) (geomstats' global RNG)."""
-        return self.random_point(check_int(n_samples, "n_samples", 1))
+        n_samples = check_size(n_samples, "n_samples", 1)
+        check_memory((n_samples, self.dim), "n_samples")
+        return self.random_point(n_samples)
 
     def __repr__(self) -> str:
         return f"Euclidean({self.dim})"
