@@ -209,7 +209,7 @@ def _finish(out):
     return out
 
 
-def run_guarded(call, seconds=TIME_LIMIT):
+def run_guarded(call, seconds=None):
     """``(result, exception)`` of ``call()`` under the time limit, warnings silenced."""
     import warnings
 

@@ -35,7 +35,9 @@ import fnmatch
 import inspect
 import json
 import os
+import pathlib
 import sys
+import time
 import zlib
 
 import numpy as np
@@ -261,6 +263,8 @@ def test_bad_input(name):
     if isinstance(exc, ImportError) or "is not installed" in str(exc):  # an extra missing: the core install
         pytest.skip(f"optional dependency missing: {exc}")
     why = cat.mutated(passed, snaps)
+    if why is None and isinstance(exc, ValueError) and "read-only" in str(exc):
+        why = f"writes into a read-only argument: {type(exc).__name__}: {exc}"
     assert why is None, f"{name}: the valid call changes its input ({why}); work on a copy"
     assert exc is None, f"{name}: the valid call fails ({type(exc).__name__}: {exc}); fix its example in tests/_sweep_valid.py"
     failures = []
@@ -330,3 +334,91 @@ def test_a_raw_error_is_reported(monkeypatch):
         test_bad_input("riemattn.fake.leaky")
     assert "y = <negative>: raw (numpy.linalg.LinAlgError: Matrix is not positive definite)" in str(info.value)
     assert "y = <nan>: nan (NaN in the result)" in str(info.value)
+
+
+def _overwrites(y):
+    """Planted defect: writes into its argument in place (NumPy refuses on the sweep's read-only copy)."""
+    y[..., 0] = 0.0
+    return y
+
+
+def _unlocks_and_overwrites(y):
+    """Planted defect: makes its argument writeable again, then changes it (found by the comparison)."""
+    y.setflags(write=True)
+    y *= 2.0
+    return y
+
+
+@pytest.mark.parametrize("plant, detail", [
+    (_overwrites, "writes into a read-only argument: ValueError: assignment destination is read-only"),
+    (_unlocks_and_overwrites, "argument y mutated: changed by up to 1"),
+])
+def test_a_mutated_input_is_reported(monkeypatch, plant, detail):
+    """Issue 58: a callable that changes an array it was given fails the sweep ("mutated"), in the
+    valid call already (both ways: a write into the read-only copy, or a change behind its back)."""
+    monkeypatch.setitem(CALLABLES, "riemattn.fake.mutates", (None, plant))
+    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))
+    monkeypatch.setattr(sys.modules[__name__], "VERDICTS", collections.Counter())
+    monkeypatch.setattr(sys.modules[__name__], "RECORD", None)
+    monkeypatch.setitem(cat.VALID, "y", lambda: np.eye(3))
+    with pytest.raises(AssertionError) as info:
+        test_bad_input("riemattn.fake.mutates")
+    message = str(info.value)
+    if plant is _overwrites:  # NumPy stops the write
+        assert ("the valid call changes its input (writes into a read-only argument: ValueError: assignment "
+                "destination is read-only)") in message
+        got = cat.outcome(lambda: plant(cat.freeze(np.eye(3))), ("y",), "nan")
+    else:  # the comparison finds it
+        assert "the valid call changes its input (argument y mutated: changed by up to 1)" in message
+        y = cat.freeze(np.eye(3))
+        got = cat.outcome(lambda: plant(y), ("y",), "nan", watched={"y": y})
+    assert got.verdict == "mutated" and got.detail.startswith(detail), got
+
+
+def test_a_hang_is_reported(monkeypatch):
+    """Issue 58: a call that runs past the time limit fails the sweep ("hang"), the limit lowered to
+    0.2 s here (5 s in the sweep) for a callable that sleeps 30 s on a NaN."""
+    import _sweep_guard
+
+    def sleeps_on_nan(y):
+        if np.isnan(np.asarray(y, dtype=float)).any():
+            time.sleep(30)
+        return float(np.sum(y))
+
+    monkeypatch.setattr(_sweep_guard, "TIME_LIMIT", 0.2)
+    monkeypatch.setitem(CALLABLES, "riemattn.fake.sleeps_on_nan", (None, sleeps_on_nan))
+    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))
+    monkeypatch.setattr(sys.modules[__name__], "VERDICTS", collections.Counter())
+    monkeypatch.setattr(sys.modules[__name__], "RECORD", None)
+    monkeypatch.setitem(cat.VALID, "y", lambda: np.eye(3))
+    start = time.perf_counter()
+    with pytest.raises(AssertionError) as info:
+        test_bad_input("riemattn.fake.sleeps_on_nan")
+    assert "y = <nan>: hang (longer than 0.2 s)" in str(info.value)
+    assert time.perf_counter() - start < 10  # the sleep was cut short
+
+
+def test_a_hang_in_compiled_code_ends_the_process():
+    """Issue 58: compiled code that never returns to Python (the alarm cannot interrupt it) is ended
+    by the faulthandler backstop, with the stacks of its threads: a numba loop that spins forever,
+    under a limit of 0.2 s and a backstop of 1 s (60 s in the sweep)."""
+    import subprocess
+
+    code = (
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "import numba, numpy as np, _sweep_guard as g\n"
+        "g.BACKSTOP = 1.0\n"
+        "@numba.njit(cache=False)\n"
+        "def spin(a):\n"
+        "    while a[0] == 0.0:\n"
+        "        a[1] += 1.0\n"
+        "a = np.zeros(2); spin(np.ones(2))  # compiled outside the limit\n"
+        "with g.time_limit(0.2):\n"
+        "    spin(a)\n"
+        "print('returned')\n"
+    )
+    root = pathlib.Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "returned" not in proc.stdout
+    line = code.splitlines().index("    spin(a)") + 1  # the stack dumped names the call that hung
+    assert "Timeout (0:00:01.200000)!" in proc.stderr and f"line {line} in <module>" in proc.stderr, proc.stderr
