@@ -30,7 +30,7 @@ from .._backend import dot_last, namespace
 from .._validation import (as_float_array, check_finite, check_flag, check_memory, check_nonzero_tokens,
                            check_points, check_size, check_spd)
 from ..errors import ValidationError
-from ._fast import ATOL, _FastMixin, check_chart_dim, same_kind
+from ._fast import ATOL, RAW, _FastMixin, check_broadcast, check_chart_dim, same_kind, unfit
 from .ellipsoid import Ellipsoid
 from .metrics import EllipsoidMetric, SphereMetric
 
@@ -158,10 +158,16 @@ class Euclidean(_GsEuclidean):
     @staticmethod
     def inner(x, y):
         """Euclidean inner product over the last axis; shape (...)."""
-        return dot_last(x, y)
+        try:
+            return dot_last(x, y)
+        except RAW as exc:  # after the failure only: InputTypeError naming x and y
+            raise unfit("Euclidean.inner", None, exc, x=x, y=y) from exc
 
     def norm(self, x):
-        return namespace(x).sqrt(self.inner(x, x))
+        try:
+            return namespace(x).sqrt(self.inner(x, x))
+        except RAW as exc:
+            raise unfit("Euclidean.norm", self.dim, exc, x=x) from exc
 
     @staticmethod
     def tangent(y, v):
@@ -184,6 +190,7 @@ class Euclidean(_GsEuclidean):
             raise ValidationError(f"method must be 'projection' or 'exp', got {method!r}.")
         x, v = same_kind(check_points(point, "point", self, on_manifold=False, min_axes=1),
                          check_points(tangent_vec, "tangent_vec", self, on_manifold=False, min_axes=1))
+        check_broadcast([x, v], ["point", "tangent_vec"])
         return x + v
 
     def vector_transport(self, point, tangent_vec, vector, method: str = "projection"):
@@ -191,6 +198,7 @@ class Euclidean(_GsEuclidean):
         z = self.retraction(point, tangent_vec, method)
         u = check_points(vector, "vector", self, on_manifold=False, min_axes=1)
         z, u = same_kind(z, u)
+        check_broadcast([z, u], ["point + tangent_vec", "vector"])
         return u + 0.0 * z
 
     @staticmethod
