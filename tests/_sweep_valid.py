@@ -126,6 +126,8 @@ VALID = {
     "index": lambda: (),
     "batch_shape": lambda: (),
     "max_steps": lambda: 2000,
+    "slots": lambda: 2,
+    "variances": lambda: np.array([0.5, 1.0]),
     # options and objects
     "name": lambda: "an-event",
     "label": lambda: "p",

@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import constant, convert, dot_last, is_torch, namespace, size
-from .._validation import ON_MANIFOLD_ATOL, _describe, as_float_array, check_nonnegative, check_nonzero_tokens, check_points
+from .._validation import (ON_MANIFOLD_ATOL, _describe, as_float_array, check_nonnegative, check_nonzero_tokens,
+                           check_points, check_size)
 from ..errors import InputTypeError, ValidationError
 
 #: Default absolute tolerance of ``belongs`` / ``is_tangent`` (geomstats uses 1e-12).
@@ -63,6 +64,14 @@ def unfit(where: str, d, exc, **args) -> InputTypeError:
     return InputTypeError(
         f"{where} (an unchecked fast primitive) takes real arrays of shape (..., {'d' if d is None else d}), "
         f"all NumPy or all tensors, whose leading axes broadcast; got {got} ({type(exc).__name__}: {exc}).")
+
+
+def check_frame_args(space, y, slots):
+    """O(1) checks of a Lie frame's arguments (see ``lie_frame``): InputTypeError / ValidationError naming them."""
+    check_size(slots, "slots", 1, 64)
+    if not (isinstance(y, np.ndarray) or is_torch(y)) or y.ndim < 2 or y.shape[-1] != space.ambient_dim:
+        raise InputTypeError(f"y must be an array or tensor of tokens (..., l, {space.ambient_dim}), got "
+                             f"{_describe(y)}.")
 
 
 def check_chart_dim(space, dim: int, method: str):
@@ -159,9 +168,13 @@ class _FastMixin:
         return np.abs(self.inner(base_point, vector)) <= check_nonnegative(atol, "atol")
 
     def lie_frame(self, y, slots: int):
-        """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
+        """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators.
+
+        Once per step: ``slots`` is checked (an int in [1, 64]), ``y`` only for its kind and last axis
+        (values unchecked, as the fast primitives: NaN tokens give NaN, which integrate reports)."""
         from .groups import OWFrame
 
+        check_frame_args(self, y, slots)
         return OWFrame(self, y, slots)
 
     # --- argument checks ----------------------------------------------------------------------

@@ -30,7 +30,7 @@ from .._backend import dot_last, namespace
 from .._validation import (as_float_array, check_finite, check_flag, check_memory, check_nonzero_tokens,
                            check_points, check_size, check_spd)
 from ..errors import ValidationError
-from ._fast import ATOL, RAW, _FastMixin, check_broadcast, check_chart_dim, same_kind, unfit
+from ._fast import ATOL, RAW, _FastMixin, check_broadcast, check_chart_dim, check_frame_args, same_kind, unfit
 from .ellipsoid import Ellipsoid
 from .metrics import EllipsoidMetric, SphereMetric
 
@@ -211,9 +211,11 @@ class Euclidean(_GsEuclidean):
         return check_points(point, "point", self, on_manifold=False, min_axes=1)
 
     def lie_frame(self, y, slots: int):
-        """The translation action for one Lie-group step (exponentials are sums)."""
+        """The translation action for one Lie-group step (exponentials are sums); the arguments are
+        checked as by :meth:`Sphere.lie_frame` (O(1): kind, last axis, ``slots`` in [1, 64])."""
         from .groups import TranslationFrame
 
+        check_frame_args(self, y, slots)
         return TranslationFrame(y)
 
     def random_uniform(self, n_samples=1):
