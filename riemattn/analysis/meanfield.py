@@ -314,8 +314,12 @@ class CircleDensity:
 
     # --- stationary states ----------------------------------------------------------------------
     def potential(self, rho) -> np.ndarray:
-        """Phi[rho] with v = dPhi/dtheta (up to a constant), shape (..., N)."""
-        r = np.fft.rfft(self._check_rho(rho, "rho"), axis=-1)
+        """Phi[rho] with v = dPhi/dtheta (up to a constant), shape (..., N); rho >= 0 (a density: SA's
+        log Z is NaN otherwise, so negative values raise ValidationError)."""
+        rho = self._check_rho(rho, "rho")
+        if np.any(rho < 0):
+            raise ValidationError(f"rho must be a density (>= 0 on the grid), got a minimum of {float(rho.min())!r}.")
+        r = np.fft.rfft(rho, axis=-1)
         if self.beta == 0.0:
             return np.fft.irfft(math.pi * (self.k == 1) * r, n=self.N, axis=-1)  # int cos(theta - theta') rho
         Z = np.fft.irfft(self._den * r, n=self.N, axis=-1)
