@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 from numbers import Integral, Real
 
 import numpy as np
@@ -9,8 +11,6 @@ import numpy as np
 from ._backend import is_torch, namespace, requires_grad, size, to_numpy
 from .errors import InputTypeError, ValidationError
 from ._precision import ON_MANIFOLD_ATOL, ROUNDING_FACTOR, dtype_eps, manifold_atol, token_atol  # noqa: F401
-
-
 
 
 def _describe(value) -> str:
@@ -107,14 +107,45 @@ def as_token_array(value, name: str):
     return value if value.is_floating_point() else value.to(dtype=namespace(value).float64)
 
 
-
-def check_int(value, name: str, minimum: int | None = None, what: str = "") -> int:
-    """An integer (Python or NumPy, not bool; else InputTypeError) >= ``minimum`` (else ValidationError)."""
+def check_int(value, name: str, minimum: int | None = None, what: str = "", maximum: int | None = None) -> int:
+    """An integer (Python or NumPy, not bool; else InputTypeError) >= ``minimum`` and <= ``maximum``
+    (else ValidationError)."""
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise InputTypeError(f"{name}{what} must be an integer, got {_describe(value)}.")
     if minimum is not None and value < minimum:
         raise ValidationError(f"{name}{what} must be >= {minimum}, got {int(value)}.")
+    if maximum is not None and value > maximum:
+        raise ValidationError(f"{name}{what} must be <= {maximum}, got {int(value)}.")
     return int(value)
+
+
+#: The largest value of a size parameter (a dimension, a number of tokens, samples, modes, terms,
+#: iterations): 2**31 - 1, NumPy's index range on every platform. Arrays built from sizes must
+#: also fit in memory (:func:`check_memory`).
+MAX_SIZE = 2**31 - 1
+
+
+def check_size(value, name: str, minimum: int = 0, maximum: int = MAX_SIZE, what: str = "") -> int:
+    """A size: an integer in ``[minimum, maximum]`` (InputTypeError / ValidationError naming the bound)."""
+    return check_int(value, name, minimum, what, maximum)
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not POSIX: a bound of 1 TiB
+        return 2**40
+
+
+def check_memory(shape, name: str, itemsize: int = 8) -> None:
+    """Refuse, before allocating it, an array of ``shape`` (entries of ``itemsize`` bytes) larger than
+    the machine's physical memory; the ValidationError names ``name`` (the parameter(s) it comes from)."""
+    need = math.prod(int(s) for s in shape) * itemsize
+    have = _memory_bytes()
+    if need > have:
+        raise ValidationError(
+            f"{name} asks for an array of shape {tuple(int(s) for s in shape)} ({need / 2**30:.3g} GiB), more "
+            f"than this machine's memory ({have / 2**30:.3g} GiB); smaller sizes.")
 
 
 def check_real(value, name: str) -> float:
@@ -133,6 +164,20 @@ def check_real(value, name: str) -> float:
 def check_times(t, name: str = "t") -> np.ndarray:
     """A time or an array of times: real (InputTypeError otherwise) and finite (ValidationError)."""
     return check_finite(as_float_array(t, name), name)
+
+
+def check_time(t, name: str = "t"):
+    """A field's time (a real number, or an array or tensor of them: one per trajectory), real
+    (InputTypeError) and finite (ValidationError), returned unchanged; integrate's twins skip it."""
+    if type(t) is float:  # the common case, O(1)
+        if not math.isfinite(t):
+            raise ValidationError(f"{name} must be a finite real number, got {t!r}.")
+        return t
+    if is_torch(t) or np.ndim(t):
+        check_times(t, name)
+    else:
+        check_real(t, name)
+    return t
 
 
 def check_finite(arr: np.ndarray, name: str) -> np.ndarray:

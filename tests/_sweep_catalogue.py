@@ -8,7 +8,8 @@
   default when that is not None. A parameter with neither has no example: the sweep fails and
   says to add its name to :data:`VALID`.
 * :func:`bad_values` derives the bad values of a parameter from the type of its valid example.
-* :func:`run_guarded` calls under a SIGALRM time limit and :func:`outcome` classifies the result.
+* :func:`run_guarded` calls under the time limit of tests/_sweep_guard.py and :func:`outcome`
+  classifies the result (a changed argument is ``mutated``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import dataclasses
 import importlib
 import inspect
 import pkgutil
-import signal
 import time
 
 import numpy as np
@@ -26,10 +26,13 @@ import numpy as np
 import riemattn as ra
 from riemattn.errors import RiemattnError
 
+from _sweep_guard import TIME_LIMIT, Hang, freeze, mutated, snapshot, time_limit  # noqa: F401 (re-exported)
 from _sweep_valid import FREE_TEXT, VALID, VALID_AT
 
-#: Seconds one call may take before it counts as a hang (the issue's bound).
-TIME_LIMIT = 5.0
+#: A huge integer (a size, an order, a number of samples or steps) and a tiny positive float (a
+#: step, a tolerance): work beyond memory or max_steps must be refused before it starts (issue 58).
+HUGE = 10**30
+TINY = 1e-300
 
 
 # ------------------------------------------------------------------------------------------------
@@ -143,8 +146,10 @@ def bad_values(value, pname: str):
     """``[(kind, value)]`` derived from the valid example ``value`` of the parameter ``pname``.
 
     kinds: wrong_type, nan, inf, -inf, negative, 1e300, empty, wrong_rank (a trailing axis),
-    flattened, float32, float16, tensor, non_integer, unknown_option; ``batch`` (a leading axis of
-    2 here and of 3 on the other array parameters) is added by the sweep itself.
+    flattened, float32, float16, tensor, non_integer, unknown_option, huge (an integer 10**30: a
+    size, an order, a count of steps; issue 58) and tiny (a float 1e-300: a step, a tolerance);
+    ``batch`` (a leading axis of 2 here and of 3 on the other array parameters) is added by the
+    sweep itself.
     """
     return [(kind, bad) for kind, bad in _bad_values(value, pname) if not (kind == "tensor" and bad is None)]
 
@@ -154,11 +159,11 @@ def _bad_values(value, pname):
         return [("wrong_type", "yes"), ("non_bool", 2)]
     if isinstance(value, (int, np.integer)):
         return [("wrong_type", "abc"), ("nan", float("nan")), ("inf", float("inf")),
-                ("non_integer", 2.5), ("negative", -1 - int(value)), ("1e300", 1e300)]
+                ("non_integer", 2.5), ("negative", -1 - int(value)), ("1e300", 1e300), ("huge", HUGE)]
     if isinstance(value, (float, np.floating)):
         v = float(value)
         return [("wrong_type", "abc"), ("nan", float("nan")), ("inf", float("inf")), ("-inf", -float("inf")),
-                ("negative", -abs(v) - 1.0), ("1e300", 1e300), ("wrong_rank", np.full(2, v)),
+                ("negative", -abs(v) - 1.0), ("1e300", 1e300), ("tiny", TINY), ("wrong_rank", np.full(2, v)),
                 ("float32", np.float32(v)), ("tensor", _torch(v))]
     if isinstance(value, str):
         return [("wrong_type", 3.0)] + ([] if pname in FREE_TEXT else [("unknown_option", "no-such-option")])
@@ -176,7 +181,10 @@ def _bad_values(value, pname):
         # the last entry made bad (a 1-tuple becomes (nan,): (value[0], nan)[:1] was the valid value)
         return [("wrong_type", "abc"), ("nan", value[:-1] + (float("nan"),)),
                 ("inf", value[:-1] + (float("inf"),)), ("negative", tuple(-abs(v) - 1 for v in value)),
-                ("empty", ()), ("wrong_rank", value + value), ("tensor", _torch(value))]
+                ("empty", ()), ("wrong_rank", value + value), ("tensor", _torch(value))] + (
+            [("huge", value[:-1] + (HUGE,))] if isinstance(value[-1], int) else [("tiny", value[:-1] + (TINY,))])
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return [("wrong_type", "abc"), ("huge", value[:-1] + [HUGE])]
     if callable(value) and not inspect.isclass(value):
         return [("wrong_type", "abc")]
     return [("wrong_type", "abc")]
@@ -191,26 +199,6 @@ MUST_REJECT = {"wrong_type", "nan", "inf", "-inf", "non_integer", "non_bool", "u
 # ------------------------------------------------------------------------------------------------
 # running and classifying
 # ------------------------------------------------------------------------------------------------
-class Hang(BaseException):
-    """Raised by the alarm: a BaseException, so that no ``except Exception`` in the code swallows it."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds=TIME_LIMIT):
-    """Raise :class:`Hang` in the block when it runs longer than ``seconds`` (Python-level code)."""
-
-    def handler(signum, frame):
-        raise Hang(f"longer than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _finish(out):
     """Lazy results are made to do their work: a context manager is entered, a strategy drawn."""
     if isinstance(out, contextlib.AbstractContextManager) and hasattr(out, "gen"):
@@ -221,7 +209,7 @@ def _finish(out):
     return out
 
 
-def run_guarded(call, seconds=TIME_LIMIT):
+def run_guarded(call, seconds=None):
     """``(result, exception)`` of ``call()`` under the time limit, warnings silenced."""
     import warnings
 
@@ -261,7 +249,7 @@ def has_nan(out, depth=0) -> bool:
 class Outcome:
     """What one (callable, parameter, kind) call gave: ``verdict`` and a one-line ``detail``."""
 
-    verdict: str  # clear | result | unclear | raw | hang | nan | accepted
+    verdict: str  # clear | result | unclear | raw | hang | mutated | nan | accepted
     detail: str = ""
     seconds: float = 0.0
 
@@ -270,13 +258,21 @@ class Outcome:
         return self.verdict in ("clear", "result")
 
 
-def outcome(call, names, kind, constrained=False):
-    """Classify ``call()``: ``names`` are the parameter names a clear error may name."""
+def outcome(call, names, kind, constrained=False, watched=None):
+    """Classify ``call()``: ``names`` are the parameter names a clear error may name; ``watched``
+    ({name: value passed}, arrays read-only by :func:`freeze`) must hold the same data after it."""
+    watched = watched or {}
+    snaps = {name: snapshot(value) for name, value in watched.items()}
     start = time.perf_counter()
     out, exc = run_guarded(call)
     took = time.perf_counter() - start
     if isinstance(exc, Hang):
         return Outcome("hang", str(exc), took)
+    why = mutated(watched, snaps)
+    if why is not None:
+        return Outcome("mutated", why, took)
+    if isinstance(exc, ValueError) and "read-only" in str(exc) and not isinstance(exc, RiemattnError):
+        return Outcome("mutated", f"writes into a read-only argument: {type(exc).__name__}: {exc}", took)
     if isinstance(exc, RiemattnError):
         msg = str(exc)
         if any(n in msg for n in names):

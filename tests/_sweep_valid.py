@@ -125,6 +125,9 @@ VALID = {
     "hi": lambda: 3.0,
     "index": lambda: (),
     "batch_shape": lambda: (),
+    "max_steps": lambda: 2000,
+    "slots": lambda: 2,
+    "variances": lambda: np.array([0.5, 1.0]),
     # options and objects
     "name": lambda: "an-event",
     "label": lambda: "p",
@@ -173,7 +176,10 @@ VALID = {
 }
 
 #: Optional parameters passed in every call (the valid one too) when the callable has them.
-PINNED = {"base_point"}
+#: ``max_steps``: the documented bound on the work of every solve (integrate, integrate_sde,
+#: CircleDensity.solve, cluster_staircase, ...), pinned low so that a tiny step or tolerance
+#: (1e-300) shows the bound within the sweep's time limit rather than after 10^6 steps (issue 58).
+PINNED = {"base_point", "max_steps"}
 
 VALID_AT = {
     ("potential", "x"): lambda: YW.copy(),
@@ -244,6 +250,7 @@ VALID_AT = {
     ("check_riemannian_gradient", "metric"): lambda: None,
     ("hemisphere_points", "min_margin"): lambda: 1e-3,
     ("WeightedClusterField", "n"): lambda: 5,
+    ("cluster_staircase", "theta0"): lambda: np.array([0.1, 0.7, 2.0, 3.0]),  # within one half-turn (documented)
 }
 
 #: Instances whose public methods are swept, where the constructor's valid call does not give a

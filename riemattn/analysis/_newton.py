@@ -57,6 +57,7 @@ def newton_search(x0, beta, *, max_iter: int = 100, gtol: float = 1e-14, max_ste
     Parameters
     ----------
     x0 : array_like, shape (..., n, d), on the sphere
+        The starts; not modified (the search works on a copy).
     beta : float, >= 0
     max_iter : int
     gtol : float
@@ -88,7 +89,8 @@ def newton_search(x0, beta, *, max_iter: int = 100, gtol: float = 1e-14, max_ste
     beta = check_beta(beta)
     rescaled = check_rescaled(rescaled)
     x = check_token_array(x0, "x0")  # real, finite, (..., n, d): then on the sphere of that d
-    x = np.asarray(check_points(x, "x0", Sphere(max(x.shape[-1] - 1, 1))), dtype=float)
+    # a copy: the iterations write into x (x0 itself is never changed, and may be read-only)
+    x = np.array(check_points(x, "x0", Sphere(max(x.shape[-1] - 1, 1))), dtype=float, copy=True)
     check_positive(gtol, "gtol")
     check_positive(max_step, "max_step")
     max_iter = check_int(max_iter, "max_iter", 0)

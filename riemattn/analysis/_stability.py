@@ -20,7 +20,13 @@ def _bessel_ratio(k, beta, model, rescaled=False):
     """(I_{k-1}(beta) - I_{k+1}(beta)) / Z_0 with Z_0 = I_0(beta) (SA) or 1 (USA; e^beta when
     ``rescaled``, finite at every beta); arrays broadcast. Plain USA beyond the float range raises."""
     if model == "sa":
-        return (special.ive(k - 1, beta) - special.ive(k + 1, beta)) / special.ive(0, beta)
+        with np.errstate(invalid="ignore"):
+            out = (special.ive(k - 1, beta) - special.ive(k + 1, beta)) / special.ive(0, beta)
+        big = np.isnan(out) & (np.asarray(beta) > 0)  # SciPy's ive is NaN beyond beta ~ 1e9 (issue 58)
+        if np.any(big):  # there: 2 k I_k / (beta I_0) (the recurrence) with Hankel's expansion
+            safe = np.where(big, beta, 1.0)
+            out = np.where(big, 2 * k * _ive_hankel(k, safe) / (safe * _ive_hankel(0, safe)), out)
+        return out
     if rescaled:  # 2 k e^{-beta} I_k(beta) / beta (the recurrence; no cancellation), 1 at beta = 0
         return np.where(beta > 0, 2 * k * _ive_large(k, beta) / np.where(beta > 0, beta, 1.0), 1.0 * (k == 1))
     with np.errstate(invalid="ignore"):  # inf - inf where I_k overflows: refused below

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import check_beta, check_flag, check_int, check_nonnegative, check_rescaled, check_token_array
+from .._validation import (check_beta, check_flag, check_int, check_memory, check_nonnegative, check_rescaled,
+                           check_size, check_token_array)
 from ..errors import InputTypeError, ValidationError
 from ._newton import ascend, newton_search, plain_scale
 from .gradients import energy
@@ -73,9 +74,11 @@ def k_clusters(n: int, d: int, k: int, sizes=None) -> np.ndarray:
     """n tokens in k clusters at the vertices of a regular k-gon in the (e_1, e_2)-plane, shape (n, d).
 
     Token i goes to cluster i mod k (sizes as equal as possible) unless ``sizes`` (k positive
-    integers summing to n) is given.
+    integers summing to n) is given. Sizes up to 2**31 - 1 whose array fits in memory
+    (ValidationError otherwise, before any work).
     """
-    n, d, k = check_int(n, "n", 1), check_int(d, "d", 2), check_int(k, "k", 1)
+    n, d, k = check_size(n, "n", 1), check_size(d, "d", 2), check_size(k, "k", 1)
+    check_memory((n, d), "n, d")
     if sizes is None:
         labels = np.arange(n) % k
     else:
@@ -90,8 +93,11 @@ def k_clusters(n: int, d: int, k: int, sizes=None) -> np.ndarray:
 
 
 def regular_simplex(k: int, d: int) -> np.ndarray:
-    """k unit vectors in R^d with pairwise inner products -1/(k-1) (k <= d + 1), shape (k, d)."""
-    k, d = check_int(k, "k", 2), check_int(d, "d", 2)
+    """k unit vectors in R^d with pairwise inner products -1/(k-1) (k <= d + 1), shape (k, d).
+
+    Sizes up to 2**31 - 1 whose arrays fit in memory (ValidationError otherwise, before any work)."""
+    k, d = check_size(k, "k", 2), check_size(d, "d", 2)
+    check_memory((k, max(k, d)), "k, d")
     if k > d + 1:
         raise ValidationError(f"a regular simplex with k = {k} vertices needs d >= k - 1, got d = {d}.")
     C = np.eye(k) - 1.0 / k  # centred basis vectors span a (k-1)-dimensional space
@@ -108,8 +114,10 @@ def structured_starts(n: int, d: int) -> np.ndarray:
 
     k clusters on a regular k-gon (k = 1..n), and for d >= 3 the tokens spread over the vertices
     of regular simplices (k = 3..min(n, d+1)) and of the octahedron (d = 3, n >= 6), round robin.
+    Sizes up to 2**31 - 1 whose m x n x d array fits in memory (ValidationError otherwise).
     """
-    n, d = check_int(n, "n", 1), check_int(d, "d", 2)
+    n, d = check_size(n, "n", 1), check_size(d, "d", 2)
+    check_memory((n + min(n, d + 1) + 1, n, d), "n, d")
     starts = [k_clusters(n, d, k) for k in range(1, n + 1)]
     if d >= 3:
         for k in range(3, min(n, d + 1) + 1):
@@ -138,7 +146,7 @@ def circle_cluster_spectrum(n: int, k: int, beta, *, rescaled: bool = False) -> 
     every beta (the cluster-splitting eigenvalue tends to -q/n^2). Plain at beta > ~709.78 (e^beta
     overflows) raises ValidationError naming beta.
     """
-    n, k, beta = check_int(n, "n", 1), check_int(k, "k", 1), check_beta(beta)
+    n, k, beta = check_size(n, "n", 1), check_size(k, "k", 1), check_beta(beta)
     rescaled = check_rescaled(rescaled)
     if n % k:
         raise ValidationError(f"k = {k} equal clusters need k to divide n = {n}.")
@@ -285,7 +293,9 @@ def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool
     Parameters
     ----------
     n, d : int
-        Number of tokens and ambient dimension (tokens on S^(d-1)).
+        Number of tokens and ambient dimension (tokens on S^(d-1)), up to 2**31 - 1, with the
+        starts (n_random + about n of shape (n, d)) fitting in memory: ValidationError otherwise,
+        before any work.
     beta : float, >= 0
     n_random : int
         Random starts (seeded by ``seed``), in three thirds: uniform on (S^(d-1))^n; uniform then
@@ -293,6 +303,8 @@ def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool
         steps of E_beta (near the maxima and the metastable saddles the flow visits); random
         clusterings (k uniform in 1..n random centres, tokens assigned at random, Gaussian noise of
         log-uniform size in [1e-3, 0.3]).
+    max_ascent : int, 1 <= max_ascent <= 100_000
+        The bound of the ascent steps above (each costs one gradient of E_beta per start).
     structured : bool
         Add :func:`structured_starts` (each also perturbed by 1e-3 so that symmetric starts can
         leave their symmetry class).
@@ -310,15 +322,16 @@ def search(n: int, d: int, beta, *, n_random: int = 64, seed=0, structured: bool
     stats : dict
         ``n_starts``, ``n_converged``.
     """
-    n, d = check_int(n, "n", 1), check_int(d, "d", 2)
+    n, d = check_size(n, "n", 1), check_size(d, "d", 2)
     beta = check_beta(beta)
     rescaled = check_rescaled(rescaled)
     plain_scale(beta, rescaled, "search")
-    n_random = check_int(n_random, "n_random", 0)
+    n_random = check_size(n_random, "n_random", 0)
+    check_memory((n_random + n + min(n, d + 1) + 1, n, d), "n_random, n, d")
     if not isinstance(seed, (np.random.Generator, np.random.SeedSequence)):  # those are streams already
         seed = check_int(seed, "seed", 0)
     rng = np.random.default_rng(seed)
-    max_ascent = check_int(max_ascent, "max_ascent", 1)
+    max_ascent = check_size(max_ascent, "max_ascent", 1, 100_000)
     R = rng.standard_normal((n_random, n, d))
     R /= np.linalg.norm(R, axis=-1, keepdims=True)
     third = np.arange(n_random) % 3

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._validation import check_beta, check_choice, check_flag, check_int, check_points, check_spd
+from .._validation import check_beta, check_choice, check_flag, check_memory, check_points, check_size, check_spd, check_time
 from ..dynamics.attention import AttentionField
 from ..errors import InputTypeError
 from ..dynamics.fields import Field
@@ -119,7 +119,7 @@ class GradientField(Field):
 
     def ambient_gradient(self, t, y) -> np.ndarray:
         """The ambient metric gradient sign * (w_i W)^{-1} df/dx_i, shape (..., l, d)."""
-        y = check_points(y, "y", self.manifold, on_manifold=False)
+        y, t = check_points(y, "y", self.manifold, on_manifold=False), check_time(t)
         G = _euclidean_gradient(self.f, y)
         if self._Winv is not None:
             G = G @ self._Winv
@@ -206,7 +206,8 @@ def energy_field(beta, d: int, model: str = "sa") -> GradientField:
     Parameters
     ----------
     beta : float, >= 0
-    d : int, >= 2
+    d : int, 2 <= d <= 2**31 - 1
+        With (d, d) matrices fitting in memory (ValidationError otherwise).
     model : {"sa", "usa"}
 
     References
@@ -215,7 +216,8 @@ def energy_field(beta, d: int, model: str = "sa") -> GradientField:
     """
     beta = check_beta(beta)
     check_choice(model, "model", ("sa", "usa"))
-    d = check_int(d, "d", 2)
+    d = check_size(d, "d", 2)
+    check_memory((d, d), "d")  # the field's (d, d) matrices
     if model == "sa":
         weights = lambda y: energy_weights(y, beta)
     else:

@@ -47,8 +47,8 @@ import math
 import numpy as np
 from scipy import optimize, special
 
-from .._validation import as_float_array, check_beta, check_choice, check_finite, check_int, check_nonnegative, \
-    check_positive
+from .._validation import as_float_array, check_beta, check_choice, check_finite, check_int, check_memory, \
+    check_nonnegative, check_positive, check_size
 from ..errors import IntegrationError, ValidationError
 from ._stability import critical_noise, uniform_growth_rate  # documented here
 
@@ -57,13 +57,17 @@ __all__ = ["CircleDensity", "DensityTrajectory", "uniform", "order_parameter", "
 
 
 def uniform(N: int) -> np.ndarray:
-    """The uniform density 1 / (2 pi) on N grid angles, shape (N,)."""
-    return np.full(check_int(N, "N", 4), 1.0 / (2.0 * math.pi))
+    """The uniform density 1 / (2 pi) on N grid angles, shape (N,); 4 <= N <= 2**31 - 1, in memory."""
+    N = check_size(N, "N", 4)
+    check_memory((N,), "N")
+    return np.full(N, 1.0 / (2.0 * math.pi))
 
 
 def grid(N: int) -> np.ndarray:
-    """The grid angles 2 pi j / N, j = 0..N-1."""
-    return 2.0 * math.pi * np.arange(check_int(N, "N", 4)) / N
+    """The grid angles 2 pi j / N, j = 0..N-1; 4 <= N <= 2**31 - 1, in memory."""
+    N = check_size(N, "N", 4)
+    check_memory((N,), "N")
+    return 2.0 * math.pi * np.arange(N) / N
 
 
 def fourier_moments(rho, kmax: int = 1) -> np.ndarray:
@@ -76,7 +80,8 @@ def fourier_moments(rho, kmax: int = 1) -> np.ndarray:
         Values of a probability density on the N grid angles ``2 pi j / N`` (``CircleDensity.theta``):
         ``int rho = (2 pi / N) sum_j rho_j = 1`` is checked to 1e-6 (ValidationError otherwise). For
         particle angles use :func:`particle_moments`.
-    kmax : int, >= 1
+    kmax : int, 1 <= kmax <= 2**31 - 1
+        With the result (shape (..., kmax), complex) fitting in memory (ValidationError otherwise).
 
     Notes
     -----
@@ -88,7 +93,8 @@ def fourier_moments(rho, kmax: int = 1) -> np.ndarray:
     conjugate, mu_{-k}; moduli agree.
     """
     rho = check_finite(as_float_array(rho, "rho"), "rho")
-    kmax = check_int(kmax, "kmax", 1)
+    kmax = check_size(kmax, "kmax", 1)
+    check_memory(rho.shape[:-1] + (kmax,), "kmax", 16)
     if rho.ndim < 1 or rho.shape[-1] < 2:
         raise ValidationError(f"rho must have shape (..., N) with N >= 2 grid values, got shape {rho.shape}.")
     N = rho.shape[-1]
@@ -115,12 +121,14 @@ def particle_moments(theta, kmax: int = 1, axis: int = -1) -> np.ndarray:
     theta : array_like, shape (..., n) (n along ``axis``)
         Particle angles in radians (any real values; e.g. ``riemattn.dynamics.circle.from_points``
         of tokens on the circle).
-    kmax : int, >= 1
+    kmax : int, 1 <= kmax <= 2**31 - 1
+        With the result (shape (..., kmax), complex) fitting in memory (ValidationError otherwise).
     axis : int
         The particles' axis (removed; the k axis is appended last).
     """
     theta = check_finite(as_float_array(theta, "theta"), "theta")
-    kmax = check_int(kmax, "kmax", 1)
+    kmax = check_size(kmax, "kmax", 1)
+    check_memory(theta.shape + (kmax,), "kmax", 16)
     if theta.ndim < 1 or not -theta.ndim <= check_int(axis, "axis") < theta.ndim or theta.shape[axis] == 0:
         raise ValidationError(f"theta must hold at least one particle angle along axis {axis}, got shape {theta.shape}.")
     theta = np.moveaxis(theta, axis, -1)
@@ -154,7 +162,7 @@ class CircleDensity:
     model : {"sa", "usa"}
     sigma : float, >= 0
         Noise strength: each token's angle has the generator ``(sigma^2/2) d^2/dtheta^2``.
-    N : int, >= 8
+    N : int, 8 <= N <= 2**31 - 1
         Grid points: Fourier modes |k| <= (N - 1) / 2 for odd N; for even N, -N/2 .. N/2 - 1 with
         the Nyquist mode k = N/2 kept at zero (its derivative is not a real trigonometric
         polynomial on the grid). Odd and even N converge to the same solution.
@@ -175,7 +183,8 @@ class CircleDensity:
         self.sigma = check_nonnegative(sigma, "sigma")
         if not self.sigma < 1e150:  # sigma^2 must be a float
             raise ValidationError(f"sigma must be < 1e150 (sigma^2 overflows), got {self.sigma!r}.")
-        self.N = check_int(N, "N", 8)
+        self.N = check_size(N, "N", 8)
+        check_memory((8, self.N), "N")
         if self.model == "usa" and self.beta > 700:
             raise ValidationError(f"USA's kernel overflows at beta = {self.beta} > 700; use model='sa'.")
         self.theta = grid(self.N)
@@ -216,11 +225,17 @@ class CircleDensity:
 
     def growth_rates(self, kmax: int = 4) -> np.ndarray:
         """Eigenvalues lambda_k, k = 1..kmax, of the linearisation about the uniform density, computed
-        from this discretisation (finite differences of :meth:`rhs` along cos(k theta))."""
+        from this discretisation (finite differences of :meth:`rhs` along cos(k theta)).
+
+        ``kmax`` is at most N // 2, the modes the grid resolves (ValidationError otherwise)."""
+        kmax = check_size(kmax, "kmax", 1)
+        if kmax > self.N // 2:
+            raise ValidationError(f"kmax must be <= N // 2 = {self.N // 2} (the modes the grid of N = {self.N} "
+                                  f"points resolves), got {kmax}.")
         eps = 1e-7
         u = uniform(self.N)
         out = []
-        for kk in range(1, check_int(kmax, "kmax", 1) + 1):
+        for kk in range(1, kmax + 1):
             p = np.cos(kk * self.theta)
             drho = (self.rhs(u + eps * p) - self.rhs(u - eps * p)) / (2 * eps)
             out.append(float(drho @ p / (p @ p)))
@@ -233,8 +248,11 @@ class CircleDensity:
             raise ValidationError(f"{name} must have shape (..., {self.N}) (values on the grid), got {rho.shape}.")
         return rho
 
-    def solve(self, rho0, t_span, dt: float = 0.01, saveat=None) -> DensityTrajectory:
+    def solve(self, rho0, t_span, dt: float = 0.01, saveat=None, *, max_steps: int = 1_000_000) -> DensityTrajectory:
         """Integrate from ``rho0`` (values on ``theta``, shape (..., N)) with ETDRK4, fixed step <= dt.
+
+        At most ``max_steps`` steps (default 10^6): a ``dt`` that needs more over ``t_span`` raises
+        ValidationError naming dt and max_steps, before any step.
 
         Returns
         -------
@@ -252,6 +270,11 @@ class CircleDensity:
         save = np.array([t0, t1]) if saveat is None else check_finite(as_float_array(saveat, "saveat"), "saveat")
         if save.ndim != 1 or not save.size or np.any(np.diff(save) < 0) or save[0] < t0 or save[-1] > t1:
             raise ValidationError(f"saveat must be increasing times within [{t0}, {t1}], got {saveat!r}.")
+        max_steps = check_size(max_steps, "max_steps", 1)
+        need = sum(max(1, math.ceil((b - a) / dt - 1e-9)) for a, b in zip([t0, *save[:-1]], save) if b > a)
+        if need > max_steps:
+            raise ValidationError(f"dt = {dt!r} needs {need:.3g} steps over t_span = ({t0}, {t1}), more than "
+                                  f"max_steps = {max_steps}; a larger dt (or max_steps).")
         r = np.fft.rfft(rho0, axis=-1)
         out, t = [], t0
         for target in save:
@@ -291,8 +314,12 @@ class CircleDensity:
 
     # --- stationary states ----------------------------------------------------------------------
     def potential(self, rho) -> np.ndarray:
-        """Phi[rho] with v = dPhi/dtheta (up to a constant), shape (..., N)."""
-        r = np.fft.rfft(self._check_rho(rho, "rho"), axis=-1)
+        """Phi[rho] with v = dPhi/dtheta (up to a constant), shape (..., N); rho >= 0 (a density: SA's
+        log Z is NaN otherwise, so negative values raise ValidationError)."""
+        rho = self._check_rho(rho, "rho")
+        if np.any(rho < 0):
+            raise ValidationError(f"rho must be a density (>= 0 on the grid), got a minimum of {float(rho.min())!r}.")
+        r = np.fft.rfft(rho, axis=-1)
         if self.beta == 0.0:
             return np.fft.irfft(math.pi * (self.k == 1) * r, n=self.N, axis=-1)  # int cos(theta - theta') rho
         Z = np.fft.irfft(self._den * r, n=self.N, axis=-1)
@@ -315,7 +342,7 @@ class CircleDensity:
             the uniform density is always a solution, the guess selects the branch (symmetrised).
         tol : float
             Tolerance on the max residual ``|log rho - (2 Phi / sigma^2 - log norm)|``.
-        picard : int
+        picard : int, 0 <= picard <= 100_000
             Fixed-point iterations before Newton.
 
         Returns
@@ -347,7 +374,7 @@ class CircleDensity:
 
         g = np.log(guess / (guess.sum() * dth))
         u = ((g + g[mirror]) / 2)[:half]
-        for _ in range(check_int(picard, "picard", 0)):
+        for _ in range(check_size(picard, "picard", 0, 100_000)):
             u = 0.5 * u + 0.5 * F(u)
         sol = optimize.root(lambda u: u - F(u), u, method="hybr", tol=tol * 1e-3)
         res = float(np.max(np.abs(sol.x - F(sol.x))))

@@ -40,7 +40,7 @@ import scipy.integrate as _spi
 
 from .._validation import (as_float_array, check_beta, check_choice, check_finite, check_flag, check_int, check_positive,
                            check_real)
-from ..errors import ValidationError
+from ..errors import IntegrationError, ValidationError
 
 __all__ = ["PLACEMENTS", "equiangular_attention", "equiangular_rates", "equiangular_placement"]
 
@@ -221,8 +221,10 @@ def equiangular_placement(t, beta: float, n: int, placement: str, *, normalizati
         t_eval = np.union1d(inside, [end])
         sol = _spi.solve_ivp(rhs(late), (lo, end), z, method="DOP853", t_eval=t_eval,
                              rtol=rtol, atol=[atol, atol * r0])
-        if not sol.success:  # pragma: no cover - smooth ODE
-            raise RuntimeError(f"equiangular ODE solve failed: {sol.message}")
+        if not sol.success:  # a smooth ODE: the tolerances (atol * r0 on r, e.g. r0 = 1e-300) are out of reach
+            raise IntegrationError(f"the equiangular ODE solve failed on ({lo}, {end}): {sol.message} "
+                                   f"(rtol = {rtol!r}, atol = {atol!r}, r0 = {r0!r}: the tolerance on r is "
+                                   f"atol * r0 = {atol * r0!r}); larger tolerances or r0.")
         z = sol.y[:, -1].copy()
         at = np.searchsorted(t_eval, flat)
         hit = (flat > lo) & (flat <= hi)

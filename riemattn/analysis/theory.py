@@ -79,6 +79,9 @@ def _check_eps(eps) -> float:
     eps = check_real(eps, "eps")
     if not 0.0 < eps < 1.0:
         raise ValidationError(f"eps must be a number in (0, 1), got {eps!r}.")
+    if not 1.0 - eps < 1.0:  # the integrals run to rho = 1 - eps: 1 - eps must differ from 1
+        raise ValidationError(f"eps = {eps!r} is too small: 1 - eps rounds to 1 in float64 (eps must exceed "
+                              "about 5.6e-17).")
     return float(eps)
 
 
@@ -253,6 +256,7 @@ def clustering_time(beta: float, n: int, eps: float = 1e-3, model: str = "sa", *
     n : int
         Number of particles >= 2.
     eps : float in (0, 1)
+        Large enough that 1 - eps < 1 in float64 (eps > ~5.6e-17; ValidationError otherwise).
     model : {"sa", "usa"}
     rescaled : bool, default False
         ("usa" only) the time in s = e^beta t (e^beta times the plain one). SA, and rescaled USA,
@@ -299,6 +303,7 @@ def phase_boundary(t, n: int, eps: float = 1e-3, model: str = "sa", *, beta_max:
     n : int
         Number of particles >= 2.
     eps : float in (0, 1), default 1e-3
+        Large enough that 1 - eps < 1 in float64 (eps > ~5.6e-17; ValidationError otherwise).
     model : {"sa", "usa"}
     beta_max : float
         Upper end of the search interval.
@@ -329,7 +334,10 @@ def phase_boundary(t, n: int, eps: float = 1e-3, model: str = "sa", *, beta_max:
     t_arr = _check_times(t)
     beta_max = check_beta(beta_max, "beta_max")
     T0 = _clustering_time(0.0, n, eps, model, rescaled)
-    Tmax = _clustering_time(beta_max, n, eps, model, rescaled)
+    try:
+        Tmax = _clustering_time(beta_max, n, eps, model, rescaled)
+    except ValidationError as exc:  # the search interval's end: say which argument sets it
+        raise ValidationError(f"beta_max = {beta_max!r} (the end of the search interval): {exc}") from None
     largest = model == "sa" or rescaled  # T(beta) increases: the clustered set is [0, beta*]
     flat = t_arr.ravel()
     out = np.empty_like(flat)

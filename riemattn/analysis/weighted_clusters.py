@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import use_device
-from .._validation import as_float_array, check_beta, check_finite, check_positive
+from .._validation import as_float_array, check_beta, check_finite, check_int, check_positive
 from ..dynamics.fields import Field
 from ..errors import IntegrationError, ValidationError
 from ..geometry.manifolds import Euclidean
@@ -124,7 +124,7 @@ class WeightedClusterField(Field):
 
 
 def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = "dopri5", rtol: float = 1e-10,
-                      atol: float = 1e-12, weights=None):
+                      atol: float = 1e-12, weights=None, max_steps: int = 100_000):
     """Rescaled USA on the circle run to one cluster through the weighted-cluster reduction.
 
     The particles (angles ``theta0``, ``weights`` particles each, default 1) are integrated as
@@ -141,7 +141,7 @@ def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = 
     ----------
     theta0 : array_like, shape (n,)
         Initial angles (sorted internally; n >= 2, finite, within one half-turn for the
-        single-linkage order of neighbours on the line).
+        single-linkage order of neighbours on the line: max - min < pi, else ValidationError).
     beta : float
         Inverse temperature, > 0.
     tol : float, default 1e-6
@@ -150,6 +150,10 @@ def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = 
         Passed to :func:`riemattn.integrate` (in sigma every rate is O(1): ``"dopri5"``).
     weights : array_like, shape (n,), optional
         Particles per initial cluster (positive); default one each.
+    max_steps : int, default 100_000
+        Steps of each merge's integration (:func:`riemattn.integrate`'s ``max_steps``): the work
+        is at most ``(n - 1) * max_steps`` steps, whatever ``rtol`` and ``atol`` (beyond it
+        IntegrationError).
 
     Returns
     -------
@@ -177,7 +181,11 @@ def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = 
     theta = check_finite(as_float_array(theta0, "theta0"), "theta0")
     if theta.ndim != 1 or theta.shape[0] < 2:
         raise ValidationError(f"theta0 must be a 1-D array of n >= 2 angles, got shape {theta.shape}.")
+    if not np.ptp(theta) < np.pi:  # the documented precondition: neighbours on the line are those on the circle
+        raise ValidationError(f"theta0 must lie within one half-turn (max - min < pi), got a spread of "
+                              f"{float(np.ptp(theta))!r}.")
     beta = check_positive(beta, "beta")
+    max_steps = check_int(max_steps, "max_steps", 1)
     tol = check_positive(tol, "tol")
     n0 = theta.shape[0]
     w = np.ones(n0) if weights is None else _weights(weights, "weights", n0)
@@ -206,10 +214,14 @@ def cluster_staircase(theta0, beta: float, *, tol: float = 1e-6, stepper: str = 
         field = WeightedClusterField(beta, w, n, c0)
         event = Event(lambda t, y, k=k: merge_heights(y[..., :-2, :])[..., k - 2] - tol, direction=-1,
                       terminal=True, name=f"merge_to_{k - 1}")
-        with use_device("cpu"):  # ClusterClock is NumPy code: on the host whatever `reproduce --device` says
-            sol = integrate(field, np.concatenate([theta, [0.0, tau0]])[:, None], (0.0, 1e4), stepper,
-                            rtol=rtol, atol=atol, events=[event], event_tol=1e-12, max_steps=100_000,
-                            raise_on_failure=True)
+        try:
+            with use_device("cpu"):  # ClusterClock is NumPy code: on the host whatever `reproduce --device` says
+                sol = integrate(field, np.concatenate([theta, [0.0, tau0]])[:, None], (0.0, 1e4), stepper,
+                                rtol=rtol, atol=atol, events=[event], event_tol=1e-12, max_steps=max_steps,
+                                raise_on_failure=True)
+        except IntegrationError as exc:  # say which arguments set the work
+            raise IntegrationError(f"the merge to {k - 1} clusters did not come within max_steps = {max_steps} "
+                                   f"(rtol = {rtol!r}, atol = {atol!r}): {exc}") from None
         if not sol.events.t.shape[-1]:
             raise IntegrationError(f"no merge by sigma = 1e4 at beta = {beta} ({k} clusters): check theta0 "
                                    "(angles of moderate size), beta, and the integration tolerances rtol, atol.")

@@ -28,7 +28,7 @@ from ._normalize import HARDMAX_RTOL, SINKHORN_ITERS, SINKHORN_TOL, centred, con
 from ._parts import admissible, bias_scores, configure_parts, keys
 from ._positional import alibi_bias, check_alibi, check_rope, rope_scores
 from ._softmax import overflow_message, rescaled_scores, weights, weights_device
-from .._validation import check_beta_batch, check_choice, check_flag, check_points, check_real, check_rescaled, check_times
+from .._validation import check_beta_batch, check_choice, check_flag, check_points, check_real, check_rescaled, check_time, check_times  # noqa: E501
 from ..errors import ValidationError
 from .fields import _CheckedField
 from ..geometry.manifolds import Euclidean, manifold_for
@@ -317,8 +317,8 @@ class AttentionField(_CheckedField):
         return E
 
     def attention(self, t, y) -> np.ndarray:
-        """Attention matrices alpha_ij^eta(t, y), shape (..., h, l, l)."""
-        y = self._check_y(y)
+        """Attention matrices alpha_ij^eta(t, y), shape (..., h, l, m) (m = l, or the context's keys)."""
+        y, t = self._check_y(y), check_time(t)
         xp = namespace(y)
         shape = tuple(y.shape[:-2]) + (self.h, y.shape[-2], keys(self, y).shape[-2])
         if size(y) == 0:
@@ -330,7 +330,7 @@ class AttentionField(_CheckedField):
     def update(self, t, y) -> np.ndarray:
         """The un-normalised attention update f_i = sum_eta sum_j alpha_ij^eta U_eta y_j, shape (..., l, d):
         one layer is ``pi_W(y + tau * update(t, y))`` ("layer"), the field its tangent part (I - y_i y_i^T W) f_i."""
-        y = self._check_y(y) if self._checked else y
+        y, t = (self._check_y(y), check_time(t)) if self._checked else (y, t)
         return self._update(t, y) if size(y) else namespace(y).zeros_like(y)
 
     def _update(self, t, y: np.ndarray) -> np.ndarray:
@@ -376,7 +376,7 @@ class AttentionField(_CheckedField):
 
     def __call__(self, t, y) -> np.ndarray:
         """Tangent field F_i = (I - y_i y_i^T W) f_i, shape (..., l, d)."""
-        y = self._check_y(y) if self._checked else y
+        y, t = (self._check_y(y), check_time(t)) if self._checked else (y, t)  # integrate steps the unchecked twin
         if size(y) == 0:  # an empty batch
             return namespace(y).zeros_like(y)
         return self.manifold.tangent(y, self._update(t, y))

@@ -69,7 +69,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from .._validation import (as_float_array, check_beta, check_choice, check_finite, check_positive, check_real,
-                           check_rescaled, check_times)
+                           check_rescaled, check_time, check_times)
 from ..errors import InputTypeError, IntegrationError, ValidationError
 from ..geometry.manifolds import Euclidean
 from .._backend import convert, is_torch
@@ -200,6 +200,7 @@ class CircleField(_CheckedField):
             theta = theta[..., 0]
         if self._checked:
             theta = _angles(theta)
+            check_time(t)
         # unchecked (inside integrate): non-finite angles give NaN, which the stepper reports
         with np.errstate(invalid="ignore") if not self._checked else contextlib.nullcontext():
             if self.evaluation == "fourier":
@@ -227,6 +228,7 @@ class CircleField(_CheckedField):
         theta = theta[..., 0] if column else theta
         if self._checked:  # unchecked (inside integrate): non-finite angles give NaN, as __call__
             theta = _angles(theta)
+            check_time(t)
         w, diff = self._weights(theta)
         s, c = np.sin(diff), np.cos(diff)
         A = c - self.beta * s * s

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._backend import convert, is_torch, namespace, to_numpy
 from .._validation import (
-    as_float_array, as_token_array, call_user, call_user_on_device, check_finite, check_flag, check_spd, plain,
+    as_float_array, as_token_array, call_user, call_user_on_device, check_finite, check_flag, check_spd, check_time, plain,
 )
 from ..errors import InputTypeError, ValidationError
 
@@ -338,7 +338,7 @@ class AlgebraField(Field):
         An exception raised by ``generator`` is re-raised as ValidationError (the original as
         ``__cause__``); an output of another shape raises ValidationError naming ``generator(t, y)``.
         """
-        X = call_user(self._generator, "generator(t, y)", t, t, y)
+        X = call_user(self._generator, "generator(t, y)", t, check_time(t), y)
         if is_torch(y):  # tensors stay tensors; a NumPy generator is moved to y's device
             if not is_torch(X):
                 X = convert(as_float_array(X, "generator(t, y)"), y)

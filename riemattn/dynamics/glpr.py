@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import check_memory, check_size
 from ..errors import ValidationError
 from .attention import AttentionField
 
@@ -26,7 +26,8 @@ def sa(beta, d: int, **kwargs) -> AttentionField:
     dx_i/dt = P_x_i^perp ( (1/Z_i) sum_j e^{beta <x_i, x_j>} x_j ),  Z_i = sum_j e^{beta <x_i, x_j>}.
     ``beta`` may be an array (one per trajectory, broadcasting over the batch axes). Other keyword
     arguments go to :class:`~riemattn.dynamics.attention.AttentionField` (``mask``, ``W``, ...);
-    ``normalization`` may only be "softmax" (use :func:`usa` for "mean").
+    ``normalization`` may only be "softmax" (use :func:`usa` for "mean"). ``d``: 2 <= d <= 2**31 - 1,
+    with the (d, d) matrix fitting in memory (ValidationError otherwise).
 
     References
     ----------
@@ -44,6 +45,7 @@ def usa(beta, d: int, *, rescaled: bool = False, **kwargs) -> AttentionField:
     finite at every beta (plain USA overflows past beta ~ 700): the same trajectories in the
     time s = e^beta t (docs/low_temperature.md). Other keyword arguments go to
     :class:`~riemattn.dynamics.attention.AttentionField`; ``normalization`` may only be "mean".
+    ``d``: 2 <= d <= 2**31 - 1, with the (d, d) matrix fitting in memory (ValidationError otherwise).
 
     References
     ----------
@@ -67,4 +69,6 @@ def _fixed(kwargs: dict, name: str, normalization: str, other: str) -> None:
 
 
 def _check_d(d) -> int:
-    return check_int(d, "d", 2, " (tokens in R^d on the sphere S^(d-1))")
+    d = check_size(d, "d", 2, what=" (tokens in R^d on the sphere S^(d-1))")
+    check_memory((d, d), "d")  # the field's (d, d) matrices
+    return d

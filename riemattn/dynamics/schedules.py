@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, check_finite, check_times
+from .._validation import as_float_array, check_finite, check_time, check_times
 from ..errors import InputTypeError, ValidationError
 
 __all__ = ["TimeVaryingHeads", "PiecewiseConstantHeads"]
@@ -173,17 +173,21 @@ class PiecewiseConstantHeads:
         self.times, self.stacks = times, stacks
 
     def index(self, t):
-        """The layer index k of each time (``times[k] <= t < times[k + 1]``, clipped to [0, m - 1])."""
+        """The layer index k of each time (``times[k] <= t < times[k + 1]``, clipped to [0, m - 1]);
+        ``t`` finite real (ValidationError / InputTypeError naming t)."""
+        return self._index(check_time(t))
+
+    def _index(self, t):
         k = np.searchsorted(self.times, t, side="right") - 1
         return np.maximum(k, 0)
 
-    def __call__(self, t):
-        k = self.index(t)
+    def __call__(self, t):  # unchecked: called at every field evaluation with the solver's t
+        k = self._index(t)
         return self.stacks[k] if np.ndim(k) == 0 else self.stacks[k.reshape(-1)].reshape(np.shape(t) + self.stacks.shape[1:])
 
     def derivative(self, t):
-        """0 (between breakpoints), shape (h, d, d) (or (k, h, d, d))."""
-        return np.zeros(np.shape(t) + self.stacks.shape[1:])
+        """0 (between breakpoints), shape (h, d, d) (or (k, h, d, d)); ``t`` finite real."""
+        return np.zeros(np.shape(check_time(t)) + self.stacks.shape[1:])
 
     def __repr__(self) -> str:
         m, h, d, _ = self.stacks.shape

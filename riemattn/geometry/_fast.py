@@ -19,8 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import constant, convert, dot_last, is_torch, namespace, size
-from .._validation import ON_MANIFOLD_ATOL, as_float_array, check_nonnegative, check_nonzero_tokens, check_points
-from ..errors import ValidationError
+from .._validation import (ON_MANIFOLD_ATOL, _describe, as_float_array, check_nonnegative, check_nonzero_tokens,
+                           check_points, check_size)
+from ..errors import InputTypeError, ValidationError
 
 #: Default absolute tolerance of ``belongs`` / ``is_tangent`` (geomstats uses 1e-12).
 ATOL = 1e-10
@@ -52,6 +53,27 @@ def check_broadcast(arrays, names):
         ) from None
 
 
+#: What NumPy and torch raise on arguments a fast primitive cannot take (a string, wrong ranks,
+#: NumPy mixed with a tensor): caught only after the failure, so the primitives cost nothing more.
+RAW = (TypeError, ValueError, AttributeError, RuntimeError, IndexError)
+
+
+def unfit(where: str, d, exc, **args) -> InputTypeError:
+    """The InputTypeError of a fast primitive ``where`` whose NumPy/torch call raised ``exc`` on ``args``."""
+    got = "; ".join(f"{name} = {_describe(value)}" for name, value in args.items())
+    return InputTypeError(
+        f"{where} (an unchecked fast primitive) takes real arrays of shape (..., {'d' if d is None else d}), "
+        f"all NumPy or all tensors, whose leading axes broadcast; got {got} ({type(exc).__name__}: {exc}).")
+
+
+def check_frame_args(space, y, slots):
+    """O(1) checks of a Lie frame's arguments (see ``lie_frame``): InputTypeError / ValidationError naming them."""
+    check_size(slots, "slots", 1, 64)
+    if not (isinstance(y, np.ndarray) or is_torch(y)) or y.ndim < 2 or y.shape[-1] != space.ambient_dim:
+        raise InputTypeError(f"y must be an array or tensor of tokens (..., l, {space.ambient_dim}), got "
+                             f"{_describe(y)}.")
+
+
 def check_chart_dim(space, dim: int, method: str):
     """Raise NotImplementedError unless ``space.dim == dim`` (the sphere's charts: the angle of the
     circle, the spherical coordinates of the 2-sphere), as geomstats does for its other charts."""
@@ -72,11 +94,17 @@ class _FastMixin:
     # --- fast unchecked primitives (the steppers' inner loops) --------------------------------
     def inner(self, x, y):
         """W-inner product x^T W y over the last axis; shape (...). Unchecked fast primitive."""
-        return dot_last(x, self.apply_W(y))
+        try:
+            return dot_last(x, self.apply_W(y))
+        except RAW as exc:  # after the failure only: InputTypeError naming x and y
+            raise unfit(f"{type(self).__name__}.inner", self.ambient_dim, exc, x=x, y=y) from exc
 
     def norm(self, x):
         """|x|_W = sqrt(x^T W x) over the last axis; shape (...). Unchecked fast primitive."""
-        return namespace(x).sqrt(self.inner(x, x))
+        try:
+            return namespace(x).sqrt(self.inner(x, x))
+        except RAW as exc:
+            raise unfit(f"{type(self).__name__}.norm", self.ambient_dim, exc, x=x) from exc
 
     @property
     def is_identity(self) -> bool:
@@ -86,30 +114,45 @@ class _FastMixin:
     def tangent(self, y, v):
         """(I - y y^T W) v, shape (..., d). Unchecked fast primitive, point first (pymanopt's order);
         the checked method with geomstats' order is :meth:`to_tangent`."""
-        return v - self.inner(y, v)[..., None] * y
+        try:
+            return v - self.inner(y, v)[..., None] * y
+        except RAW as exc:
+            raise unfit(f"{type(self).__name__}.tangent", self.ambient_dim, exc, y=y, v=v) from exc
 
     def normalize(self, x):
         """(pi_W(x), |x|_W[..., None]): the retraction of x and the norm it divided by.
         Unchecked fast primitive (checked: :meth:`projection`)."""
-        r = self.norm(x)[..., None]
-        return x / r, r
+        try:
+            r = self.norm(x)[..., None]
+            return x / r, r
+        except RAW as exc:
+            raise unfit(f"{type(self).__name__}.normalize", self.ambient_dim, exc, x=x) from exc
 
     def retract(self, x):
         """pi_W(x) = x / |x|_W, the layer normalization. Unchecked fast primitive
         (checked: :meth:`projection`, or :meth:`retraction` for a point and a tangent vector)."""
-        return self.normalize(x)[0]
+        try:
+            return self.normalize(x)[0]
+        except RAW as exc:
+            raise unfit(f"{type(self).__name__}.retract", self.ambient_dim, exc, x=x) from exc
 
     def deviation(self, x) -> float:
         """max |x^T W x - 1| over all points of x (how far x is from the manifold)."""
-        if not size(x):
-            return 0.0
-        xp = namespace(x)
-        dev = xp.max(xp.abs(self.inner(x, x) - 1.0))
+        try:
+            if not size(x):
+                return 0.0
+            xp = namespace(x)
+            dev = xp.max(xp.abs(self.inner(x, x) - 1.0))
+        except RAW as exc:
+            raise unfit(f"{type(self).__name__}.deviation", self.ambient_dim, exc, x=x) from exc
         return float(dev.detach() if is_torch(dev) else dev)  # a number for checks: no gradient
 
     def W_like(self, x):
         """W as an array of the kind, device and dtype of ``x``, shape (d, d) (cached per device)."""
-        return constant(self.__dict__.setdefault("_consts", {}), "W", self.W, x)
+        try:
+            return constant(self.__dict__.setdefault("_consts", {}), "W", self.W, x)
+        except RAW as exc:
+            raise unfit(f"{type(self).__name__}.W_like", self.ambient_dim, exc, x=x) from exc
 
     def is_tangent(self, vector, base_point, atol=ATOL):
         """Whether |y^T W v| <= atol, shape (...) (tensors are read as NumPy values; False where v or y
@@ -125,9 +168,13 @@ class _FastMixin:
         return np.abs(self.inner(base_point, vector)) <= check_nonnegative(atol, "atol")
 
     def lie_frame(self, y, slots: int):
-        """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators."""
+        """The O(W) action on the tokens ``y`` for one Lie-group step with up to ``slots - 1`` generators.
+
+        Once per step: ``slots`` is checked (an int in [1, 64]), ``y`` only for its kind and last axis
+        (values unchecked, as the fast primitives: NaN tokens give NaN, which integrate reports)."""
         from .groups import OWFrame
 
+        check_frame_args(self, y, slots)
         return OWFrame(self, y, slots)
 
     # --- argument checks ----------------------------------------------------------------------

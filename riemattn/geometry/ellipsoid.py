@@ -21,9 +21,9 @@ from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 
 from .._backend import constant, is_torch, requires_grad
-from .._validation import check_flag, check_int, check_spd
+from .._validation import check_flag, check_memory, check_size, check_spd
 from ..errors import ValidationError
-from ._fast import _FastMixin, check_chart_dim
+from ._fast import RAW, _FastMixin, check_chart_dim, unfit
 from .metrics import EllipsoidMetric
 
 __all__ = ["ELLIPSOID_METRICS", "Ellipsoid"]
@@ -122,7 +122,10 @@ class Ellipsoid(_FastMixin, LevelSet):
         """W as an array of the kind, device and dtype of ``x`` (cached; a parameter W is read afresh)."""
         if self._W_param is not None and is_torch(x):
             return self._W_param.to(dtype=x.dtype, device=x.device)
-        return constant(self.__dict__.setdefault("_consts", {}), "W", self._W, x)
+        try:
+            return constant(self.__dict__.setdefault("_consts", {}), "W", self._W, x)
+        except RAW as exc:
+            raise unfit("Ellipsoid.W_like", self.ambient_dim, exc, x=x) from exc
 
     @property
     def is_identity(self) -> bool:
@@ -130,11 +133,17 @@ class Ellipsoid(_FastMixin, LevelSet):
 
     def submersion(self, point):
         """x^T W x - 1, shape (...)."""
-        return self.inner(point, point) - 1.0
+        try:
+            return self.inner(point, point) - 1.0
+        except RAW as exc:
+            raise unfit("Ellipsoid.submersion", self.ambient_dim, exc, point=point) from exc
 
     def tangent_submersion(self, vector, point):
         """Differential of the submersion: 2 x^T W v, shape (...)."""
-        return 2.0 * self.inner(point, vector)
+        try:
+            return 2.0 * self.inner(point, vector)
+        except RAW as exc:
+            raise unfit("Ellipsoid.tangent_submersion", self.ambient_dim, exc, vector=vector, point=point) from exc
 
     # --- the sphere's charts and distributions, pushed forward by W^{-1/2} -----------------
     def _sphere(self):
@@ -154,7 +163,8 @@ class Ellipsoid(_FastMixin, LevelSet):
         global RNG (``gs.random.seed``) like Hypersphere.random_uniform; squeezed when
         ``n_samples == 1``.
         """
-        n_samples = check_int(n_samples, "n_samples", 1)
+        n_samples = check_size(n_samples, "n_samples", 1)
+        check_memory((n_samples, self.ambient_dim), "n_samples")
         return self._from_sphere(self._sphere().random_uniform(n_samples))
 
     def random_point(self, n_samples=1, bound=1.0):
@@ -171,7 +181,8 @@ class Ellipsoid(_FastMixin, LevelSet):
         """
         import geomstats.backend as gs
 
-        n_samples = check_int(n_samples, "n_samples", 1)
+        n_samples = check_size(n_samples, "n_samples", 1)
+        check_memory((n_samples, self.ambient_dim), "n_samples")
         if base_point is not None:
             base_point = self.check_point(base_point, "base_point")
             if n_samples > 1 and base_point.ndim > 1 and n_samples != len(base_point):

@@ -27,9 +27,10 @@ from geomstats.geometry.euclidean import Euclidean as _GsEuclidean
 from geomstats.geometry.hypersphere import Hypersphere
 
 from .._backend import dot_last, namespace
-from .._validation import as_float_array, check_finite, check_flag, check_int, check_nonzero_tokens, check_points, check_spd
+from .._validation import (as_float_array, check_finite, check_flag, check_memory, check_nonzero_tokens,
+                           check_points, check_size, check_spd)
 from ..errors import ValidationError
-from ._fast import ATOL, _FastMixin, check_chart_dim, same_kind
+from ._fast import ATOL, RAW, _FastMixin, check_broadcast, check_chart_dim, check_frame_args, same_kind, unfit
 from .ellipsoid import Ellipsoid
 from .metrics import EllipsoidMetric, SphereMetric
 
@@ -42,7 +43,8 @@ class Sphere(_FastMixin, Hypersphere):
     Parameters
     ----------
     dim : int
-        Dimension n of the sphere; points have shape ``(..., dim + 1)``.
+        Dimension n of the sphere; points have shape ``(..., dim + 1)``. At most 2**31 - 1, and
+        geomstats' (dim + 1, dim + 1) metric matrix must fit in memory (ValidationError otherwise).
 
     Notes
     -----
@@ -51,7 +53,8 @@ class Sphere(_FastMixin, Hypersphere):
     """
 
     def __init__(self, dim: int, equip: bool = True):
-        dim = check_int(dim, "dim", 1, " (the sphere S^dim lives in R^(dim+1))")
+        dim = check_size(dim, "dim", 1, what=" (the sphere S^dim lives in R^(dim+1))")
+        check_memory((dim + 1, dim + 1), "dim")  # geomstats builds the (dim+1, dim+1) metric matrix
         super().__init__(dim, intrinsic=False, equip=check_flag(equip, "equip"))
 
     @staticmethod
@@ -82,7 +85,9 @@ class Sphere(_FastMixin, Hypersphere):
 
     def random_uniform(self, n_samples=1):
         """Uniform points on the sphere, shape (n_samples, dim + 1) (geomstats' global RNG; squeezed for 1)."""
-        return super().random_uniform(check_int(n_samples, "n_samples", 1))
+        n_samples = check_size(n_samples, "n_samples", 1)
+        check_memory((n_samples, self.dim + 1), "n_samples")
+        return super().random_uniform(n_samples)
 
     # geomstats' charts of the circle and the 2-sphere, refused in other dimensions
     def angle_to_extrinsic(self, point_angle):
@@ -119,7 +124,8 @@ class Euclidean(_GsEuclidean):
     Parameters
     ----------
     dim : int
-        d, the dimension of the space; points have shape ``(..., dim)``.
+        d, the dimension of the space; points have shape ``(..., dim)``. At most 2**31 - 1, and
+        geomstats' (dim, dim) metric matrix must fit in memory (ValidationError otherwise).
 
     Notes
     -----
@@ -130,7 +136,8 @@ class Euclidean(_GsEuclidean):
     """
 
     def __init__(self, dim: int, equip: bool = True):
-        dim = check_int(dim, "dim", 1, " (the space R^dim)")
+        dim = check_size(dim, "dim", 1, what=" (the space R^dim)")
+        check_memory((dim, dim), "dim")  # geomstats builds the (dim, dim) metric matrix
         super().__init__(dim, equip=check_flag(equip, "equip"))
 
     @property
@@ -151,10 +158,16 @@ class Euclidean(_GsEuclidean):
     @staticmethod
     def inner(x, y):
         """Euclidean inner product over the last axis; shape (...)."""
-        return dot_last(x, y)
+        try:
+            return dot_last(x, y)
+        except RAW as exc:  # after the failure only: InputTypeError naming x and y
+            raise unfit("Euclidean.inner", None, exc, x=x, y=y) from exc
 
     def norm(self, x):
-        return namespace(x).sqrt(self.inner(x, x))
+        try:
+            return namespace(x).sqrt(self.inner(x, x))
+        except RAW as exc:
+            raise unfit("Euclidean.norm", self.dim, exc, x=x) from exc
 
     @staticmethod
     def tangent(y, v):
@@ -177,6 +190,7 @@ class Euclidean(_GsEuclidean):
             raise ValidationError(f"method must be 'projection' or 'exp', got {method!r}.")
         x, v = same_kind(check_points(point, "point", self, on_manifold=False, min_axes=1),
                          check_points(tangent_vec, "tangent_vec", self, on_manifold=False, min_axes=1))
+        check_broadcast([x, v], ["point", "tangent_vec"])
         return x + v
 
     def vector_transport(self, point, tangent_vec, vector, method: str = "projection"):
@@ -184,6 +198,7 @@ class Euclidean(_GsEuclidean):
         z = self.retraction(point, tangent_vec, method)
         u = check_points(vector, "vector", self, on_manifold=False, min_axes=1)
         z, u = same_kind(z, u)
+        check_broadcast([z, u], ["point + tangent_vec", "vector"])
         return u + 0.0 * z
 
     @staticmethod
@@ -196,14 +211,18 @@ class Euclidean(_GsEuclidean):
         return check_points(point, "point", self, on_manifold=False, min_axes=1)
 
     def lie_frame(self, y, slots: int):
-        """The translation action for one Lie-group step (exponentials are sums)."""
+        """The translation action for one Lie-group step (exponentials are sums); the arguments are
+        checked as by :meth:`Sphere.lie_frame` (O(1): kind, last axis, ``slots`` in [1, 64])."""
         from .groups import TranslationFrame
 
+        check_frame_args(self, y, slots)
         return TranslationFrame(y)
 
     def random_uniform(self, n_samples=1):
         """Points uniform in the cube [-1, 1]^dim, shape (n_samples, dim) (geomstats' global RNG)."""
-        return self.random_point(check_int(n_samples, "n_samples", 1))
+        n_samples = check_size(n_samples, "n_samples", 1)
+        check_memory((n_samples, self.dim), "n_samples")
+        return self.random_point(n_samples)
 
     def __repr__(self) -> str:
         return f"Euclidean({self.dim})"

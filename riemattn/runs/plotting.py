@@ -17,6 +17,9 @@ import functools
 
 import numpy as np
 
+from .._validation import as_float_array, check_finite, check_flag, check_int, check_real, check_vector
+from ..errors import InputTypeError, ValidationError
+
 __all__ = [
     "RC", "draw_great_circle", "draw_point", "legend_below", "plot_circle_angles",
     "plot_sphere_trajectories", "set_pi_ticks", "styled",
@@ -40,6 +43,8 @@ RC = {
 
 def styled(plot):
     """Decorator: run a figure-making function under :data:`RC` (see the module docstring)."""
+    if not callable(plot):
+        raise InputTypeError(f"plot must be a function plot(...) -> Figure, got {type(plot).__name__}.")
 
     @functools.wraps(plot)
     def wrapper(*args, **kwargs):
@@ -52,7 +57,9 @@ def styled(plot):
 
 
 def legend_below(ax, ncol=3, **kwargs):
-    """A legend centred under ``ax`` (below its x label), so it never covers data."""
+    """A legend centred under ``ax`` (below its x label), so it never covers data; 1 <= ncol <= 100."""
+    _axes(ax, "legend")
+    ncol = check_int(ncol, "ncol", 1, maximum=100)
     return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False, **kwargs)
 
 
@@ -73,6 +80,15 @@ def plot_sphere_trajectories(ax, y, *, inv_sqrt_W=None, color="C0"):
     Initial positions: white circles; final positions: gray circles; paths in blue (the papers'
     style). The three axes have equal scales (an ellipsoid is drawn with its true shape).
     """
+    _axes(ax, "plot_wireframe", "set_zlim")
+    y = check_finite(as_float_array(y, "y"), "y")
+    if y.ndim != 3 or y.shape[-1] != 3 or not y.size:
+        raise ValidationError(f"y must have shape (time, l, 3) with time, l >= 1, got shape {y.shape}.")
+    if inv_sqrt_W is not None:
+        inv_sqrt_W = check_finite(as_float_array(inv_sqrt_W, "inv_sqrt_W"), "inv_sqrt_W")
+        if inv_sqrt_W.shape != (3, 3):
+            raise ValidationError(f"inv_sqrt_W must be a (3, 3) matrix, got shape {inv_sqrt_W.shape}.")
+    _color(color)
     u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 40), np.linspace(0, np.pi, 20))
     pts = np.stack([np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v)], axis=-1)
     if inv_sqrt_W is not None:
@@ -96,7 +112,11 @@ def plot_sphere_trajectories(ax, y, *, inv_sqrt_W=None, color="C0"):
 def draw_point(ax, p, label, color="C3", ray=1.35):
     """Mark the point ``p`` of S^2 on top of the tokens: a cross at p, a dashed ray from p out to
     ``ray * p`` and the label at its end (a token sitting at p does not hide it)."""
-    p = np.asarray(p, dtype=float)
+    _axes(ax, "plot", "scatter", "text")
+    p = check_vector(p, "p", 3, "the sphere S^2 in R^3")
+    _label(label, "label")
+    _color(color)
+    ray = check_real(ray, "ray")
     end = ray * p
     ax.plot(*np.stack([p, end]).T, color=color, ls="--", lw=1.0, zorder=10)
     ax.scatter(*p, s=70, marker="x", color=color, linewidths=2.0, depthshade=False, zorder=10)
@@ -105,7 +125,14 @@ def draw_point(ax, p, label, color="C3", ray=1.35):
 
 def draw_great_circle(ax, v, color="C3", label=None):
     """Draw the great circle {y in S^2 : v^T y = 0}, the boundary of the hemisphere {v^T y > 0}."""
-    v = np.asarray(v, dtype=float) / np.linalg.norm(v)
+    _axes(ax, "plot")
+    v = check_vector(v, "v", 3, "the sphere S^2 in R^3")
+    if not np.any(v):
+        raise ValidationError("v must be a nonzero vector (the hemisphere's pole), got 0.")
+    _color(color)
+    if label is not None:
+        _label(label, "label")
+    v = v / np.linalg.norm(v)
     a = np.linalg.svd(v[None, :])[2][1:]  # an orthonormal basis of v's orthogonal complement
     s = np.linspace(0.0, 2 * np.pi, 200)
     c = np.cos(s)[:, None] * a[0] + np.sin(s)[:, None] * a[1]
@@ -132,8 +159,13 @@ def unwrap_angles(theta):
 
 
 def set_pi_ticks(ax, lo, hi):
-    """y ticks at multiples of pi/2 between lo and hi, labelled in units of pi."""
+    """y ticks at multiples of pi/2 between lo and hi (finite, lo <= hi), labelled in units of pi."""
     import matplotlib.ticker as mticker
+
+    _axes(ax, "set_ylim")
+    lo, hi = check_real(lo, "lo"), check_real(hi, "hi")
+    if not lo <= hi:
+        raise ValidationError(f"lo must be <= hi, got lo = {lo!r}, hi = {hi!r}.")
 
     ax.yaxis.set_major_locator(mticker.MultipleLocator(np.pi / 2))
 
@@ -154,8 +186,40 @@ def set_pi_ticks(ax, lo, hi):
 def plot_circle_angles(ax, t, theta, color="C0", lw=0.7, logx=False):
     """Draw angles theta (time, particle) of particles on S^1 against t, unwrapped
     (:func:`unwrap_angles`), with y ticks in units of pi. Returns the unwrapped angles."""
+    _axes(ax, "plot", "set_ylim")
+    t = check_finite(as_float_array(t, "t"), "t")
+    theta = check_finite(as_float_array(theta, "theta"), "theta")
+    if t.ndim != 1 or not t.size or theta.ndim != 2 or theta.shape[0] != t.size or not theta.shape[1]:
+        raise ValidationError(f"t must have shape (time,) and theta (time, n) with time, n >= 1, got shapes "
+                              f"{t.shape} and {theta.shape}.")
+    _color(color)
+    lw = check_real(lw, "lw")
+    if not lw > 0:
+        raise ValidationError(f"lw must be > 0, got {lw!r}.")
+    if check_flag(logx, "logx") and hasattr(ax, "get_zlim"):
+        raise ValidationError("logx=True needs a 2-D matplotlib Axes (a 3-D one has no log scale).")
     ang = unwrap_angles(theta)
     plot = ax.semilogx if logx else ax.plot
     plot(t, ang, color=color, lw=lw)
     set_pi_ticks(ax, float(np.min(ang)), float(np.max(ang)))
     return ang
+
+
+def _axes(ax, *methods):
+    """``ax`` as a matplotlib Axes: it has ``methods`` (3-D ones for a 3-D plot), else InputTypeError."""
+    missing = [m for m in methods if not callable(getattr(ax, m, None))]
+    if missing:
+        kind = "a 3-D matplotlib Axes" if "set_zlim" in methods or "plot_wireframe" in methods else "a matplotlib Axes"
+        raise InputTypeError(f"ax must be {kind}, got {type(ax).__name__} (without .{missing[0]}).")
+
+
+def _color(color):
+    from matplotlib.colors import is_color_like
+
+    if not is_color_like(color) or not isinstance(color, (str, tuple, list, np.ndarray)):
+        raise ValidationError(f"color must be a matplotlib color ('C3', 'k', '#1f77b4' or (r, g, b)), got {color!r}.")
+
+
+def _label(label, name):
+    if not isinstance(label, str):
+        raise InputTypeError(f"{name} must be a str, got {type(label).__name__}.")

@@ -65,10 +65,10 @@ import numpy as np
 from ._cf import annotate
 from ._paths import check_output_dir
 from ._simulate_config import DEFAULTS, RECIPES, load_config, validate_config
-from .._validation import check_choice
+from .._validation import as_float_array, check_choice, check_finite, check_memory, check_real, check_size
 from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import misalignment
-from ..errors import ValidationError
+from ..errors import InputTypeError, ValidationError
 from .plotting import plot_sphere_trajectories, styled
 from ..solvers.core.integrate import integrate
 from ..solvers.explicit.steppers import get_stepper
@@ -90,13 +90,25 @@ DATA_ATTRS = {
 
 
 def random_matrix(recipe, d: int, scale: float, rng: np.random.Generator, name: str) -> np.ndarray:
-    """A (d, d) matrix from a recipe name (see module docstring) or an explicit matrix."""
+    """A (d, d) matrix from a recipe name (see module docstring) or an explicit matrix.
+
+    ``d``: 1 <= d <= 2**31 - 1 with (d, d) fitting in memory; ``scale`` a finite real; ``rng`` a
+    NumPy Generator; ``name`` (a str) labels the matrix in messages. ValidationError /
+    InputTypeError otherwise, naming the argument.
+    """
+    if not isinstance(name, str):
+        raise InputTypeError(f"name must be a str (the matrix's label in messages), got {type(name).__name__}.")
+    d = check_size(d, "d", 1)
+    check_memory((d, d), "d")
+    scale = check_real(scale, "scale")
+    if not isinstance(rng, np.random.Generator):
+        raise InputTypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}.")
     if not isinstance(recipe, str):
-        M = np.asarray(recipe, dtype=float)
+        M = check_finite(as_float_array(recipe, f"{name} (recipe)"), f"{name} (recipe)")
         if M.shape != (d, d):
-            raise ValidationError(f"{name} must be a ({d}, {d}) matrix, got shape {M.shape}.")
+            raise ValidationError(f"{name} (recipe) must be a ({d}, {d}) matrix, got shape {M.shape}.")
         return M
-    check_choice(recipe, name, RECIPES)
+    check_choice(recipe, f"{name} (recipe)", RECIPES)
     if recipe == "identity":
         return scale * np.eye(d)
     if recipe == "gaussian":

@@ -53,9 +53,11 @@ def integrate_checkpointed(field, y0, t_span, stepper="rk4", dt=None, *, segment
         adaptive steppers, the first step of each segment (optional).
     segments : int, optional
         Number of checkpointed segments ``K`` (default: ``ceil(sqrt(n))`` for fixed steps, at
-        most n; 8 for adaptive steppers, equal lengths).
+        most n; 8 for adaptive steppers, equal lengths, at most ``max_steps``).
     rtol, atol, project, max_steps
-        As in :func:`~riemattn.integrate`. Adaptive steppers restart their step-size control at
+        As in :func:`~riemattn.integrate`, except that a fixed-step solve needing more than
+        ``max_steps`` steps (n above) raises ValidationError before any step (its segments are
+        laid out in advance). Adaptive steppers restart their step-size control at
         every segment boundary (each segment is an adaptive solve of its own).
 
     Returns
@@ -95,14 +97,18 @@ def integrate_checkpointed(field, y0, t_span, stepper="rk4", dt=None, *, segment
         raise InputTypeError(f"t_span must be a pair (t0, t1) of real numbers, got {t_span!r}.") from None
     if not t1 > t0:
         raise ValidationError(f"t_span must have t1 > t0 for integrate_checkpointed, got {(t0, t1)}.")
+    max_steps = check_int(max_steps, "max_steps", 1)
     if step.adaptive:
-        K = 8 if segments is None else check_int(segments, "segments", 1)
+        K = 8 if segments is None else check_int(segments, "segments", 1, maximum=max_steps)
         bounds = list(np.linspace(t0, t1, K + 1))
         kw = dict(rtol=rtol, atol=atol, first_step=None if dt is None else check_positive(dt, "dt"))
     else:
         if dt is None:
             raise ValidationError(f"dt is required for the fixed-step stepper {step.name!r}.")
         n = max(1, math.ceil((t1 - t0) / check_positive(dt, "dt") - 1e-9))
+        if n > max_steps:  # the segments are laid out before the first step: refused, not cut short
+            raise ValidationError(f"dt = {dt!r} needs {n:.3g} steps over t_span = ({t0}, {t1}), more than "
+                                  f"max_steps = {max_steps}; a larger dt (or max_steps).")
         K = math.ceil(math.sqrt(n)) if segments is None else check_int(segments, "segments", 1)
         bounds, h = _boundaries(t0, t1, n, min(K, n))
         kw = dict(dt=h * (1 + 1e-12))  # each segment: exactly its share of the n steps

@@ -30,6 +30,7 @@ from riemattn import diagnostics as dg
 from riemattn import gradient_flow as gf
 from riemattn import theory as th
 from riemattn.errors import InputTypeError, RiemattnError, ValidationError
+from riemattn.solvers.core.events import Event
 
 # the sweep's guard, TIME_LIMIT (5 s) a call: a hang raises a BaseException that no `except Exception`
 # in the code can swallow (the slowest valid calls here take a few milliseconds)
@@ -291,7 +292,50 @@ EXAMPLES = [
     ("Euclidean.projection of NaN", lambda: ra.Euclidean(3).projection([np.nan, 0.0, 1.0]),
      ValidationError, ["point", "NaN"]),
     ("a NaN beta for CircleField", lambda: ra.circle.CircleField(np.nan), ValidationError, ["beta", "nan"]),
+    # issue 58: hangs (each ran over 20 s), raw errors and silent garbage
+    ("Event(samples=10**30)", lambda: Event(lambda t, y: y[..., 0, 0], samples=10**30),
+     ValidationError, ["samples", "[0, 10000]"]),
+    ("Event(direction=True)", lambda: Event(lambda t, y: y[..., 0, 0], direction=True),
+     ValidationError, ["direction", "True"]),
+    ("Event(direction=2.5)", lambda: Event(lambda t, y: y[..., 0, 0], direction=2.5),
+     ValidationError, ["direction", "2.5"]),
+    ("ButcherTableau(order=10**30)", lambda: ra.ButcherTableau((0.0,), ((0.0,),), (1.0,), 10**30),
+     ValidationError, ["order", "<= 12"]),
+    ("CircleDensity.solve(dt=1e-300)", lambda: _density().solve(np.full(16, 1 / (2 * np.pi)), (0.0, 0.1), dt=1e-300),
+     ValidationError, ["dt", "max_steps"]),
+    ("wendel_probability(10**30, 2)", lambda: _nan_result(dg.wendel_probability(10**30, 2)), AssertionError, ["0.0"]),
+    ("warmup(shapes=[(10**30, 3)])", lambda: ra.warmup(shapes=[(10**30, 3)]), ValidationError, ["shapes[0]", "64"]),
+    ("Sphere(10**30)", lambda: ra.Sphere(10**30), ValidationError, ["dim", "2147483647"]),
+    ("critical_noise(1e300, 'sa') (NaN before)", lambda: _nan_result(_critical_noise(1e300)), AssertionError,
+     ["1.414213562373095"]),
+    ("a field at t = NaN", lambda: FIELD(np.nan, Y), ValidationError, ["t", "finite", "nan"]),
+    ("a field at t = 'abc'", lambda: FIELD("abc", Y), InputTypeError, ["t", "real"]),
+    ("cluster_staircase beyond its half-turn", lambda: _staircase([0.0, 4.0]), ValidationError,
+     ["theta0", "half-turn"]),
 ]
+
+
+def _nan_result(value):
+    """Raise AssertionError with the value (a finite one is the expected answer of the example)."""
+    raise AssertionError(f"{value!r} (finite: {bool(np.all(np.isfinite(value)))})")
+
+
+def _density():
+    from riemattn.analysis.meanfield import CircleDensity
+
+    return CircleDensity(1.0, sigma=0.1, N=16)
+
+
+def _critical_noise(beta):
+    from riemattn.analysis.meanfield import critical_noise
+
+    return critical_noise(beta, "sa")
+
+
+def _staircase(theta0):
+    from riemattn.analysis.weighted_clusters import cluster_staircase
+
+    return cluster_staircase(theta0, 10.0)
 
 
 @pytest.mark.parametrize("label, call, exc, words", EXAMPLES, ids=[e[0] for e in EXAMPLES])

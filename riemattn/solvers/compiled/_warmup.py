@@ -155,8 +155,15 @@ def _check_shapes(shapes):
     if pairs is None or any(len(s) != 2 for s in pairs):
         raise ValidationError(f"shapes must be a sequence of (l, d) pairs of positive ints (tokens l of dimension "
                               f"d), got {shapes!r}.")
-    return [tuple(check_int(v, f"shapes[{k}]", 1, f" ({'l' if a == 0 else 'd'})") for a, v in enumerate(s))
-            for k, s in enumerate(pairs)]
+    out = [tuple(check_int(v, f"shapes[{k}]", 1, f" ({'l' if a == 0 else 'd'})") for a, v in enumerate(s))
+           for k, s in enumerate(pairs)]
+    from ...dynamics.kernels._kernel_shaped import SHAPED_MAX_SIZE
+
+    for k, (l, d) in enumerate(out):  # no kernel is specialised beyond l d = 64: nothing to compile
+        if l * d > SHAPED_MAX_SIZE:
+            raise ValidationError(f"shapes[{k}] = ({l}, {d}) has l d = {l * d} numbers; kernels are specialised to "
+                                  f"shapes of at most l d = {SHAPED_MAX_SIZE} (docs/performance.md).")
+    return out
 
 
 def warmup(progress=None, shapes=()) -> dict:
@@ -172,8 +179,8 @@ def warmup(progress=None, shapes=()) -> dict:
     progress : bool or None
         Show a progress bar (tqdm) on stderr; None: where stderr is a terminal.
     shapes : sequence of (l, d)
-        Also compile the field kernel specialised to each token shape (l tokens in R^d; used for the
-        attention field with l d <= 64 and no layer-norm placement, the same results, faster:
+        Also compile the field kernel specialised to each token shape (l tokens in R^d, l d <= 64,
+        else ValidationError; used for the attention field with no layer-norm placement, the same results, faster:
         docs/performance.md, "Kernels specialised to the shape"; seconds each). The engine compiles
         a shape in the background at its first call; this does it now.
 

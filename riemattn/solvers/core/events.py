@@ -62,6 +62,8 @@ __all__ = ["Event", "Events", "as_events"]  # TERMINAL (= 2), the status code, i
 TERMINAL = 2
 
 _DIRECTIONS = {"up": 1, "down": -1, "both": 0, 1: 1, -1: -1, 0: 0}
+#: The most interior samples per step an Event may ask for (each is a dense-output evaluation and a g call).
+MAX_SAMPLES = 10_000
 
 @dataclass(frozen=True)
 class Event:
@@ -74,14 +76,16 @@ class Event:
         the solve), ``t`` a float or an array (m,) of their times; returns an array (m,) (NumPy
         or a tensor like ``y``). It must treat the trajectories independently.
     direction : {0, 1, -1, "both", "up", "down"}
-        Which crossings count: up (from negative to non-negative), down, or both.
+        Which crossings count: up (from negative to non-negative), down, or both. Exactly one of
+        these (``2.5`` or ``True`` raise ValidationError).
     terminal : bool or int
         ``k >= 1`` (``True``: 1): stop the trajectory at its k-th crossing; ``False``: never.
     name : str, optional
         Label in the results (default: ``g.__name__`` or ``"event<i>"``).
-    samples : int
+    samples : int, 0 <= samples <= 10_000
         Interior sample points per accepted step (0: the step's ends only). Two crossings more
-        than h / (samples + 1) apart inside one step are both found.
+        than h / (samples + 1) apart inside one step are both found. Each costs a dense-output
+        evaluation and a ``g`` call per step: the bound keeps that below ~10^4 times a step's work.
     spec : tuple, optional
         A declarative form of ``g`` the compiled engine evaluates itself (``(name, *numbers)``;
         set by the built-in events of :mod:`riemattn.analysis.events`, see
@@ -104,7 +108,9 @@ class Event:
         if not callable(self.g):
             raise InputTypeError(f"an event's g must be callable as g(t, y), got {type(self.g).__name__}.")
         d = self.direction
-        key = d if isinstance(d, str) else (int(np.sign(d)) if isinstance(d, Real) and math.isfinite(d) else None)
+        # exactly 1, -1 or 0 (2.5 is not read as 1); a bool is neither a direction nor a number here
+        key = d if isinstance(d, str) else (int(d) if isinstance(d, Real) and not isinstance(d, (bool, np.bool_))
+                                            and d in (1, -1, 0) else None)
         if key not in _DIRECTIONS:
             raise ValidationError(f"direction must be one of 'up', 'down', 'both', 1, -1, 0, got {plain(d)}.")
         object.__setattr__(self, "direction", _DIRECTIONS[key])
@@ -119,8 +125,8 @@ class Event:
         if self.name is not None and not isinstance(self.name, str):
             raise InputTypeError(f"an event's name must be a str or None, got {plain(self.name)}.")
         s = self.samples
-        if isinstance(s, bool) or not isinstance(s, Integral) or s < 0:
-            raise ValidationError(f"samples must be an integer >= 0, got {plain(s)}.")
+        if isinstance(s, bool) or not isinstance(s, Integral) or not 0 <= s <= MAX_SAMPLES:
+            raise ValidationError(f"samples must be an integer in [0, {MAX_SAMPLES}], got {plain(s)}.")
         object.__setattr__(self, "samples", int(s))
         if self.spec is not None and (not isinstance(self.spec, tuple) or not self.spec
                                       or not isinstance(self.spec[0], str)):
@@ -154,7 +160,10 @@ def as_events(events) -> tuple:
         if not isinstance(e, Event):
             if not callable(e):
                 raise InputTypeError(f"events[{i}] must be an Event or a callable g(t, y), got {type(e).__name__}.")
-            e = Event(e, getattr(e, "direction", 0), getattr(e, "terminal", False), None)
+            d = getattr(e, "direction", 0)  # SciPy's attribute: its sign counts (solve_ivp's convention)
+            if isinstance(d, Real) and not isinstance(d, (bool, np.bool_)) and math.isfinite(d):
+                d = int(np.sign(d))
+            e = Event(e, d, getattr(e, "terminal", False), None)
         if e.name is None:
             name = getattr(e.g, "__name__", "")
             e = Event(e.g, e.direction, e.terminal, name if name and name != "<lambda>" else f"event{i}", e.samples,

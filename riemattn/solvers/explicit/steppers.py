@@ -147,7 +147,9 @@ class Stepper:
     def check_field(self, field) -> None:
         """Raise this stepper's refusal of ``field`` (a documented error) before any step, so that
         a call is refused the same way whatever the batch (an empty one included). The base
-        stepper takes every Field."""
+        stepper takes every Field (a callable ``field(t, y)``; anything else: InputTypeError)."""
+        if not callable(field):
+            raise InputTypeError(f"field must be a riemattn Field (callable as field(t, y)), got {type(field).__name__}.")
 
     def step(self, field, t, y, h, k1=None) -> StepResult:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -81,8 +81,9 @@ def brownian_mean_cosine(t, d: int, sigma: float):
     """
     t = check_times(t, "t")
     d, sigma = check_int(d, "d", 2), np.float64(check_nonnegative(sigma, "sigma"))
-    with np.errstate(over="ignore"):  # sigma^2 t overflowing is a mean cosine of 0
-        return np.exp(-(d - 1) * np.square(sigma) * t / 2.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # sigma^2 t overflowing is a mean cosine of 0
+        rate = (d - 1) * np.square(sigma) / 2.0
+        return np.exp(-np.where(t == 0, 0.0, rate * t))  # 1 at t = 0 even where sigma^2 overflows (inf * 0)
 
 
 class _Zero:
