@@ -310,3 +310,30 @@ for _key in ("fourier_moments", "order_parameter", "CircleDensity.velocity", "Ci
 VALID_AT["CircleDensity.solve", "rho0"] = lambda: np.full(16, 1 / (2 * np.pi))
 VALID_AT["CircleDensity.stationary_state", "guess"] = lambda: np.full(16, 1 / (2 * np.pi))
 VALID_AT["CircleDensity.solve", "t_span"] = lambda: (0.0, 0.1)
+
+# issue 55's parts and diagnostics (rollout, leaders): valid examples
+VALID_AT.update({
+    ("AttentionField", "bias"): lambda: None,  # (a bias does not combine with the context below)
+    ("AttentionField", "context"): lambda: np.ones((5, D)),
+    ("Bias", "rule"): lambda: (lambda i, j: -np.abs(i - j) * 0.5),
+    ("Bias", "name"): lambda: "a-bias",
+    ("alibi", "slopes"): lambda: 0.5,
+    ("as_bias", "bias"): lambda: np.zeros((4, 4)),
+    ("Mask", "rule"): lambda: (lambda i, j: j <= i),
+    ("Mask", "name"): lambda: "a-mask",
+    ("Mask", "builtin"): lambda: None,
+    ("Mask.array", "l"): lambda: 4,
+    ("Bias.array", "l"): lambda: 4,
+    ("as_mask", "mask"): lambda: np.tril(np.ones((4, 4), dtype=bool)),
+    ("rollout", "attention"): lambda: np.full((3, 4, 4), 0.25),
+    ("rollout", "tau"): lambda: 0.2,
+    ("rollout_ode", "field"): lambda: ra.AttentionField(np.eye(D), W="flat"),
+    ("rollout_ode", "solution"): lambda: ra.integrate(ra.AttentionField(np.eye(D), W="flat"), Y, (0.0, 0.2), "rk4",
+                                                      dt=0.05, dense_output=True),
+    ("rollout_ode", "t"): lambda: np.array([0.1, 0.2]),
+    ("rollout_ode", "start"): lambda: 0.0,
+})
+INSTANCES.update({
+    "riemattn.dynamics.biases.Bias": lambda: ra.biases.alibi(0.5),
+    "riemattn.dynamics.masks.Mask": lambda: ra.masks.window(2),
+})

@@ -55,7 +55,7 @@ def generator(A) -> np.ndarray:
 
 def _attention(attention, name="attention") -> np.ndarray:
     A = check_finite(as_float_array(attention, name), name)
-    if A.ndim < 3 or A.shape[-1] != A.shape[-2] or A.shape[-1] < 1:
+    if A.ndim < 3 or A.shape[-1] != A.shape[-2] or A.shape[-1] < 1 or A.shape[0] < 1:
         raise ValidationError(f"{name} must have shape (T, ..., l, l) with T >= 1 layers of square attention "
                               f"matrices, got shape {A.shape}.")
     return A
@@ -98,8 +98,13 @@ def rollout(attention, *, tau=None) -> np.ndarray:
         M = A
     R = np.empty_like(M)
     R[0] = M[0]
-    for k in range(1, len(M)):
-        np.matmul(M[k], R[k - 1], out=R[k])
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(1, len(M)):
+            np.matmul(M[k], R[k - 1], out=R[k])
+    if not np.isfinite(R).all():
+        raise ValidationError("the rollout overflows the float range (entries of the attention or of "
+                              "I + tau (A - diag(A 1)) far above 1, or tau too large); attention weights and "
+                              "tau of order 1 are expected.")
     return R
 
 
@@ -148,6 +153,7 @@ def rollout_ode(field, solution, t, *, start=None, rtol: float = 1e-8, atol: flo
         return (G @ r.reshape(shape)).ravel()
 
     out = solve_ivp(rhs, (t0, float(t[-1])), eye.ravel().copy(), method="DOP853", t_eval=t, rtol=rtol, atol=atol)
-    if not out.success:  # pragma: no cover - a linear ODE with bounded G
-        raise ValidationError(f"rollout_ode: the matrix ODE did not reach t = {t[-1]}: {out.message}")
+    if not out.success:  # a linear ODE with bounded G: only tolerances below the rounding stop it
+        raise ValidationError(f"rollout_ode: the matrix ODE did not reach t = {t[-1]} with rtol = {rtol:g}, "
+                              f"atol = {atol:g} ({out.message}); loosen rtol / atol.")
     return np.moveaxis(out.y, -1, 0).reshape((len(t),) + shape)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_float_array, check_int
+from .._validation import as_float_array, check_memory, check_real, check_size
 from ..errors import InputTypeError, ValidationError
 
 __all__ = ["Bias", "alibi", "as_bias"]
@@ -48,6 +48,10 @@ class Bias:
     def __init__(self, rule, name: str | None = None, *, time_dependent: bool = False):
         if not isinstance(time_dependent, bool):
             raise InputTypeError(f"time_dependent must be True or False, got {time_dependent!r}.")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InputTypeError(f"name must be a nonempty string or None, got {name!r}.")
+        if isinstance(rule, str):
+            raise InputTypeError(f"rule must be a callable of (i, j) or an array (l, l) / (h, l, l), got str {rule!r}.")
         self.time_dependent = time_dependent
         if callable(rule):
             self._rule, self._fixed = rule, None
@@ -55,7 +59,7 @@ class Bias:
         else:
             if time_dependent:
                 raise ValidationError("a fixed bias array cannot be time dependent; give a callable fn(t, i, j).")
-            arr = _checked(np.array(as_float_array(rule, "bias")), "bias")  # a copy: the user's array stays writable
+            arr = _checked(np.array(as_float_array(rule, "rule")), "rule")  # a copy: the user's array stays writable
             self._rule, self._fixed = None, arr
             self.name = name or f"array bias {arr.shape}"
         self._cache: dict = {}
@@ -64,17 +68,19 @@ class Bias:
 
     def array(self, l: int, t: float = 0.0) -> np.ndarray:
         """The bias for l tokens at time t: float, shape (l, l) or (h, l, l) (read-only)."""
-        l = check_int(l, "l", 1)
+        l = check_size(l, "l", 1)
+        check_memory((l, l), "l")
         if self._fixed is not None:
             if self._fixed.shape[-1] != l:
                 raise ValidationError(f"{self.name} is a fixed array for {self._fixed.shape[-1]} tokens; "
                                       f"the tokens have l = {l}.")
             return self._fixed
-        key = (l, float(t)) if self.time_dependent else l
+        t = check_real(t, "t")
+        key = (l, t) if self.time_dependent else l
         out = self._cache.get(key)
         if out is None:
             i, j = np.arange(l)[:, None], np.arange(l)[None, :]
-            args = (float(t), i, j) if self.time_dependent else (i, j)
+            args = (t, i, j) if self.time_dependent else (i, j)
             try:
                 out = np.asarray(self._rule(*args), dtype=float)
             except Exception as exc:  # noqa: BLE001 - the user's callable: say which call failed
@@ -126,6 +132,6 @@ def as_bias(bias) -> Bias | None:
     if callable(bias):
         return Bias(bias)
     if isinstance(bias, (np.ndarray, list, tuple)):
-        return Bias(bias)
+        return Bias(_checked(np.array(as_float_array(bias, "bias")), "bias"))
     raise InputTypeError(f"bias must be an array (l, l) or (h, l, l), a callable of (i, j), a riemattn.biases.Bias "
                          f"or None; got {type(bias).__name__}.")

@@ -30,7 +30,7 @@ from numbers import Integral
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import check_int, check_memory, check_size
 from ..errors import InputTypeError, ValidationError
 
 __all__ = ["Mask", "full", "causal", "window", "prefix", "as_mask"]
@@ -50,7 +50,14 @@ class Mask:
     """
 
     def __init__(self, rule, name: str, builtin: str | None = None):
+        if not isinstance(name, str) or not name:
+            raise InputTypeError(f"name must be a nonempty string, got {name!r}.")
+        if builtin not in (None, "full", "causal"):
+            raise ValidationError(f"builtin must be None, 'full' or 'causal', got {builtin!r}.")
         self.name, self.builtin = name, builtin
+        if isinstance(rule, str):
+            raise InputTypeError(f"rule must be a callable of (i, j) or a boolean array, got str {rule!r} "
+                                 "(the strings 'full' and 'causal' are spellings of AttentionField's mask).")
         if callable(rule):
             self._rule, self._fixed = rule, None
         else:
@@ -74,7 +81,8 @@ class Mask:
 
     def array(self, l: int) -> np.ndarray:
         """Admissibility for l tokens: bool, shape (l, l) or (h, l, l) (read-only, cached)."""
-        l = check_int(l, "l", 1)
+        l = check_size(l, "l", 1)
+        check_memory((l, l), "l")
         if self._fixed is not None:
             if self._fixed.shape[-1] != l:
                 raise ValidationError(f"mask {self.name} is a fixed array for {self._fixed.shape[-1]} tokens; "

@@ -129,6 +129,8 @@ KNOWN = [
 
 
 # -- documented results ---------------------------------------------------------------------------
+KNOWN += [("riemattn.dynamics.biases.as_bias", "bias", "-inf", "accepted",
+           "a bias of -inf excludes the pair (documented in riemattn.dynamics.biases); a row of -inf is refused")]
 KNOWN += [("riemattn.geometry.*.to_tangent", "*", "nan|inf|-inf", "result",
            "docs/index.md 'Errors', Finite: to_tangent lets NaN/inf through on purpose (a user field built "
            "on it turns NaN into status -3 in integrate)")]
