@@ -9,7 +9,6 @@ entry whose triple passes as stale: delete it then.
 """
 
 FOUND = [
-    ('riemattn.testing.slopes.check_retraction', 'ts', '1e300', 'unclear', "OPEN: ValidationError: retraction of Sphere vs the tangent line: the error is not finite at h = [1e298, 1e297] (errors [inf inf]); choose other steps. (the shared slope fit says steps, not ts)"),
     ('riemattn.analysis.critical_points.invariants', 'x', '1e300', 'raw', 'OPEN: numpy.linalg.LinAlgError: Eigenvalues did not converge'),
     ('riemattn.analysis.events.cluster_merge', 'terminal', 'non_bool', 'accepted', 'OPEN: accepted non_bool'),
     ('riemattn.analysis.events.consensus', 'terminal', 'non_bool', 'accepted', 'OPEN: accepted non_bool'),

@@ -33,6 +33,8 @@ from ._common import (EPS, ON_MANIFOLD, _check_dim, _check_manifold, _is_flat, _
 from ._tangent import assert_tangent
 
 __all__ = ["assert_forward_invariant", "assert_on_manifold", "assert_tangent", "inner_rounding"]
+# defined in the private _tangent and _common modules; their public home is this one
+assert_tangent.__module__ = inner_rounding.__module__ = __name__
 
 
 def assert_on_manifold(manifold, y, *, atol=1e-10, times=None):
