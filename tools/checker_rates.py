@@ -39,7 +39,11 @@ import test_testing_selftest as selftest  # noqa: E402
 SLOW = {"check_order", "assert_forward_invariant"}
 
 
-def count(case, draws, planted, rng_seed, messages):
+class Wrong(Exception):
+    """A false pass or false failure, raised with ``--explain`` so Hypothesis prints the draws."""
+
+
+def count(case, draws, planted, rng_seed, messages, explain=False):
     tally = Counter()
 
     @seed(rng_seed)
@@ -54,14 +58,20 @@ def count(case, draws, planted, rng_seed, messages):
             raise
         except AssertionError as error:
             tally["caught" if planted else "fail"] += 1
+            if explain and not planted:
+                raise Wrong(str(error)) from None
             if not planted and len(messages) < 10:
                 messages.append(f"{case.__name__}: {str(error)[:400]}")
         except Exception as error:  # noqa: BLE001 - an error of another kind is a failure of either sort
             tally["error"] += 1
+            if explain:
+                raise Wrong(f"{type(error).__name__}: {error}") from None
             if len(messages) < 10:
                 messages.append(f"{case.__name__}: {type(error).__name__}: {str(error)[:400]}")
         else:
             tally["pass"] += 1
+            if explain and planted:
+                raise Wrong("the planted bug passed")
             if planted and len(messages) < 10:
                 messages.append(f"{case.__name__}: the planted bug passed")
 
@@ -75,6 +85,8 @@ def main(argv=None):
     parser.add_argument("--order-draws", type=int, default=300, help="draws per check_order / forward-invariance case")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", default=None, help="only the checkers whose name contains this")
+    parser.add_argument("--explain", action="store_true",
+                        help="stop at the first false pass or failure and print its draws (Hypothesis's report)")
     args = parser.parse_args(argv)
     bad, messages = 0, []
     for name, (correct, bugs) in sorted(selftest.TABLE.items()):
@@ -83,7 +95,7 @@ def main(argv=None):
         n = args.order_draws if name in SLOW else args.draws
         for label, case, planted in [("correct inputs", correct, False)] + [(b, f, True) for b, f in sorted(bugs.items())]:
             t0 = time.time()
-            tally = count(case, n, planted, args.seed, messages)
+            tally = count(case, n, planted, args.seed, messages, args.explain)
             wrong = tally["pass"] if planted else tally["fail"]
             wrong += tally["error"]
             bad += wrong

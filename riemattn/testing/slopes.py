@@ -38,6 +38,12 @@ check_order.__module__ = reference_solution.__module__ = __name__
 
 EPS = np.finfo(float).eps
 SQRT_EPS = float(np.sqrt(EPS))
+#: A direction whose normal part |y^T W u| is above DIRECTION_NORMAL |u|_W (+ the rounding level of
+#: y^T W u) is not tangent: a mistake (a random vector's is ~|u|_W / sqrt(d)). Below it, u is tangent
+#: to within the rounding of the projection that made it, which is relative to the vector *before*
+#: that projection, unseen here (one that removed a part 1e6 |u| leaves ~1e6 d eps kappa |u|): the
+#: checks use its projection (I - y y^T W) u, which moves u by at most DIRECTION_NORMAL relative.
+DIRECTION_NORMAL = 1e-6
 #: check_riemannian_gradient fits the 5 smallest step lengths above the floor (1.5 decades of the
 #: default 9 over 3), where the O(t^2) term leads. A cost whose third-order term is large against its
 #: second-order one (the attention energy at beta = 0.01: f2 ~ beta^2, f3 ~ beta) bends the
@@ -76,10 +82,14 @@ def _random_point_and_direction(manifold, base_point, tangent_vector, seed, name
                               f"|u|_W = 0 at {np.argwhere(~(size > 0))[0].tolist()}.")
     if not np.sum(size) > 0:
         raise ValidationError(f"{name} must be nonzero (a zero direction checks nothing), got |u|_W = 0.")
-    # relative to |u|_W (y is W-unit): a direction of size 1e-20 is judged as one of size 1
-    if not flat and np.any(np.abs(manifold.inner(y, u)) > ON_MANIFOLD * size + inner_rounding(manifold, y, u)):
-        raise ValidationError(f"{name} must be tangent at base_point (|y^T W u| <= {ON_MANIFOLD:g} |u|_W + its rounding), got "
-                              f"|y^T W u| up to {np.max(np.abs(manifold.inner(y, u))):.2e}.")
+    if not flat:
+        # relative to |u|_W (y is W-unit): a direction of size 1e-20 is judged as one of size 1
+        # (each=False: one tangent vector of the product manifold, judged against its whole size)
+        whole = size if each else np.sqrt(np.sum(size * size))
+        if np.any(np.abs(manifold.inner(y, u)) > DIRECTION_NORMAL * whole + inner_rounding(manifold, y, u)):
+            raise ValidationError(f"{name} must be tangent at base_point (|y^T W u| <= {DIRECTION_NORMAL:g} |u|_W + its "
+                                  f"rounding), got |y^T W u| up to {np.max(np.abs(manifold.inner(y, u))):.2e}.")
+        u = manifold.tangent(y, u)
     return y, u
 
 

@@ -198,3 +198,19 @@ def test_a_direction_is_judged_tangent_relative_to_its_size():
     y = M.retract(np.array([[1.0, 0.2, 0.3]]))
     with pytest.raises(ValidationError, match="tangent_vector must be tangent"):
         rt.check_retraction(M, base_point=y, tangent_vector=1e-12 * y)
+
+
+def test_a_direction_projected_from_a_large_vector_is_tangent():
+    """The self-test's draws found it (6 in 2000 with a relative 1e-10 |u|_W): u = (I - y y^T W) x with
+    |x| ~ 1e7 |u| at cond(W) = 1e10 keeps a normal part of that projection's rounding, relative to
+    |x|; such a u is tangent (below 1e-6 |u|_W) and is used projected again."""
+    rng = np.random.default_rng(3)
+    Q, _ = np.linalg.qr(rng.standard_normal((4, 4)))
+    W = (Q * np.array([1.0, 1e3, 1e7, 1e10])) @ Q.T
+    M = ra.Ellipsoid(0.5 * (W + W.T))
+    y = M.retract(rng.uniform(-1, 1, (5, 4)))
+    x = 1e9 * y + M.tangent(y, rng.uniform(-1, 1, (5, 4)))  # mostly normal: |x|_W ~ 1e7 |u|_W
+    u = M.tangent(y, x)
+    # a relative 1e-10 |u|_W (+ the rounding of y^T W u) refused it: 2.6e-9 |u|_W
+    assert np.any(np.abs(M.inner(y, u)) > 1e-10 * M.norm(u) + rt.checks.inner_rounding(M, y, u))
+    rt.check_retraction(M, base_point=y, tangent_vector=u, against="line").assert_slope()

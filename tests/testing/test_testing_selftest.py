@@ -7,7 +7,7 @@ discovered) to a correct case and its planted bugs; a checker added later and mi
 strategies, at the edges:
 
 * degenerate draws: ``token_configurations`` (coincident and antipodal tokens), one token, d = 2;
-* token counts 1 .. 200 (``TOKENS``; ``check_order`` and ``assert_forward_invariant`` up to 40);
+* token counts 1 .. 200 (``TOKENS``);
 * magnitudes of the tokens 1e-8 .. 1e8 (``SCALES``): the problem on E_W with tokens y, scaled by s,
   is the problem on E_{W / s^2} with tokens s y (an attention field's P becomes P / s^2, a
   gradient s grad f(y / s)): every checker must judge it as it judges s = 1;
@@ -53,7 +53,6 @@ COND = 1e10
 DIMS = st.integers(2, 4)
 #: token counts 1 .. 200, mostly small (the edges: one token, two)
 TOKENS = st.one_of(st.integers(1, 4), st.integers(5, 200))
-FEW_TOKENS = st.one_of(st.integers(1, 3), st.integers(4, 40))  # for the cases that integrate
 #: the tokens' magnitude s: the problem scaled by s (E_{W / s^2}, tokens s y)
 SCALES = st.one_of(st.just(1.0), st.sampled_from([1e-8, 1e8]), st.floats(-8.0, 8.0).map(lambda e: 10.0 ** e))
 BETAS = st.one_of(rs.betas(max_value=2.0), rs.betas(min_value=100.0, max_value=1e3), st.just(0.0))
@@ -222,7 +221,7 @@ def tangent_non_tangent(data):
 
 
 # --- assert_forward_invariant ------------------------------------------------------------------
-def _invariant_problem(data, sign, beta=BETAS, tokens=FEW_TOKENS, coincident=True, normalization="softmax"):
+def _invariant_problem(data, sign, beta=BETAS, tokens=TOKENS, coincident=True, normalization="softmax"):
     # cond(W) <= 1e6: integrate refuses tokens off E_W by more than 1e-8 (absolute), which the
     # rounding of a correct retraction exceeds from cond ~1e7 on (found by this test at 1e10)
     M, s = _manifold(data, max_condition=1e6)
@@ -254,7 +253,7 @@ def forward_invariant_head_sign(data):
     """U -> -U: d/dt v^T y_i = -sum_j alpha_ij (v^T y_j - <y_i, y_j>_W v^T y_i) < 0 at the lowest
     token whenever another token differs from it (each term >= v^T y_i (1 - <y_i, y_j>_W) > 0)."""
     # beta <= 2: at beta ~ 1e3 the weights of the other tokens can be e^-1e3 (no push)
-    field, y0, v = _invariant_problem(data, -1.0, beta=rs.betas(max_value=2.0), tokens=st.integers(2, 4),
+    field, y0, v = _invariant_problem(data, -1.0, beta=rs.betas(max_value=2.0), tokens=st.integers(2, 200),
                                       coincident=False)
     # not all at one point
     M = field.manifold
@@ -272,7 +271,7 @@ def order_correct(data):
     (1/4 .. 1/32) must stay in the asymptotic range."""
     M, s = _manifold(data, max_condition=1e2, dims=st.integers(2, 3))
     field = _attention(data, M, s, beta=rs.betas(max_value=2.0))
-    y0 = data.draw(rs.token_configurations(M, tokens=FEW_TOKENS))
+    y0 = data.draw(rs.token_configurations(M, tokens=TOKENS))
     stepper = data.draw(st.sampled_from(FIXED))
     ref = rt.reference_solution(field, y0, (0.0, 1.0))
     # tokens that barely move have no measurable order (errors at the reference's floor:
@@ -364,10 +363,15 @@ def retraction_does_nothing(data):
 def retraction_first_order(data):
     M, s = _manifold(data, max_condition=1e4)
     y, u = _point_direction(data, M, s)
-    # the planted O(t^2) term is (|u|_W^2 t^2) times the tangent part of e: visible unless e is normal
-    e_tan = M.tangent(y, np.broadcast_to(_FirstOrder(M).e, y.shape))
-    assume(np.max(M.norm(e_tan) * M.norm(u) ** 2) > 1e-3)
-    rt.check_retraction(_FirstOrder(M), base_point=y, tangent_vector=u, against="exp").assert_slope(tol=0.2)
+    # the planted O(t^2) term is t^2 times the tangent part of e (u of unit W-length, as the check
+    # uses it): visible where it leads the right retraction's own O(t^3) error at every default t
+    # (10 times: the slope of their sum is then within ~0.1 of 2); a draw where e is nearly normal,
+    # or the curvature's t^3 term is as large, carries no visible bug (one such draw in 2000 passed)
+    bad, w = _FirstOrder(M), u / M.norm(u)[..., None]
+    for t in np.logspace(-3, -1, 9):
+        exp = M.metric.exp(t * w, y)
+        assume(np.max(M.norm(bad.retract(y + t * w) - exp)) > 10 * np.max(M.norm(M.retract(y + t * w) - exp)))
+    rt.check_retraction(bad, base_point=y, tangent_vector=u, against="exp").assert_slope(tol=0.2)
 
 
 # --- check_riemannian_gradient -----------------------------------------------------------------
