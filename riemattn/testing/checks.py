@@ -57,6 +57,8 @@ def assert_on_manifold(manifold, y, *, atol=1e-10, times=None):
     ------
     AssertionError
         Naming the worst token (time, trajectory, token) and its deviation; also for NaN/inf.
+    InputTypeError
+        If ``y`` is not real (complex tokens are refused, as by :func:`riemattn.integrate`).
     """
     manifold = _check_manifold(manifold)
     y = _tokens(y)
