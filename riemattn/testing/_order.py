@@ -144,6 +144,11 @@ def _asymptotic(hs, errors, floor, quantity):
     # higher-order terms (or a cancellation of the leading one: one token on a circle, where the
     # error is one number) still lead, and the steps do not show the order
     h_up, e_up = hs[order][above], e[above]
+    if h_up.size == 2:  # one local slope: nothing says the steps are already asymptotic
+        raise ValidationError(f"{quantity}: only two errors are above the floor ({e_up[0]:.2e} at h = {h_up[0]:.3g}, "
+                              f"{e_up[1]:.2e} at h = {h_up[1]:.3g}; floor {floor[order][above][-1]:.1e}): one local slope, "
+                              "nothing to show the steps are in the asymptotic range: choose larger steps (fewer of "
+                              "them) or add a step count.")
     local = np.log(e_up[:-1] / e_up[1:]) / np.log(h_up[:-1] / h_up[1:])
     if local.size > 1 and np.ptp(local) > SPREAD:
         raise ValidationError(f"{quantity}: not in the asymptotic range: the local slopes between consecutive "
@@ -189,7 +194,8 @@ def check_order(stepper, field, y0, *, t_span=(0.0, 1.0), steps=(8, 16, 32, 64),
     Raises
     ------
     ValidationError
-        If exactly one error is above the floor (no slope to measure: use fewer steps), an error
+        If only one or two errors are above the floor (no slope to measure, or a single local slope
+        with nothing to show the asymptotic range: use fewer steps), an error
         is not finite, the errors are not yet in the asymptotic range (an error above the floor
         that does not decrease as h does, or an error at the floor at a larger h than one above
         it: the error changes sign between those steps; or local slopes between consecutive step
