@@ -403,11 +403,13 @@ def _energy(M, beta, c, *, factor=1.0, missing_Winv=False, project=True):
 
 
 def _quadratic(M, A, c, *, factor=1.0, missing_Winv=False, project=True):
-    """f(y) = c sum_i y_i A y_i^T (A symmetric) and its W-gradient c P_y (2 W^-1 A y_i)."""
-    Winv = np.linalg.inv(M.W)
+    """f(y) = c sum_i y_i A y_i^T (A symmetric) and its W-gradient c P_y (2 W^-1 A y_i). W^-1 A y_i by a
+    solve, not by inv(W): at cond(W) ~ 1e10 the explicit inverse's error made the "correct" gradient
+    wrong by ~1e-4 relative (slope 1; 50 of 50 directions at one such W, 1 of 50 with the solve)."""
 
     def gradient(y):
-        v = 2 * c * (y @ A) @ (np.eye(len(A)) if missing_Winv else Winv)
+        b = 2 * c * (y @ A)
+        v = b if missing_Winv else np.linalg.solve(M.W, b.reshape(-1, b.shape[-1]).T).T.reshape(b.shape)
         return factor * (M.tangent(y, v) if project else v)
 
     return (lambda y: float(c * np.sum((y @ A) * y))), gradient
