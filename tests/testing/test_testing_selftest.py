@@ -308,8 +308,11 @@ def _lower_order(data, stepper, expected, scales):
 
 
 def order_lower_than_claimed(data):
-    """Euler claimed to be of order 2 (slope 1), at every magnitude."""
-    _lower_order(data, "euler", 2, SCALES)
+    """Euler claimed to be of order 3, at every magnitude. Not 2: projected Euler is of order 2 where
+    the flow is a rotation at constant speed (a step advances the angle by atan(h w) = h w + O(h^3)),
+    and tools/checker_rates.py --seed 4 drew such a problem (slope 2.09 at 4 .. 32 steps): there a
+    claim of 2 is true. No problem makes it of order 3."""
+    _lower_order(data, "euler", 3, SCALES)
 
 
 def order_two_claimed_four_at_tiny_tokens(data):
