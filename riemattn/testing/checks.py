@@ -24,119 +24,17 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.hemispheres import common_hemisphere
-from .._validation import as_float_array, check_finite, check_flag, check_nonnegative, check_real, plain
+from .._validation import as_float_array, check_finite, check_flag, check_nonnegative
 from ..errors import InputTypeError, ValidationError
 from ..solvers.core.integrate import integrate
 from ..solvers.explicit.steppers import get_stepper
-
-EPS = np.finfo(float).eps
+from ._common import (EPS, ON_MANIFOLD, _check_dim, _check_manifold, _is_flat, _manifold_of, _norm, _t_span,  # noqa: F401
+                      _tokens, _tol, _W_norm2, _where, inner_rounding)
+from ._tangent import assert_tangent
 
 __all__ = ["assert_forward_invariant", "assert_on_manifold", "assert_tangent", "inner_rounding"]
-
-
-def _where(index, batch_ndim: int, times=None) -> str:
-    """Words for an index into an array of shape ``([m,] *batch, l)``: time, trajectory, token.
-
-    ``times`` (shape (m,)) says that the first axis is time.
-    """
-    index = tuple(int(i) for i in index)
-    parts = []
-    if times is not None:
-        parts.append(f"t = {float(times[index[0]]):.6g} (save index {index[0]})")
-        index = index[1:]
-    if batch_ndim:
-        parts.append(f"trajectory {index[:batch_ndim]}")
-    if len(index) > batch_ndim:
-        parts.append(f"token {index[batch_ndim]}")
-    return ", ".join(parts) if parts else "the only configuration"
-
-
-def _tokens(y, name="y"):
-    try:
-        y = np.asarray(y, dtype=float)
-    except (TypeError, ValueError):
-        raise InputTypeError(f"{name} must be a real array of shape (..., l, d), got {type(y).__name__}.") from None
-    if y.ndim < 2 or y.shape[-1] < 1 or y.shape[-2] < 1:
-        raise ValidationError(f"{name} must have shape (..., l, d) with l, d >= 1, got {y.shape}.")
-    return y
-
-
-def _tol(value, name, shape=()):
-    """A finite tolerance >= 0 (a float, or an array broadcasting to ``shape``), checked up front."""
-    arr = check_finite(as_float_array(value, name), name)
-    if np.any(arr < 0):
-        raise ValidationError(f"{name} must be >= 0, got {plain(arr)}.")
-    try:
-        return np.broadcast_to(arr, shape)
-    except ValueError:
-        raise ValidationError(f"{name} must be a number or broadcast to the tokens' shape {shape}, "
-                              f"got shape {arr.shape}.") from None
-
-
-def _t_span(t_span, name="t_span"):
-    """(t0, t1): two finite real times (InputTypeError / ValidationError naming ``name``)."""
-    arr = check_finite(as_float_array(t_span, name), name)
-    if arr.shape != (2,):
-        raise ValidationError(f"{name} must be two times (t0, t1), got shape {arr.shape}.")
-    return float(arr[0]), float(arr[1])
-
-
-def _check_manifold(manifold, name="manifold"):
-    if not all(hasattr(manifold, a) for a in ("ambient_dim", "inner", "tangent")):
-        what = repr(manifold) if isinstance(manifold, str) else type(manifold).__name__
-        raise InputTypeError(f"{name} must be a riemattn Sphere, Ellipsoid or Euclidean (an instance, e.g. "
-                             f"riemattn.Sphere(2)), got {what}.")
-    return manifold
-
-
-def _check_dim(y, manifold, name="y"):
-    if y.shape[-1] != manifold.ambient_dim:
-        raise ValidationError(f"{name} must have d = {manifold.ambient_dim} components for {manifold!r}, got "
-                              f"shape {y.shape}.")
-
-
-def _W_norm2(manifold) -> float:
-    """The spectral norm of W (1 for a sphere or the Euclidean space)."""
-    W = getattr(manifold, "W", None)
-    return 1.0 if W is None else float(np.linalg.norm(np.asarray(W, dtype=float), 2))
-
-
-def _norm(x, manifold=None):
-    """|x|_2 (or |x|_W with ``manifold``) over the last axis without overflow: max|x_k| times the norm
-    of x / max|x_k| (a field of size e^600 has |x|^2 = e^1200 = inf in doubles), shape (...)."""
-    m = np.max(np.abs(x), axis=-1, initial=0.0)
-    unit = x / np.where(m > 0, m, 1.0)[..., None]
-    return m * (np.linalg.norm(unit, axis=-1) if manifold is None else manifold.norm(unit))
-
-
-def inner_rounding(manifold, a, b):
-    """The rounding level of ``a^T W b`` over the last axis, shape (...):
-    ``32 d eps |a|_2 ||W||_2 |b|_2`` (the terms of the d-term inner product and of a projection
-    (I - a a^T W) b that came before it are at most |a|_2 ||W||_2 |b|_2; 32 d eps covers their O(d)
-    roundings, Higham, *Accuracy and Stability of Numerical Algorithms*, eq. 3.5). Up to
-    cond(W) times |a|_W |b|_W: at condition number 1e10 it is ~1e-5 |a|_W |b|_W."""
-    manifold = _check_manifold(manifold)
-    a, b = check_finite(as_float_array(a, "a"), "a"), check_finite(as_float_array(b, "b"), "b")
-    try:
-        ok = a.ndim >= 1 and b.ndim >= 1 and a.shape[-1] == b.shape[-1] >= 1 and np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValidationError(f"a and b must broadcast together, with the same d >= 1 components (last axis), "
-                              f"got shapes {a.shape} and {b.shape}.")
-    d = a.shape[-1]
-    return 32 * d * EPS * _norm(a) * _W_norm2(manifold) * _norm(b)
-
-
-def _manifold_of(field):
-    manifold = getattr(field, "manifold", None)
-    if manifold is None or not hasattr(manifold, "tangent"):
-        raise InputTypeError(f"field must be a riemattn Field (with a manifold), got {type(field).__name__}.")
-    return manifold
-
-
-def _is_flat(manifold) -> bool:
-    return type(manifold).__name__ == "Euclidean"
+# defined in the private _tangent and _common modules; their public home is this one
+assert_tangent.__module__ = inner_rounding.__module__ = __name__
 
 
 def assert_on_manifold(manifold, y, *, atol=1e-10, times=None):
@@ -159,6 +57,8 @@ def assert_on_manifold(manifold, y, *, atol=1e-10, times=None):
     ------
     AssertionError
         Naming the worst token (time, trajectory, token) and its deviation; also for NaN/inf.
+    InputTypeError
+        If ``y`` is not real (complex tokens are refused, as by :func:`riemattn.integrate`).
     """
     manifold = _check_manifold(manifold)
     y = _tokens(y)
@@ -190,94 +90,6 @@ def assert_on_manifold(manifold, y, *, atol=1e-10, times=None):
         )
 
 
-def _unprojected(field, t, y):
-    """The field's value before its tangent projection, shape of y, or None if it has none.
-
-    An :class:`~riemattn.dynamics.attention.AttentionField` projects ``update(t, y)``; a
-    :class:`~riemattn.dynamics.fields.VectorField` with ``project=True`` projects ``func(t, y)``.
-    """
-    if callable(getattr(field, "update", None)):
-        return np.asarray(field.update(t, y), dtype=float)
-    if getattr(field, "project", False) and callable(getattr(field, "func", None)):
-        return np.asarray(field.func(t, y), dtype=float)
-    return None
-
-
-def assert_tangent(field, y, *, t=0.0, atol=None, rtol=1e-12):
-    """Assert that ``field(t, y)`` is tangent to the field's manifold at every token.
-
-    Checks ``|<y_i, F_i>_W| = |y_i^T W F_i| <= atol_i + rtol |y_i|_W |v_i|_W + r_i`` (T_y E_W =
-    {u : y^T W u = 0}, ICML eq. 3), the shape of F and its finiteness. ``v_i`` is the larger of
-    F_i and the value *before* the projection F_i = v_i - y_i (y_i^T W v_i) that made F_i: the
-    rtol term covers a token off the manifold by ~rtol (y^T W F = (1 - y^T W y) y^T W v for an
-    exact projection), ``r_i = 32 d eps |y_i|_2 ||W||_2 |v_i|_2`` the rounding of the projection
-    and of the check (:func:`inner_rounding`). The value before the projection is
-    ``field.update(t, y)`` for an :class:`~riemattn.dynamics.attention.AttentionField`,
-    ``field.func(t, y)`` for a :class:`~riemattn.dynamics.fields.VectorField` with
-    ``project=True``, else F_i itself. A
-    field whose projection removes a large normal part (|v| = e^9, |F| = 1e-12) is judged against
-    |v|, not against the small |F| that is left; where v is not visible (a function projecting
-    inside), its rounding is unknown and ``atol`` defaults to 1e-12 (unit-scale values), else 0.
-
-    Parameters
-    ----------
-    field : Field
-        Any riemattn field (``field(t, y)`` and ``field.manifold``).
-    y : array_like, shape (..., l, d)
-        Tokens on the manifold (e.g. from :func:`riemattn.testing.strategies.points`); d must be
-        the manifold's ambient dimension.
-    t : float, default 0.0
-    atol : float or array_like of shape (..., l), optional
-        Absolute tolerance (per token if an array). Default: 0 where the value before the
-        projection is known (attention fields, ``VectorField(..., project=True)``), else 1e-12.
-    rtol : float, default 1e-12
-        Relative to ``|y_i|_W |v_i|_W``: tokens off the manifold by up to ~1e-12.
-
-    Raises
-    ------
-    AssertionError
-        Naming the time, trajectory and token with the largest violation, ``y^T W F`` and ``|F|_W``.
-    ValidationError
-        If ``y`` does not have the manifold's d components.
-    """
-    manifold = _manifold_of(field)
-    y = _tokens(y)
-    _check_dim(y, manifold)
-    t = check_real(t, "t")
-    atol, rtol = None if atol is None else _tol(atol, "atol", y.shape[:-1]), float(_tol(rtol, "rtol"))
-    F = np.asarray(field(t, y), dtype=float)
-    if F.shape != y.shape:
-        raise AssertionError(f"field(t, y) at t = {t!r} has shape {F.shape}, expected the shape of y, {y.shape}.")
-    batch_ndim = y.ndim - 2
-    bad = ~np.isfinite(F).all(axis=-1)
-    if bad.any():
-        raise AssertionError(f"field value not finite at t = {t!r}, {_where(np.argwhere(bad)[0], batch_ndim)}.")
-    if _is_flat(manifold):
-        return
-    residual = np.abs(manifold.inner(y, F))
-    v = _unprojected(field, t, y)
-    if atol is None:  # the unseen value before a projection inside the field's own function
-        atol = 1e-12 if v is None or v.shape != y.shape else 0.0
-    if v is None or v.shape != y.shape:
-        v = F
-    v = np.where(np.isfinite(v), v, 0.0)
-    bigger = (_norm(v) > _norm(F))[..., None]
-    v = np.where(bigger, v, F)
-    scale = rtol * _norm(y, manifold) * _norm(v, manifold) + inner_rounding(manifold, y, v)
-    tol = np.broadcast_to(np.asarray(atol, dtype=float), residual.shape) + scale
-    excess = residual - tol
-    if excess.size == 0:  # an empty batch: no token to be off the tangent space
-        return
-    worst = np.unravel_index(np.argmax(excess), excess.shape)
-    if excess[worst] > 0:
-        raise AssertionError(
-            f"field not tangent at t = {t!r}, {_where(worst, batch_ndim)}: |y^T W F| = "
-            f"{residual[worst]:.3e} > tolerance {tol[worst]:.3e} (|F|_W = {manifold.norm(F)[worst]:.3e}, "
-            f"|v|_W before the projection {_norm(v, manifold)[worst]:.3e}; "
-            f"{int(np.sum(excess > 0))} of {excess.size} tokens)."
-        )
-
-
 def _hemisphere_region(y0, v):
     if v is None:
         v = common_hemisphere(y0)
@@ -295,7 +107,7 @@ def _hemisphere_region(y0, v):
 
 
 def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper="rk4", t_span=(0.0, 1.0),
-                             dt=0.05, rtol=1e-8, atol=1e-10, nondecreasing=False, slack=None):
+                             dt=0.05, rtol=1e-8, atol=None, nondecreasing=False, slack=None):
     """Assert that tokens starting in a region stay in it along a numerical solution.
 
     Parameters
@@ -312,7 +124,9 @@ def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper=
         each configuration of ``y0`` (:func:`riemattn.analysis.hemispheres.common_hemisphere`).
     stepper, t_span, dt, rtol, atol :
         Passed to :func:`riemattn.integrate` (``dt`` for fixed-step steppers, ``rtol``/``atol`` for
-        adaptive ones); every step is checked.
+        adaptive ones); every step is checked. ``atol`` defaults to 1e-10 Y0, Y0 the largest token
+        norm |y0_i|_2 (1e-10 on the unit sphere): relative to the tokens' size, so that tokens of size
+        1e-8 are solved, and their margins judged, as tightly as tokens of size 1.
     nondecreasing : bool, default False
         Also assert that each configuration's smallest margin never decreases by more than
         ``slack`` between steps (ICML Theorem 3.2's m(t) = min_i v^T y_i; eq. (7)).
@@ -363,6 +177,8 @@ def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper=
     if not np.all(m0 > 0):
         raise ValidationError(f"y0 is not inside the region: {label} = {m0.min():.3e} <= 0 at "
                               f"{_where(np.unravel_index(np.argmin(m0), m0.shape), y0.ndim - 2)}.")
+    if atol is None:  # relative to the tokens' size (an absolute 1e-10 is 1 % of tokens of size 1e-8)
+        atol = 1e-10 * float(np.max(_norm(y0), initial=0.0)) or 1e-10
     adaptive = get_stepper(stepper).adaptive
     sol = integrate(field, y0, t_span, stepper=stepper, dt=None if adaptive else dt, rtol=rtol, atol=atol)
     how = f"{stepper} " + (f"rtol = {rtol:g}" if adaptive else f"dt = {dt:g}") + f" on [{t_span[0]:g}, {t_span[1]:g}]"

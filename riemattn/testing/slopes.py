@@ -24,172 +24,31 @@ E. Hairer, S. P. Norsett, G. Wanner, *Solving Ordinary Differential Equations I*
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
-from scipy.integrate import solve_ivp
 
 from ..errors import InputTypeError, ValidationError
-from ..solvers.core.integrate import integrate
-from ..solvers.explicit.steppers import get_stepper
 from ._fit import Fit, fit_slope
-from .._validation import as_float_array, check_finite, check_int, check_positive
-from .checks import _check_manifold, _t_span, inner_rounding
+from .._validation import as_float_array, check_int
+from ._common import ON_MANIFOLD, _check_manifold, _deviation, inner_rounding
+from ._order import REFERENCE_FLOOR, TIGHT, _index, check_order, reference_solution  # noqa: F401
 
 __all__ = ["Fit", "check_order", "check_retraction", "check_riemannian_gradient", "reference_solution"]
+# defined in the private _order module; their public home is this one (docs, reprs, the API sweep)
+check_order.__module__ = reference_solution.__module__ = __name__
 
-#: SciPy's tightest DOP853 tolerances: the reference of :func:`check_order`.
-TIGHT = {"method": "DOP853", "rtol": 2.5e-14, "atol": 1e-14}
-#: Errors below ``REFERENCE_FLOOR * max(1, |y(t1)|)`` are at the reference's accuracy (the TIGHT
-#: solve's global error is about 1e-13 on the test problems: a margin of 100).
-REFERENCE_FLOOR = 1e-11
-#: The tolerance of "on the manifold" / "tangent" for the given base points and directions.
-ON_MANIFOLD = 1e-10
 EPS = np.finfo(float).eps
 SQRT_EPS = float(np.sqrt(EPS))
+#: A direction whose normal part |y^T W u| is above DIRECTION_NORMAL |u|_W (+ the rounding level of
+#: y^T W u) is not tangent: a mistake (a random vector's is ~|u|_W / sqrt(d)). Below it, u is tangent
+#: to within the rounding of the projection that made it, which is relative to the vector *before*
+#: that projection, unseen here (one that removed a part 1e6 |u| leaves ~1e6 d eps kappa |u|): the
+#: checks use its projection (I - y y^T W) u, which moves u by at most DIRECTION_NORMAL relative.
+DIRECTION_NORMAL = 1e-6
 #: check_riemannian_gradient fits the 5 smallest step lengths above the floor (1.5 decades of the
 #: default 9 over 3), where the O(t^2) term leads. A cost whose third-order term is large against its
 #: second-order one (the attention energy at beta = 0.01: f2 ~ beta^2, f3 ~ beta) bends the
 #: errors of the larger steps down.
 GRADIENT_WINDOW = 5
-
-
-def _index(k):
-    """An index as plain ints, (2,) not (np.int64(2),)."""
-    return tuple(int(i) for i in k)
-
-
-def _steps(steps, name="steps"):
-    arr = np.asarray(steps)
-    if arr.ndim != 1 or arr.size < 2 or not np.issubdtype(arr.dtype, np.integer) or np.any(arr < 1):
-        raise ValidationError(f"{name} must be at least two positive integers, got {steps!r}.")
-    return arr
-
-
-def reference_solution(field, y0, t_span):
-    """y(t1) from SciPy's DOP853 at rtol 2.5e-14, atol 1e-14, independent of riemattn's steppers.
-
-    On a Sphere or Ellipsoid the solved field is the lift G(t, x) = |x|_W F(t, x / |x|_W) (G is
-    tangent to the level sets of |x|_W and its solutions project to those of F), whose final value
-    is retracted; on the Euclidean space, F itself. Shape of ``y0``.
-    """
-    y0, t_span = _initial(field, y0), _t_span(t_span)
-    manifold = field.manifold
-    shape = y0.shape
-    flat = type(manifold).__name__ == "Euclidean"
-
-    def rhs(t, x):
-        X = x.reshape(shape)
-        if flat:
-            return np.asarray(field(t, X), dtype=float).ravel()
-        r = manifold.norm(X)[..., None]
-        return (r * np.asarray(field(t, X / r), dtype=float)).ravel()
-
-    sol = solve_ivp(rhs, tuple(t_span), y0.ravel(), **TIGHT)
-    if not sol.success:
-        raise ValidationError(f"the reference solve failed: {sol.message}")
-    out = sol.y[:, -1].reshape(shape)
-    return out if flat else manifold.retract(out)
-
-
-def _initial(field, y0):
-    """y0 as a finite float array of shape (..., l, d) on the field's manifold (ValidationError naming y0)."""
-    manifold = getattr(field, "manifold", None)
-    if manifold is None or not hasattr(manifold, "ambient_dim"):
-        raise InputTypeError(f"field must be a riemattn Field (with a manifold), got {type(field).__name__}.")
-    try:
-        y0 = np.asarray(y0, dtype=float)
-    except (TypeError, ValueError):
-        raise InputTypeError(f"y0 must be a real array of shape (..., l, d), got {type(y0).__name__}.") from None
-    d = manifold.ambient_dim
-    if y0.ndim < 2 or y0.shape[-1] != d:
-        raise ValidationError(f"y0 must have shape (..., l, {d}) for {manifold!r}, got {y0.shape}.")
-    if y0.size == 0:
-        raise ValidationError(f"y0 is empty (shape {y0.shape}): there is no error to measure.")
-    if not np.all(np.isfinite(y0)):
-        raise ValidationError(f"y0 must be finite, got a NaN or inf at token "
-                              f"{_index(np.argwhere(~np.isfinite(y0))[0][:-1])}.")
-    if type(manifold).__name__ != "Euclidean":
-        dev, tol = _off(manifold, y0)
-        if np.any(dev > tol) or not np.all(np.isfinite(dev)):  # 1e300 tokens: inf <= inf
-            k = _index(np.unravel_index(np.argmax(dev - tol), dev.shape))
-            raise ValidationError(f"y0 must lie on {manifold!r}: |y^T W y - 1| = {dev[k]:.2e} at token {k} "
-                                  f"(> {tol[k]:.1e}).")
-    return y0
-
-
-def _off(manifold, y):
-    """``|y^T W y - 1|`` and its tolerance ``ON_MANIFOLD`` + the rounding level of y^T W y
-    (:func:`~riemattn.testing.checks.inner_rounding`), shape (...)."""
-    return np.abs(manifold.inner(y, y) - 1.0), ON_MANIFOLD + inner_rounding(manifold, y, y)
-
-
-def check_order(stepper, field, y0, *, t_span=(0.0, 1.0), steps=(8, 16, 32, 64), reference=None,
-                expected=None):
-    """Measure the order of ``stepper`` on ``dy/dt = field(t, y)`` from fixed steps.
-
-    Parameters
-    ----------
-    stepper : str or Stepper
-        A name in :data:`riemattn.STEPPERS` or a Stepper; adaptive ones are run with fixed steps.
-    field : Field
-    y0 : array_like, shape (..., l, d)
-        Initial tokens on the field's manifold.
-    t_span : (t0, t1)
-    steps : sequence of int
-        Numbers of equal steps over ``t_span`` (h = (t1 - t0) / n); choose them so the errors are
-        in the asymptotic range and well above the reference's accuracy (~1e-13).
-    reference : array_like, shape of y0, optional
-        y(t1); default :func:`reference_solution`.
-    expected : float, optional
-        Default: the stepper's declared ``order``.
-
-    Returns
-    -------
-    Fit
-        ``fit.order`` is the slope of log(max |y_h(t1) - y(t1)|) against log h, fitted to the
-        errors above the reference's accuracy (the floor ``1e-11 max(1, |y(t1)|)``: about 100
-        times the tight reference's error; smaller errors are left out, ``fit.note`` names them).
-        When every error is at the floor -- the stepper reproduces the solution at every step
-        count, e.g. at an equilibrium or on a problem it solves exactly -- no order can be
-        measured: ``fit.order`` is inf ("order >= anything"), ``fit.exact`` is True and
-        :meth:`Fit.assert_slope` passes, with a note (to measure the order, use fewer steps).
-
-    Raises
-    ------
-    ValidationError
-        If exactly one error is above the floor (no slope to measure: use fewer steps), an error
-        is not finite, or ``t_span`` has length 0.
-    """
-    st = get_stepper(stepper)
-    ns = _steps(steps)
-    y0 = _initial(field, y0)
-    t0, t1 = _t_span(t_span)
-    _ = None if expected is None else check_positive(expected, "expected")  # kept as given (an int prints as such)
-    if not t1 != t0:
-        raise ValidationError(f"t_span must have t1 != t0 to measure an order, got {tuple(t_span)}.")
-    ref = reference_solution(field, y0, (t0, t1)) if reference is None else check_finite(
-        as_float_array(reference, "reference"), "reference")
-    if ref.shape != y0.shape:
-        raise ValidationError(f"reference must have the shape of y0, {y0.shape}, got {ref.shape}.")
-    errors = []
-    for n in ns:
-        h = (t1 - t0) / n
-        if st.adaptive:
-            y = y0
-            for k in range(n):
-                y = st.step(field, t0 + k * h, y, h).y
-        else:
-            y = integrate(field, y0, (t0, t1), stepper=st, dt=h, saveat=[t1]).y[-1]
-        errors.append(float(np.max(np.abs(np.asarray(y) - ref))))
-    floor = REFERENCE_FLOOR * max(1.0, float(np.max(np.abs(ref), initial=0.0)))
-    fit = fit_slope(abs(t1 - t0) / ns, errors, st.order if expected is None else expected,
-                    f"global error of {getattr(st, 'name', type(st).__name__)}", floor=floor,
-                    floor_means="floor of the reference's accuracy")
-    if fit.exact:
-        fit = replace(fit, note=fit.note + " (An equilibrium, or a problem the stepper solves exactly; to "
-                                           "measure the order, use fewer steps.)")
-    return fit
 
 
 def _random_point_and_direction(manifold, base_point, tangent_vector, seed, name="tangent_vector", each=True):
@@ -203,7 +62,7 @@ def _random_point_and_direction(manifold, base_point, tangent_vector, seed, name
     if y.shape[-1:] != (d,) or not np.all(np.isfinite(y)):
         raise ValidationError(f"base_point must be a finite array of shape (..., {d}), got shape {y.shape}.")
     flat = type(manifold).__name__ == "Euclidean"
-    if not flat and (np.any(np.greater(*_off(manifold, y))) or not np.all(np.isfinite(_off(manifold, y)[0]))):
+    if not flat and (np.any(np.greater(*_deviation(manifold, y))) or not np.all(np.isfinite(_deviation(manifold, y)[0]))):
         raise ValidationError(f"base_point must lie on {manifold!r} (|y^T W y - 1| <= {ON_MANIFOLD:g} + its rounding), "
                               f"got |y^T W y - 1| up to {np.max(np.abs(manifold.inner(y, y) - 1.0)):.2e}.")
     if y.size == 0:
@@ -223,9 +82,14 @@ def _random_point_and_direction(manifold, base_point, tangent_vector, seed, name
                               f"|u|_W = 0 at {np.argwhere(~(size > 0))[0].tolist()}.")
     if not np.sum(size) > 0:
         raise ValidationError(f"{name} must be nonzero (a zero direction checks nothing), got |u|_W = 0.")
-    if not flat and np.any(np.abs(manifold.inner(y, u)) > ON_MANIFOLD * (1.0 + size) + inner_rounding(manifold, y, u)):
-        raise ValidationError(f"{name} must be tangent at base_point (|y^T W u| <= {ON_MANIFOLD:g} (1 + |u|_W)), got "
-                              f"|y^T W u| up to {np.max(np.abs(manifold.inner(y, u))):.2e}.")
+    if not flat:
+        # relative to |u|_W (y is W-unit): a direction of size 1e-20 is judged as one of size 1
+        # (each=False: one tangent vector of the product manifold, judged against its whole size)
+        whole = size if each else np.sqrt(np.sum(size * size))
+        if np.any(np.abs(manifold.inner(y, u)) > DIRECTION_NORMAL * whole + inner_rounding(manifold, y, u)):
+            raise ValidationError(f"{name} must be tangent at base_point (|y^T W u| <= {DIRECTION_NORMAL:g} |u|_W + its "
+                                  f"rounding), got |y^T W u| up to {np.max(np.abs(manifold.inner(y, u))):.2e}.")
+        u = manifold.tangent(y, u)
     return y, u
 
 
@@ -258,7 +122,18 @@ def check_retraction(manifold, *, base_point=None, tangent_vector=None, against=
         ``at_least``: e(t) = O(t^2) (``"line"``) and O(t^3) (``"exp"``); a larger slope passes
         :meth:`Fit.assert_slope`. Errors below the rounding floor 8 d eps sqrt(cond W) (1 + t) (the
         rounding of the d-term W-norms of vectors with entries up to 1/sqrt(lambda_min(W))) are
-        left out of the fit.
+        left out of the fit. Against the line, every point of E_W is at W-distance >= sqrt(1 + t^2) - 1
+        (~ t^2 / 2) from y + t u (|u|_W = 1): an error below that (minus the rounding floor and
+        the points' distance from E_W) is no retraction onto E_W.
+
+    Raises
+    ------
+    AssertionError
+        If a retracted point is off the manifold (|R^T W R - 1| above 1e-10 + its rounding level:
+        e.g. a ``retract`` that returns its input), or, against the line, an error is below
+        sqrt(1 + t^2) - 1, closer to the line than any point of the manifold.
+    ValidationError
+        Against the line, if every t is so small that t^2 / 2 is within the floor (choose larger ts).
     """
     if type(manifold).__name__ == "Euclidean":  # (the manifold is checked by _random_point_and_direction)
         raise ValidationError("check_retraction: the Euclidean space's retraction is exact (no slope to measure).")
@@ -270,12 +145,38 @@ def check_retraction(manifold, *, base_point=None, tangent_vector=None, against=
     errors = []
     for t in ts:
         target = y + t * u if against == "line" else manifold.metric.exp(t * u, y)
-        errors.append(float(np.max(manifold.norm(manifold.retract(y + t * u) - target))))
+        if not np.all(np.isfinite(manifold.norm(y + t * u))):
+            raise ValidationError(f"ts must be step lengths whose points y + t u are finite in the W-norm, got t = {t:.3g} "
+                                  "(|y + t u|_W overflows): choose smaller ts.")
+        R = np.asarray(manifold.retract(y + t * u))
+        if R.dtype.kind == "c" or R.shape != y.shape:
+            raise AssertionError(f"retract(y + t u) at t = {t:.3g} returned {R.dtype} of shape {R.shape}: expected "
+                                 f"real points of shape {y.shape}.")
+        dev, tol = _deviation(manifold, R.astype(float))
+        if not np.all(dev <= tol):  # NaN too
+            k = _index(np.unravel_index(np.argmax(np.where(np.isfinite(dev), dev - tol, np.inf)), dev.shape))
+            raise AssertionError(f"retraction off {manifold!r} at t = {t:.3g}, point {k}: |R^T W R - 1| = {dev[k]:.3e} "
+                                 f"> {tol[k]:.1e} (a retraction maps onto the manifold).")
+        errors.append(float(np.max(manifold.norm(R - target))))
     lam = np.linalg.eigvalsh(np.asarray(manifold.W, dtype=float))
     floor = 8 * manifold.ambient_dim * EPS * np.sqrt(lam[-1] / lam[0]) * (1.0 + ts)
     expected = 2.0 if against == "line" else 3.0
-    return fit_slope(ts, errors, expected, f"retraction of {type(manifold).__name__} vs the "
-                     f"{'tangent line' if against == 'line' else 'exponential'}", floor=floor, at_least=True)
+    fit = fit_slope(ts, errors, expected, f"retraction of {type(manifold).__name__} vs the "
+                    f"{'tangent line' if against == 'line' else 'exponential'}", floor=floor, at_least=True)
+    if against == "line":
+        # every point R on E_W is at W-distance >= |y + tu|_W - 1 = sqrt(1 + t^2) - 1 from y + tu
+        # (z / |z|_W is the closest): a lower bound on the error of any retraction, to the tokens'
+        # distance from E_W (1e-10 |z|_W of y, R and y^T W u each) and the error's rounding
+        lower = ts * ts / (np.sqrt(1.0 + ts * ts) + 1.0) - 4 * ON_MANIFOLD * (1.0 + ts) - floor
+        if np.any(np.asarray(errors) < lower):
+            k = int(np.argmax(lower - np.asarray(errors)))
+            raise AssertionError(f"{fit.quantity}: the retraction stays closer to the tangent line than any point of "
+                                 f"{manifold!r} can: {errors[k]:.3e} at t = {ts[k]:.3g} < sqrt(1 + t^2) - 1 "
+                                 f"= {ts[k] ** 2 / (np.sqrt(1 + ts[k] ** 2) + 1):.3e} ({fit._table()}).")
+        if fit.exact:
+            raise ValidationError(f"{fit.quantity}: every t^2 / 2 (up to {np.max(ts) ** 2 / 2:.1e}) is within the "
+                                  f"rounding floor ({np.max(floor):.1e}): nothing to measure: choose larger ts.")
+    return fit
 
 
 def _cost(cost, y, where):
