@@ -23,7 +23,8 @@ take NumPy arrays only.
 * :func:`rollout`, :func:`rollout_ode` -- the cumulative attention (influence of each token on each
   other) through layers, with or without the residual, and along a continuous solve
   (implemented in ``riemattn.analysis._rollout``, re-exported here).
-* :func:`leaders` -- the hardmax leaders: the tokens that are their own unique maximiser.
+* :func:`leaders` -- the hardmax leaders: the tokens that are their own unique maximiser
+  (implemented in ``riemattn.analysis._leaders``, re-exported here).
 * :func:`wendel_probability` -- Wendel's probability that random points lie in a hemisphere.
 * :func:`radii`, :func:`directions`, :func:`clustered_fraction` -- the radius |y_i|_W and the
   direction N_W(y_i) of residual-stream tokens (the state of :func:`riemattn.layernorm`'s
@@ -51,9 +52,9 @@ from .._validation import (
     check_token_array,
     check_vector,
 )
-from ..dynamics._normalize import HARDMAX_RTOL
 from ..errors import InputTypeError, ValidationError
 from ._clusters import _norm_last, cluster_count
+from ._leaders import leaders
 from ._rollout import rollout, rollout_ode
 from .hemispheres import common_hemisphere, in_common_hemisphere
 
@@ -228,60 +229,6 @@ def is_equilibrium(field, t: float, y, tol: float = 1e-10) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # Wendel's theorem
 # ----------------------------------------------------------------------------------------------
-def leaders(y, P=None, *, tie_rtol: float = HARDMAX_RTOL) -> np.ndarray:
-    """The hardmax leaders: the tokens that are their own unique maximiser, shape (..., l), bool.
-
-    Token i is a leader when its score with itself beats its score with every other token,
-    s_ii > s_ij (j != i), with the scores s_ij = y_i^T P y_j of ``AttentionField(P,
-    normalization="hardmax")`` and that field's tie rule: j is a maximiser of row i when
-    s_ij >= max_k s_ik - tie_rtol * max_k |s_ik|, so a token tied with another within ``tie_rtol``
-    (two coincident tokens, say) is not a leader. Under hardmax attention a leader's update is
-    zero, and since every update is a convex combination of the tokens, it stays the unique
-    maximiser of its own linear functional over their convex hull: leaders never move, and each is
-    a vertex of the convex hull of the tokens.
-
-    Parameters
-    ----------
-    y : array_like, shape (..., l, d)
-        Tokens (any leading batch axes; R^d, no manifold needed).
-    P : array_like, shape (d, d) or (..., d, d), optional
-        The query-key product (batch axes broadcast against ``y.shape[:-2]``); None: the identity.
-    tie_rtol : float, default 2**-40
-        The relative tolerance of ties, as ``AttentionField``'s ``tie_rtol`` (0: exact ties only).
-
-    References
-    ----------
-    Alcalde, Fantuzzi, Zuazua, "Clustering in pure-attention hardmax transformers and its role in
-    sentiment analysis", SIAM J. Math. Data Sci. 7(3), 2025 (arXiv 2407.01602), the leaders.
-
-    Examples
-    --------
-    >>> import riemattn as ra
-    >>> ra.diagnostics.leaders([[1.0, 0.0], [0.0, 1.0], [0.2, 0.2], [1.0, 0.0]]).tolist()
-    [False, True, False, False]
-    """
-    y = np.asarray(check_token_array(y, "y"))  # NumPy only (a CPU tensor is read as an array)
-    d = y.shape[-1]
-    if P is not None:
-        P = np.asarray(check_finite(as_token_array(P, "P"), "P"))
-        if P.ndim < 2 or P.shape[-2:] != (d, d):
-            raise ValidationError(f"P must have shape (d, d) or (..., d, d) with d = {d}, got {P.shape}.")
-        try:
-            np.broadcast_shapes(P.shape[:-2], y.shape[:-2])
-        except ValueError:
-            raise ValidationError(f"P's batch axes {P.shape[:-2]} do not broadcast against the tokens' "
-                                  f"{y.shape[:-2]}.") from None
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
-        S = y @ np.swapaxes(y, -1, -2) if P is None else y @ P @ np.swapaxes(y, -1, -2)
-    rtol = check_nonnegative(tie_rtol, "tie_rtol")
-    if not np.isfinite(S).all():
-        raise ValidationError("the scores y_i^T P y_j overflow (|y|^2 |P| beyond the float range); scale y or P.")
-    top = S.max(axis=-1, keepdims=True)
-    size = np.abs(S).max(axis=-1, keepdims=True)
-    E = S >= top - rtol * size  # hardmax's maximisers of each row (riemattn.dynamics._normalize)
-    return np.diagonal(E, axis1=-2, axis2=-1) & (E.sum(axis=-1) == 1)
-
-
 def _wendel_scalar(N: int, dim: int) -> float:
     D = dim + 1  # ambient dimension
     if D >= N:
