@@ -104,8 +104,6 @@ FOUND = [
     ('riemattn.testing._attention.accept.<locals>.symmetric_with_top_eigenvector', 'd', 'huge', 'raw', 'OPEN (riemattn.testing: builtins.ValueError: Maximum allowed dimension exceeded'),
     ('riemattn.testing._manifolds.accept.<locals>.orthogonal_matrices', 'd', 'huge', 'raw', 'OPEN (riemattn.testing: builtins.ValueError: Maximum allowed dimension exceeded'),
     ('riemattn.testing._manifolds.accept.<locals>.spd_matrices', 'd', 'huge', 'raw', 'OPEN (riemattn.testing: builtins.ValueError: Maximum allowed dimension exceeded'),
-    ('riemattn.testing.checks.assert_forward_invariant', 'dt', 'tiny', 'hang', 'OPEN (riemattn.testing: longer than 5.0 s'),
     ('riemattn.testing.slopes.check_order', 't_span', 'tiny', 'nan', 'OPEN (riemattn.testing: NaN in the result'),
-    ('riemattn.testing.slopes.check_retraction', 'ts', '1e300', 'unclear', 'OPEN (riemattn.testing: ValidationError: retraction of Sphere vs the tangent line: the error is not finite at h = [1.0000000000000001e+298, 1e+297] (errors [inf inf]); choose other steps.'),
     ('riemattn.testing.strategies.accept.<locals>.unit_vectors', 'd', 'huge', 'raw', 'OPEN (riemattn.testing: builtins.ValueError: Maximum allowed dimension exceeded'),
 ]

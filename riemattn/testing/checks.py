@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..analysis.hemispheres import common_hemisphere
-from .._validation import as_float_array, check_finite, check_flag, check_nonnegative
+from .._validation import check_int, as_float_array, check_finite, check_flag, check_nonnegative
 from ..errors import InputTypeError, ValidationError
 from ..solvers.core.integrate import integrate
 from ..solvers.explicit.steppers import get_stepper
@@ -107,7 +107,7 @@ def _hemisphere_region(y0, v):
 
 
 def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper="rk4", t_span=(0.0, 1.0),
-                             dt=0.05, rtol=1e-8, atol=None, nondecreasing=False, slack=None):
+                             dt=0.05, rtol=1e-8, atol=None, nondecreasing=False, slack=None, max_steps=1_000_000):
     """Assert that tokens starting in a region stay in it along a numerical solution.
 
     Parameters
@@ -122,7 +122,7 @@ def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper=
     v : array_like, shape (d,) or (..., d), optional
         The hemisphere's direction (one per trajectory allowed); default: the largest-margin v of
         each configuration of ``y0`` (:func:`riemattn.analysis.hemispheres.common_hemisphere`).
-    stepper, t_span, dt, rtol, atol :
+    stepper, t_span, dt, rtol, atol, max_steps :
         Passed to :func:`riemattn.integrate` (``dt`` for fixed-step steppers, ``rtol``/``atol`` for
         adaptive ones); every step is checked. ``atol`` defaults to 1e-10 Y0, Y0 the largest token
         norm |y0_i|_2 (1e-10 on the unit sphere): relative to the tokens' size, so that tokens of size
@@ -180,7 +180,12 @@ def assert_forward_invariant(field, y0, *, region="hemisphere", v=None, stepper=
     if atol is None:  # relative to the tokens' size (an absolute 1e-10 is 1 % of tokens of size 1e-8)
         atol = 1e-10 * float(np.max(_norm(y0), initial=0.0)) or 1e-10
     adaptive = get_stepper(stepper).adaptive
-    sol = integrate(field, y0, t_span, stepper=stepper, dt=None if adaptive else dt, rtol=rtol, atol=atol)
+    max_steps = check_int(max_steps, "max_steps", 1)
+    if not adaptive and isinstance(dt, (int, float)) and dt > 0 and abs(t_span[1] - t_span[0]) / dt > max_steps:
+        raise ValidationError(f"dt = {dt!r} takes {abs(t_span[1] - t_span[0]) / dt:.3g} steps over t_span {t_span}, "
+                              f"more than max_steps = {max_steps}; a larger dt or max_steps.")
+    sol = integrate(field, y0, t_span, stepper=stepper, dt=None if adaptive else dt, rtol=rtol, atol=atol,
+                    max_steps=max_steps)
     how = f"{stepper} " + (f"rtol = {rtol:g}" if adaptive else f"dt = {dt:g}") + f" on [{t_span[0]:g}, {t_span[1]:g}]"
     if not sol.success:
         raise AssertionError(f"integration failed ({how}): {sol.message}")
