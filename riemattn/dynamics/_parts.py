@@ -44,9 +44,7 @@ def configure_parts(field, mask, bias, update, context=None) -> None:
     field.mask = mask if part is None else (part.builtin or part)
     field.bias = as_bias(bias)
     for what, p in (("mask", part), ("bias", field.bias)):
-        heads = getattr(p, "heads", None) if p is not None else None
-        if heads is None and p is not None and getattr(p, "_fixed", None) is not None and p._fixed.ndim == 3:
-            heads = p._fixed.shape[0]
+        heads = None if p is None else p.heads
         if heads not in (None, 1, field._P.h):
             raise ValidationError(f"{what} {p!r} has {heads} heads but P has {field._P.h}; give (l, l) or one "
                                   f"(l, l) per head of P.")

@@ -27,6 +27,7 @@ import numpy as np
 
 from .._validation import as_float_array, check_memory, check_real, check_size
 from ..errors import InputTypeError, ValidationError
+from .masks import _evaluate_rule, _fixed_for
 
 __all__ = ["Bias", "alibi", "as_bias"]
 
@@ -66,30 +67,22 @@ class Bias:
 
     engines = ("numpy",)
 
+    @property
+    def heads(self) -> int | None:
+        """Heads of a fixed (h, l, l) bias (None: one bias for every head)."""
+        return self._fixed.shape[0] if self._fixed is not None and self._fixed.ndim == 3 else None
+
     def array(self, l: int, t: float = 0.0) -> np.ndarray:
         """The bias for l tokens at time t: float, shape (l, l) or (h, l, l) (read-only)."""
         l = check_size(l, "l", 1)
         check_memory((l, l), "l")
         if self._fixed is not None:
-            if self._fixed.shape[-1] != l:
-                raise ValidationError(f"{self.name} is a fixed array for {self._fixed.shape[-1]} tokens; "
-                                      f"the tokens have l = {l}.")
-            return self._fixed
+            return _fixed_for(self._fixed, l, self.name)
         t = check_real(t, "t")
         key = (l, t) if self.time_dependent else l
         out = self._cache.get(key)
         if out is None:
-            i, j = np.arange(l)[:, None], np.arange(l)[None, :]
-            args = (t, i, j) if self.time_dependent else (i, j)
-            try:
-                out = np.asarray(self._rule(*args), dtype=float)
-            except Exception as exc:  # noqa: BLE001 - the user's callable: say which call failed
-                raise ValidationError(f"{self.name}: the callable raised {type(exc).__name__}: {exc} for l = {l}.") from exc
-            try:
-                out = np.broadcast_to(out, out.shape[:-2] + (l, l) if out.ndim >= 2 else (l, l))
-            except ValueError:
-                raise ValidationError(f"{self.name}: the callable returned shape {out.shape}; expected (l, l) or "
-                                      f"(h, l, l) with l = {l}.") from None
+            out = _evaluate_rule(self._rule, (t,) if self.time_dependent else (), l, self.name, dtype=float)
             out = _checked(np.array(out), self.name)
             if not self.time_dependent:  # a time-dependent bias is recomputed at each time
                 self._cache[key] = out

@@ -84,26 +84,11 @@ class Mask:
         l = check_size(l, "l", 1)
         check_memory((l, l), "l")
         if self._fixed is not None:
-            if self._fixed.shape[-1] != l:
-                raise ValidationError(f"mask {self.name} is a fixed array for {self._fixed.shape[-1]} tokens; "
-                                      f"the tokens have l = {l}.")
-            return self._fixed
+            return _fixed_for(self._fixed, l, f"mask {self.name}")
         if l not in self._cache:
-            i, j = np.arange(l)[:, None], np.arange(l)[None, :]
-            try:
-                out = np.asarray(self._rule(i, j))
-            except Exception as exc:  # noqa: BLE001 - the user's callable: say which call failed
-                raise ValidationError(f"mask {self.name}: the callable raised {type(exc).__name__}: {exc} when "
-                                      f"called with index arrays i (l, 1), j (1, l) for l = {l}.") from exc
+            out = _evaluate_rule(self._rule, (), l, f"mask {self.name}")
             if out.dtype != bool:
                 raise ValidationError(f"mask {self.name}: the callable must return a bool array, got {out.dtype}.")
-            try:
-                out = np.broadcast_to(out, out.shape[:-2] + (l, l)) if out.ndim >= 2 else np.broadcast_to(out, (l, l))
-            except ValueError:
-                raise ValidationError(f"mask {self.name}: the callable returned shape {out.shape}; expected (l, l) "
-                                      f"or (h, l, l) with l = {l}.") from None
-            if out.ndim not in (2, 3):
-                raise ValidationError(f"mask {self.name}: expected (l, l) or (h, l, l), got shape {out.shape}.")
             out = _keeps_a_key(np.array(out), self.name)
             out.setflags(write=False)
             self._cache[l] = out
@@ -111,6 +96,32 @@ class Mask:
 
     def __repr__(self) -> str:
         return self.name
+
+
+def _fixed_for(arr: np.ndarray, l: int, label: str) -> np.ndarray:
+    """A part's fixed array (..., l', l') for l tokens: itself when l' = l (else a ValidationError)."""
+    if arr.shape[-1] != l:
+        raise ValidationError(f"{label} is a fixed array for {arr.shape[-1]} tokens; the tokens have l = {l}.")
+    return arr
+
+
+def _evaluate_rule(rule, args: tuple, l: int, label: str, dtype=None) -> np.ndarray:
+    """``rule(*args, i, j)`` on the index arrays i (l, 1), j (1, l), broadcast to (l, l) or (h, l, l) (a
+    read-only view); the user's errors and wrong shapes are a ValidationError naming ``label``."""
+    i, j = np.arange(l)[:, None], np.arange(l)[None, :]
+    try:
+        out = np.asarray(rule(*args, i, j), dtype=dtype)
+    except Exception as exc:  # noqa: BLE001 - the user's callable: say which call failed
+        raise ValidationError(f"{label}: the callable raised {type(exc).__name__}: {exc} when called with index "
+                              f"arrays i (l, 1), j (1, l) for l = {l}.") from exc
+    try:
+        out = np.broadcast_to(out, out.shape[:-2] + (l, l) if out.ndim >= 2 else (l, l))
+    except ValueError:
+        raise ValidationError(f"{label}: the callable returned shape {out.shape}; expected (l, l) or (h, l, l) "
+                              f"with l = {l}.") from None
+    if out.ndim not in (2, 3):
+        raise ValidationError(f"{label}: expected (l, l) or (h, l, l), got shape {out.shape}.")
+    return out
 
 
 def _keeps_a_key(arr: np.ndarray, name: str) -> np.ndarray:

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 from ..errors import InputTypeError, ValidationError
 
-__all__ = ["Deviation", "deviation", "names_claim", "deviated_claims", "claims_at_size", "claims_table", "table_in"]
+__all__ = ["Deviation", "deviation", "names_claim", "deviated_claims", "claims_at_size", "claims_table", "table_in",
+           "read_backwards"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,14 @@ def deviation(name: str, claims, description: str, *, data: Callable | None = No
             raise InputTypeError(f"{arg} must be callable, got {type(value).__name__}.")
     unlock = dict(unlock or {})
     return Deviation(name, claims, description, data, config, unlock)
+
+
+def read_backwards(dim: str):
+    """A data deviation: the data read backwards along ``dim`` on the same coordinate (time reversed, the
+    beta axis permuted, ...): ``ds -> ds.isel({dim: ::-1})`` with ``ds[dim]`` kept."""
+    def reverse(ds):
+        return ds.isel({dim: slice(None, None, -1)}).assign_coords({dim: ds[dim].values})
+    return reverse
 
 
 def names_claim(dev: Deviation, claim_name: str) -> bool:

@@ -41,7 +41,7 @@ import xarray as xr
 from ..analysis.gradient_flow import arxiv_field, metric, potential
 from ..solvers.core.integrate import integrate
 from ..dynamics.attention import AttentionField
-from ._deviations import deviation
+from ._deviations import deviation, read_backwards
 from ._papers import P_FIG1
 from ._verdict import claim
 from ..runs.plotting import plot_sphere_trajectories, styled
@@ -161,10 +161,6 @@ def claims(ds: xr.Dataset) -> dict:
     }
 
 
-def _time_reversed(ds):
-    """The run read backwards on the same time grid: it starts at the equilibrium and leaves it."""
-    return ds.isel(time=slice(None, None, -1)).assign_coords(time=ds.time.values)
-
 
 DEVIATIONS = (
     deviation("U = -I (gradient ascent)", ("potential_non_increasing", "equilibrium_is_consensus"),
@@ -173,5 +169,5 @@ DEVIATIONS = (
     deviation("time axis reversed", ("potential_non_increasing", "converges_to_equilibrium",
                                      "equilibrium_is_consensus"),
               "the trajectory read backwards: V_P increases, the gradient at the end is the initial one, "
-              "the tokens end spread", data=_time_reversed),
+              "the tokens end spread", data=read_backwards("time")),
 )

@@ -28,7 +28,7 @@ import xarray as xr
 from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import hemisphere_lyapunov, misalignment
 from ..solvers.core.integrate import integrate
-from ._deviations import deviation
+from ._deviations import deviation, read_backwards
 from ._papers import hemisphere_P
 from ._verdict import claim
 from ..runs.plotting import draw_great_circle, draw_point, legend_below, plot_sphere_trajectories, styled
@@ -121,10 +121,6 @@ def claims(ds: xr.Dataset) -> dict:
     }
 
 
-def _time_reversed(ds):
-    """The run read backwards on the same time grid."""
-    return ds.isel(time=slice(None, None, -1)).assign_coords(time=ds.time.values)
-
 
 DEVIATIONS = (
     deviation("U = -I (value sign flipped)", ("tokens_stay_in_hemisphere", "lyapunov_non_increasing", "consensus"),
@@ -135,5 +131,5 @@ DEVIATIONS = (
                                   "n_save": int(round(2.0 * (cfg["n_save"] - 1) / cfg["t1"])) + 1}),
     deviation("time axis reversed", ("lyapunov_non_increasing", "consensus"),
               "the trajectory read backwards: V increases and the run ends with the initial, spread tokens",
-              data=_time_reversed),
+              data=read_backwards("time")),
 )

@@ -41,7 +41,7 @@ from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import misalignment, token_lyapunov
 from ..solvers.core.integrate import integrate
 from ..analysis.theory import consensus_points
-from ._deviations import deviation
+from ._deviations import deviation, read_backwards
 from ._papers import D1, P_FIG4, U_FIG4
 from ._verdict import claim
 from ..runs.plotting import draw_point, plot_sphere_trajectories, styled
@@ -175,10 +175,6 @@ def claims(ds: xr.Dataset) -> dict:
     }
 
 
-def _time_reversed(ds):
-    """The run read backwards on the same time grid."""
-    return ds.isel(time=slice(None, None, -1)).assign_coords(time=ds.time.values)
-
 
 _ALL = ("V1_non_increasing", "V1_V2_to_zero", "consensus_at_v")
 DEVIATIONS = (
@@ -192,5 +188,5 @@ DEVIATIONS = (
               config=lambda cfg: {**cfg, "tokens_side": "opposite"}),
     deviation("time axis reversed", _ALL,
               "the trajectory read backwards: V_1 increases and the run ends at the initial tokens",
-              data=_time_reversed),
+              data=read_backwards("time")),
 )

@@ -44,7 +44,7 @@ from ..dynamics.attention import AttentionField
 from ..analysis.diagnostics import misalignment
 from ..solvers.core.integrate import integrate
 from ..runs.plotting import legend_below, styled
-from ._deviations import deviation
+from ._deviations import deviation, read_backwards
 from ._verdict import claim
 
 NAME = "arxiv-fig5"
@@ -229,15 +229,11 @@ def claims(ds: xr.Dataset) -> dict:
     }
 
 
-def _time_reversed(ds):
-    """The misalignment read backwards on the same time grid."""
-    return ds.isel(time=slice(None, None, -1)).assign_coords(time=ds.time.values)
-
 
 DEVIATIONS = (
     deviation("U = -I (value sign flipped)", "E_below_1e-6_every_trajectory",
               "the theorem's U = I replaced by U = -I: each token moves away from the attention-weighted mean "
               "of the tokens before it, so no consensus forms", config=lambda cfg: {**cfg, "U": "minus identity"}),
     deviation("time axis reversed", "E_below_1e-6_every_trajectory",
-              "E read backwards: the run ends with the initial, spread tokens", data=_time_reversed),
+              "E read backwards: the run ends with the initial, spread tokens", data=read_backwards("time")),
 )

@@ -49,7 +49,7 @@ import xarray as xr
 
 from ..analysis.theory import clustering_time
 from ..runs.plotting import styled
-from ._deviations import deviation
+from ._deviations import deviation, read_backwards
 from ._verdict import claim
 
 NAME = "glpr-fig3"
@@ -215,10 +215,6 @@ def claims(ds: xr.Dataset) -> dict:
     return out
 
 
-def _reversed(ds, dim):
-    """The probabilities with the ``dim`` axis read backwards (the coordinate kept)."""
-    return ds.isel({dim: slice(None, None, -1)}).assign_coords({dim: ds[dim].values})
-
 
 def _faster_reference(ds):
     """The equiangular curve of a dynamics twice as fast: its clustering times halved."""
@@ -228,11 +224,11 @@ def _faster_reference(ds):
 DEVIATIONS = (
     deviation("beta axis reversed", ("boundary_matches_equiangular_d*", "clustered_at_small_beta_not_at_large"),
               "the probabilities assigned to the betas in reverse order: clustering at large beta, not at small",
-              data=lambda ds: _reversed(ds, "beta")),
+              data=read_backwards("beta")),
     deviation("reference twice as fast", "boundary_matches_equiangular_d*",
               "the equiangular curve with its clustering times halved (a time scale off by 2): beta*(t) becomes "
               "beta*(2t), 1.2 higher at t = 10", data=_faster_reference),
     deviation("d axis reversed", "transition_sharper_in_high_dimension",
               "the diagrams' dimension labels swapped: the largest d's sharp transition read as the smallest d's",
-              data=lambda ds: _reversed(ds, "d")),
+              data=read_backwards("d")),
 )

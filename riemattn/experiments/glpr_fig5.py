@@ -57,7 +57,7 @@ import numpy as np
 import xarray as xr
 
 from ..runs.plotting import styled
-from ._deviations import deviation
+from ._deviations import deviation, read_backwards
 from ._verdict import claim
 from .glpr_fig3 import empirical_boundary
 
@@ -196,17 +196,13 @@ def claims(ds: xr.Dataset) -> dict:
     return out
 
 
-def _reversed(ds, dim):
-    """The probabilities with the ``dim`` axis read backwards (the coordinate kept)."""
-    return ds.isel({dim: slice(None, None, -1)}).assign_coords({dim: ds[dim].values})
-
 
 DEVIATIONS = (
     deviation("time axis reversed", ("probability_increases_with_t_for_every_beta",
                                      "half_contour_moves_to_larger_beta"),
               "the diagrams read backwards in time: clustered pairs separate, the 1/2-contour moves to smaller beta",
-              data=lambda ds: _reversed(ds, "time")),
+              data=read_backwards("time")),
     deviation("beta axis reversed", "half_contour_moves_to_larger_beta",
               "the probabilities assigned to the betas in reverse order: clustering at large beta, not at small, "
-              "so P >= 1/2 at beta_max and no finite contour", data=lambda ds: _reversed(ds, "beta")),
+              "so P >= 1/2 at beta_max and no finite contour", data=read_backwards("beta")),
 )
