@@ -326,17 +326,23 @@ def test_a_parameter_without_example_is_reported(monkeypatch):
         test_bad_input("riemattn.fake.new_public_function")
 
 
+def _plant(monkeypatch, name, fn):
+    """Sweep ``fn`` as the public callable ``name`` (its one parameter y valid as the 3 x 3 identity),
+    with the module's counters and recording set aside for the test."""
+    monkeypatch.setitem(CALLABLES, name, (None, fn))
+    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))
+    monkeypatch.setattr(sys.modules[__name__], "VERDICTS", collections.Counter())
+    monkeypatch.setattr(sys.modules[__name__], "RECORD", None)
+    monkeypatch.setitem(cat.VALID, "y", lambda: np.eye(3))
+
+
 def test_a_raw_error_is_reported(monkeypatch):
     """A callable that lets a NumPy error through for a bad value fails, naming parameter, kind, exception."""
 
     def leaky(y):
         return np.linalg.cholesky(np.asarray(y, dtype=float))  # raw LinAlgError / ValueError
 
-    monkeypatch.setitem(CALLABLES, "riemattn.fake.leaky", (None, leaky))
-    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))
-    monkeypatch.setattr(sys.modules[__name__], "VERDICTS", collections.Counter())
-    monkeypatch.setattr(sys.modules[__name__], "RECORD", None)
-    monkeypatch.setitem(cat.VALID, "y", lambda: np.eye(3))
+    _plant(monkeypatch, "riemattn.fake.leaky", leaky)
     with pytest.raises(AssertionError) as info:
         test_bad_input("riemattn.fake.leaky")
     assert "y = <negative>: raw (numpy.linalg.LinAlgError: Matrix is not positive definite)" in str(info.value)
@@ -363,11 +369,7 @@ def _unlocks_and_overwrites(y):
 def test_a_mutated_input_is_reported(monkeypatch, plant, detail):
     """Issue 58: a callable that changes an array it was given fails the sweep ("mutated"), in the
     valid call already (both ways: a write into the read-only copy, or a change behind its back)."""
-    monkeypatch.setitem(CALLABLES, "riemattn.fake.mutates", (None, plant))
-    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))
-    monkeypatch.setattr(sys.modules[__name__], "VERDICTS", collections.Counter())
-    monkeypatch.setattr(sys.modules[__name__], "RECORD", None)
-    monkeypatch.setitem(cat.VALID, "y", lambda: np.eye(3))
+    _plant(monkeypatch, "riemattn.fake.mutates", plant)
     with pytest.raises(AssertionError) as info:
         test_bad_input("riemattn.fake.mutates")
     message = str(info.value)
@@ -393,11 +395,7 @@ def test_a_hang_is_reported(monkeypatch):
         return float(np.sum(y))
 
     monkeypatch.setattr(_sweep_guard, "TIME_LIMIT", 0.2)
-    monkeypatch.setitem(CALLABLES, "riemattn.fake.sleeps_on_nan", (None, sleeps_on_nan))
-    monkeypatch.setattr(sys.modules[__name__], "COUNTS", dict.fromkeys(COUNTS, 0))
-    monkeypatch.setattr(sys.modules[__name__], "VERDICTS", collections.Counter())
-    monkeypatch.setattr(sys.modules[__name__], "RECORD", None)
-    monkeypatch.setitem(cat.VALID, "y", lambda: np.eye(3))
+    _plant(monkeypatch, "riemattn.fake.sleeps_on_nan", sleeps_on_nan)
     start = time.perf_counter()
     with pytest.raises(AssertionError) as info:
         test_bad_input("riemattn.fake.sleeps_on_nan")
