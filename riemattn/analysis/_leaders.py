@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_token_array, check_finite, check_nonnegative, check_token_array
-from ..dynamics._normalize import HARDMAX_RTOL
+from ..dynamics._normalize import HARDMAX_RTOL, hardmax_weights
 from ..errors import ValidationError
 
 __all__ = ["leaders"]
@@ -59,7 +59,6 @@ def leaders(y, P=None, *, tie_rtol: float = HARDMAX_RTOL) -> np.ndarray:
     rtol = check_nonnegative(tie_rtol, "tie_rtol")
     if not np.isfinite(S).all():
         raise ValidationError("the scores y_i^T P y_j overflow (|y|^2 |P| beyond the float range); scale y or P.")
-    top = S.max(axis=-1, keepdims=True)
-    size = np.abs(S).max(axis=-1, keepdims=True)
-    E = S >= top - rtol * size  # hardmax's maximisers of each row (riemattn.dynamics._normalize)
+    # hardmax's own maximisers of each row (the field's code, layout [..., i, eta, j] with one head)
+    E = hardmax_weights(S[..., :, None, :], None, rtol, None)[0][..., 0, :] > 0
     return np.diagonal(E, axis1=-2, axis2=-1) & (E.sum(axis=-1) == 1)
