@@ -45,8 +45,12 @@ FIELD_KINDS = {"user": rs.MANIFOLD_KINDS, "attention": ("sphere", "ellipsoid"), 
 #: every public constructor of riemattn.masks and riemattn.biases, as drawn (tests/suites/test_edges.py
 #: checks that a new one is registered here)
 MASK_PARTS = {"full": lambda: "full", "causal": lambda: "causal", "window": lambda: ra.masks.window(2),
-              "prefix": lambda: ra.masks.prefix(2), "Mask": lambda: ra.masks.Mask(lambda i, j: j >= i, "anticausal")}
+              "prefix": lambda: ra.masks.prefix(2), "Mask": lambda: ra.masks.Mask(lambda i, j: j >= i, "anticausal"),
+              "strict_causal": lambda: ra.masks.strict_causal()}
+#: Masks that leave a query with no key: only with the normalizations that do not normalise rows.
+ROWLESS_MASKS = {"strict_causal"}
 BIAS_PARTS = {"none": lambda: None, "alibi": lambda: ra.biases.alibi(0.5),
+              "alibi-per-row": lambda: ra.biases.alibi(0.5, per_row=True),
               "Bias": lambda: ra.biases.Bias(lambda t, i, j: -np.cos(t) * np.abs(i - j), time_dependent=True)}
 
 
@@ -98,7 +102,8 @@ def attention(draw, manifold, normalization="paper"):
     U = {"identity": None, "zero": np.zeros((h, d, d))}.get(U) if U != "drawn" else draw(rs.head_matrices(h, d))
     beta = draw(st.one_of(rs.betas(max_value=2.0), st.just(0.0)))
     W = None if isinstance(manifold, ra.Sphere) else "flat" if isinstance(manifold, ra.Euclidean) else manifold.W
-    masks = ["full"] if normalization == "sinkhorn" else list(MASK_PARTS)
+    masks = ["full"] if normalization == "sinkhorn" else [
+        m for m in MASK_PARTS if m not in ROWLESS_MASKS or normalization in ("mean", "sigmoid")]
     extra = {}
     if normalization != "paper":  # positional scores: ALiBi slopes and RoPE frequencies, or none; bias parts
         extra["alibi"] = draw(st.one_of(st.none(), st.floats(0.0, 2.0)))

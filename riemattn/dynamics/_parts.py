@@ -25,13 +25,16 @@ from .._backend import constant, to_numpy
 from .._validation import as_float_array, check_choice, check_finite
 from ..errors import ValidationError
 from .biases import as_bias
-from .masks import as_mask
+from .masks import _keeps_a_key, as_mask
 
 __all__ = ["UPDATES", "configure_parts", "admissible", "bias_scores", "keys", "take_context"]
 
 #: "centred": sum_j alpha_ij U (y_j - y_i) on flat space (the tangent update on a manifold);
 #: "uncentred": sum_j alpha_ij U y_j on flat space (Sinkformers' x' = K W_V x, the SAN layer).
 UPDATES = ("centred", "uncentred")
+
+#: The normalizations that do not normalise rows: a query with no admissible key gets the weights 0.
+ROW_FREE = ("mean", "sigmoid")
 
 
 def configure_parts(field, mask, bias, update, context=None) -> None:
@@ -42,6 +45,8 @@ def configure_parts(field, mask, bias, update, context=None) -> None:
     if isinstance(mask, str):
         check_choice(mask, "mask", ("full", "causal"))  # the old message for a bad string
     field.mask = mask if part is None else (part.builtin or part)
+    if part is not None and part._fixed is not None and field.normalization not in ROW_FREE:
+        _keeps_a_key(part.array(part._fixed.shape[-1]), part.name, field.normalization)  # a fixed array: now
     field.bias = as_bias(bias)
     for what, p in (("mask", part), ("bias", field.bias)):
         heads = None if p is None else p.heads
@@ -106,7 +111,10 @@ def admissible(field, n: int, like=None):
     """The field's mask as [i, eta | 1, j]: bool for NumPy; 0/1 in ``like``'s dtype for tensors."""
     key = ("mask", n)
     if key not in field._tril:
-        field._tril[key] = np.ascontiguousarray(_layout(field.mask.array(n)))
+        arr = as_mask(field.mask).array(n)
+        if field.normalization not in ROW_FREE:
+            _keeps_a_key(arr, field.mask, field.normalization)
+        field._tril[key] = np.ascontiguousarray(_layout(arr))
     if like is None or type(like) is np.ndarray:
         return field._tril[key]
     return constant(field._consts, ("mask-dev", n), field._tril[key].astype(float), like)
@@ -116,9 +124,38 @@ def bias_scores(field, t, n: int, y):
     """The bias [..., i, eta | 1, j] at time(s) t (one per trajectory for an array t)."""
     b = field.bias
     if not b.time_dependent:
-        return constant(field._consts, ("bias", n), np.ascontiguousarray(_layout(b.array(n))), y)
+        key = ("bias", n)
+        if key not in field._tril:
+            field._tril[key] = np.ascontiguousarray(_row_normalised(field, _layout(b.array(n)), n))
+        return constant(field._consts, key, field._tril[key], y)
     if np.ndim(t) == 0:
-        return constant({}, "bias", _layout(b.array(n, float(t))), y)
+        return constant({}, "bias", _row_normalised(field, _layout(b.array(n, float(t))), n), y)
     t = np.asarray(t, dtype=float)
-    out = np.stack([_layout(b.array(n, s)) for s in t.ravel()]).reshape(t.shape + (n, -1, n))
+    out = np.stack([_row_normalised(field, _layout(b.array(n, s)), n) for s in t.ravel()]).reshape(t.shape + (n, -1, n))
     return constant({}, "bias", out, y)
+
+
+def _heads_checked(field, B):
+    """B [i, eta | 1, j] if its heads are 1 or the field's (a callable's result is known only now)."""
+    if B.shape[1] not in (1, field._P.h):
+        raise ValidationError(f"bias {field.bias!r} gives {B.shape[1]} heads but P has {field._P.h}; give (l, l) or one "
+                              "(l, l) per head of P.")
+    return B
+
+
+def _row_normalised(field, B, n: int):
+    """A ``per_row`` bias B [i, eta | 1, j] minus the log-sum-exp of each row over the admissible keys:
+    exp(B) sums to 1 over the keys each query attends to (lost-in-the-middle's normalised ALiBi weights).
+    An empty row (mask "strict_causal()" with "mean" or "sigmoid") stays -inf. Other biases: B."""
+    B = _heads_checked(field, B)
+    if not field.bias.per_row:
+        return B
+    masked = B if field.mask == "full" else np.where(admissible(field, n), B, -np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        top = np.max(masked, axis=-1, keepdims=True)
+        finite = np.isfinite(top)
+        top = np.where(finite, top, 0.0)
+        lse = top + np.log(np.sum(np.exp(masked - top), axis=-1, keepdims=True))
+        out = np.where(finite, masked - lse, -np.inf)
+    out.setflags(write=False)
+    return out

@@ -110,6 +110,8 @@ def weights(S: np.ndarray, n: int, normalization: str, scale: float, tril, overf
     if tril is not None:
         S = np.where(tril, S, -np.inf)
     m = np.max(S, axis=-1, keepdims=True)
+    if normalization == "mean":  # a query with no key (mask strict_causal()): its weights are 0
+        m[np.isneginf(m)] = 0.0
     if not np.isfinite(m).all():  # (a sum of finite maxima can overflow: not a reason to stop)
         overflow()
     with np.errstate(invalid="ignore", over="ignore"):  # a score below its row's maximum by more than the
@@ -135,6 +137,8 @@ def weights_device(S, n: int, normalization: str, scale: float, tril):
     if tril is not None:
         S = xp.where(tril > 0, S, -math.inf)
     m = xp.max(S, axis=-1, keepdims=True)
+    if normalization == "mean":  # a query with no key (mask strict_causal()): its weights are 0
+        m = xp.where(xp.isneginf(m), xp.zeros_like(m), m)
     if S.requires_grad:  # autograd: no in-place operations (exp saves its result)
         E = xp.exp(S - m)
         if normalization == "mean":

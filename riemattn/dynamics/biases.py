@@ -10,9 +10,19 @@ an array (l, l) or (h, l, l)                 a fixed bias for l tokens (finite, 
 a callable ``(i, j) -> array``               called once per number of tokens l with the integer
                                              arrays ``i`` (l, 1) and ``j`` (1, l)
 ``Bias(fn, time_dependent=True)``            ``fn(t, i, j)``: a bias that changes with time
+``Bias(rule, per_row=True)``                 normalised per row: ``b_ij - log sum_k exp(b_ik)`` over
+                                             the keys k that query i attends to, so that the
+                                             weights ``exp(b_ij)`` sum to 1 on each row
 :func:`alibi` ``(slopes)``                   ALiBi: ``-m_eta |i - j|`` (Press, Smith & Lewis, ICLR
                                              2022), one slope per head or one for all
+``alibi(slopes, per_row=True)``              ALiBi normalised per row, as in the lost-in-the-middle
+                                             particle model: the positional weights
+                                             ``w_ij = exp(-m |i - j|) / sum_k exp(-m |i - k|)``
 ==========================================  =====================================================
+
+A per-row bias adds a constant to each row's scores: it changes nothing under "paper" and "softmax"
+(which are invariant under such a shift) and everything under "mean" and "sigmoid", where
+``alpha_ij = w_ij exp(s_ij) / l`` ("mean") carries the positional weights w_ij of the row.
 
 The bias keeps the softmax Jacobian's form, but the closed-form Jacobians are written for plain
 scores: fields with a bias use finite-difference Jacobians. Engines: the NumPy engine (NumPy and
@@ -44,11 +54,16 @@ class Bias:
         What ``repr`` shows.
     time_dependent : bool, default False
         Whether ``rule`` takes the time first.
+    per_row : bool, default False
+        Whether the field normalises the bias per row over the keys each query attends to (its mask):
+        ``b_ij - log sum_k exp(b_ik)``, so that the weights ``exp(b_ij)`` of a row sum to 1.
     """
 
-    def __init__(self, rule, name: str | None = None, *, time_dependent: bool = False):
-        if not isinstance(time_dependent, bool):
-            raise InputTypeError(f"time_dependent must be True or False, got {time_dependent!r}.")
+    def __init__(self, rule, name: str | None = None, *, time_dependent: bool = False, per_row: bool = False):
+        for flag, value in (("time_dependent", time_dependent), ("per_row", per_row)):
+            if not isinstance(value, bool):
+                raise InputTypeError(f"{flag} must be True or False, got {value!r}.")
+        self.per_row = per_row
         if name is not None and (not isinstance(name, str) or not name):
             raise InputTypeError(f"name must be a nonempty string or None, got {name!r}.")
         if isinstance(rule, str):
@@ -56,13 +71,13 @@ class Bias:
         self.time_dependent = time_dependent
         if callable(rule):
             self._rule, self._fixed = rule, None
-            self.name = name or f"bias({getattr(rule, '__name__', 'callable')})"
+            self.name = name or f"bias({getattr(rule, '__name__', 'callable')}{', per_row=True' if per_row else ''})"
         else:
             if time_dependent:
                 raise ValidationError("a fixed bias array cannot be time dependent; give a callable fn(t, i, j).")
             arr = _checked(np.array(as_float_array(rule, "rule")), "rule")  # a copy: the user's array stays writable
             self._rule, self._fixed = None, arr
-            self.name = name or f"array bias {arr.shape}"
+            self.name = name or f"array bias {arr.shape}{' per row' if per_row else ''}"
         self._cache: dict = {}
 
     engines = ("numpy",)
@@ -103,8 +118,13 @@ def _checked(arr: np.ndarray, name: str) -> np.ndarray:
     return arr
 
 
-def alibi(slopes) -> Bias:
-    """ALiBi: the bias ``-m_eta |i - j|`` with slopes m_eta >= 0 (a float for every head, or (h,))."""
+def alibi(slopes, per_row: bool = False) -> Bias:
+    """ALiBi: the bias ``-m_eta |i - j|`` with slopes m_eta >= 0 (a float for every head, or (h,)).
+
+    ``per_row=True``: normalised per row over the keys each query attends to,
+    ``log(exp(-m |i - j|) / sum_k exp(-m |i - k|))`` (the positional weights of the lost-in-the-middle
+    particle model, Duerinckx, Geshkovski & Rossi 2026, with m = lambda / l and ``mask=strict_causal()``).
+    """
     m = as_float_array(slopes, "slopes")
     if m.ndim > 1 or not np.isfinite(m).all() or np.any(m < 0):
         raise ValidationError(f"slopes must be finite numbers >= 0 (one, or one per head), got {slopes!r}.")
@@ -115,7 +135,9 @@ def alibi(slopes) -> Bias:
         with np.errstate(over="ignore"):  # slopes near the float limit: -inf off the diagonal (the limit)
             return -(m[:, None, None] * dist) if m.ndim else -(m * dist)
 
-    return Bias(rule, f"alibi({shown})")
+    if not isinstance(per_row, bool):
+        raise InputTypeError(f"per_row must be True or False, got {per_row!r}.")
+    return Bias(rule, f"alibi({shown}{', per_row=True' if per_row else ''})", per_row=per_row)
 
 
 def as_bias(bias) -> Bias | None:

@@ -8,6 +8,8 @@ weight 0 in every normalization (their score is -inf before it). Spellings accep
 =====================================  ==========================================================
 ``"full"``                              every i attends to every j
 ``"causal"``                            j <= i
+:func:`strict_causal` ``()``            j < i (no token attends to itself; the first token attends
+                                        to nothing: "mean" and "sigmoid" only)
 :func:`window` ``(k)``                  i - k < j <= i (the last k positions, sliding window)
 :func:`prefix` ``(k)``                  j <= max(i, k - 1): the first k tokens attend to each
                                         other, the rest causally (prefix-LM)
@@ -17,8 +19,10 @@ a callable ``(i, j) -> bool array``     called once per number of tokens l with 
                                         ``lambda i, j: (j <= i) & (i - j < 4)``
 =====================================  ==========================================================
 
-Every row must keep at least one key (else the row has no weights to normalise): a mask that
-leaves a query with none is refused, naming the query. Engines: "full" and "causal" run on every
+A row with no key (a query that attends to nothing, e.g. the first token under
+:func:`strict_causal`) is allowed with the normalizations that do not normalise rows ("mean",
+"sigmoid"): its weights are 0 and so is the token's update. The others ("paper", "softmax",
+"hardmax", "sinkhorn") have no weights to normalise there and refuse it, naming the query. Engines: "full" and "causal" run on every
 engine; the other masks run on the NumPy engine (``engine="auto"`` picks it; ``engine="compiled"``
 raises :class:`~riemattn.errors.UnsupportedByEngine` naming the mask). Jacobians of fields with
 those masks are formed by finite differences (the closed forms cover "full" and "causal").
@@ -33,7 +37,7 @@ import numpy as np
 from .._validation import check_int, check_memory, check_size
 from ..errors import InputTypeError, ValidationError
 
-__all__ = ["Mask", "full", "causal", "window", "prefix", "as_mask"]
+__all__ = ["Mask", "full", "causal", "strict_causal", "window", "prefix", "as_mask"]
 
 
 class Mask:
@@ -65,7 +69,7 @@ class Mask:
             if arr.dtype != bool or arr.ndim not in (2, 3) or arr.shape[-1] != arr.shape[-2] or arr.shape[-1] < 1:
                 raise ValidationError(f"mask must be a boolean array of shape (l, l) or (h, l, l), got "
                                       f"{arr.dtype} of shape {arr.shape}.")
-            self._rule, self._fixed = None, _keeps_a_key(arr.copy(), name)
+            self._rule, self._fixed = None, arr.copy()
             self._fixed.setflags(write=False)
         self._cache: dict = {}
 
@@ -89,7 +93,7 @@ class Mask:
             out = _evaluate_rule(self._rule, (), l, f"mask {self.name}")
             if out.dtype != bool:
                 raise ValidationError(f"mask {self.name}: the callable must return a bool array, got {out.dtype}.")
-            out = _keeps_a_key(np.array(out), self.name)
+            out = np.array(out)
             out.setflags(write=False)
             self._cache[l] = out
         return self._cache[l]
@@ -124,12 +128,15 @@ def _evaluate_rule(rule, args: tuple, l: int, label: str, dtype=None) -> np.ndar
     return out
 
 
-def _keeps_a_key(arr: np.ndarray, name: str) -> np.ndarray:
+def _keeps_a_key(arr: np.ndarray, name, normalization: str) -> np.ndarray:
+    """``arr`` (a mask's admissibility, (l, l) or (h, l, l)) if every query keeps a key, else a
+    ValidationError naming the query and ``normalization`` (which must normalise the row)."""
     empty = np.argwhere(~arr.any(axis=-1))
     if empty.size:
         where = ", ".join(str(tuple(int(v) for v in e)) for e in empty[:4])
         raise ValidationError(f"mask {name} leaves a query with no key to attend to (head, query index: {where}); "
-                              "every row needs at least one True.")
+                              f"normalization={normalization!r} normalises each row, so every row needs at least one "
+                              "True (normalization 'mean' or 'sigmoid' gives such a query the weights 0).")
     return arr
 
 
@@ -141,6 +148,16 @@ def full() -> Mask:
 def causal() -> Mask:
     """Token i attends to j <= i."""
     return Mask(lambda i, j: j <= i, "'causal'", "causal")
+
+
+def strict_causal() -> Mask:
+    """Token i attends to j < i (not to itself; the first token attends to nothing).
+
+    The causal interaction of Karagodin, Polyanskiy & Rigollet (2024) and of the lost-in-the-middle
+    particle model (Duerinckx, Geshkovski & Rossi, 2026), where the first token stays where it is. Its
+    first row is empty: normalization "mean" or "sigmoid" only (see the module docstring).
+    """
+    return Mask(lambda i, j: j < i, "strict_causal()")
 
 
 def _positive(k, name: str) -> int:

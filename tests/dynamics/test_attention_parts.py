@@ -38,6 +38,7 @@ def admissible_ref(spelling, l, h):
         "array": lambda i, j: (i + j) % 3 != 1 or i == j,
         "callable": lambda i, j: abs(i - j) <= 1,
         "perhead": None,
+        "strict": lambda i, j: j < i,
     }[spelling]
     if spelling == "perhead":
         return [[[(j <= i) if eta == 0 else (j >= i) for j in range(l)] for i in range(l)] for eta in range(h)]
@@ -51,13 +52,14 @@ def mask_spelling(spelling, l, h):
         "array": np.array(admissible_ref("array", l, 1)[0]),
         "callable": lambda i, j: np.abs(i - j) <= 1,
         "perhead": np.array(admissible_ref("perhead", l, h)),
+        "strict": ra.masks.strict_causal(),
     }[spelling]
 
 
 def bias_ref(kind, l, h, rng_bias):
     if kind is None:
         return [[[0.0] * l for _ in range(l)] for _ in range(h)]
-    if kind == "alibi":
+    if kind in ("alibi", "alibi-row"):  # the per-row normalisation is the reference's (per_row=True)
         m = [0.3, 1.1][:h] if h == 2 else [0.3]
         return [[[-m[eta if h == 2 else 0] * abs(i - j) for j in range(l)] for i in range(l)] for eta in range(h)]
     if kind == "array":
@@ -68,16 +70,22 @@ def bias_ref(kind, l, h, rng_bias):
 
 def bias_spelling(kind, h, rng_bias):
     return {None: None, "alibi": ra.biases.alibi([0.3, 1.1] if h == 2 else 0.3), "array": rng_bias,
+            "alibi-row": ra.biases.alibi([0.3, 1.1] if h == 2 else 0.3, per_row=True),
             "callable": lambda i, j: -0.1 * (i - j) ** 2.0}[kind]
 
 
-def reference(y, P, U, beta, normalization, adm, bias, flat, centred):
+def reference(y, P, U, beta, normalization, adm, bias, flat, centred, per_row=False):
+    """The field from its definition; ``per_row``: the bias minus log sum_k exp(b_ik) over the admissible k."""
     l, d = y.shape
     h = P.shape[0]
     out = np.zeros_like(y)
     for eta in range(h):
         for i in range(l):
-            s = {j: beta * (y[i] @ P[eta] @ y[j]) + bias[eta][i][j] for j in range(l) if adm[eta][i][j]}
+            keys = [j for j in range(l) if adm[eta][i][j]]
+            if not keys:  # a query with no key ("mean", "sigmoid"): no weights, no update
+                continue
+            shift = math.log(sum(math.exp(bias[eta][i][j]) for j in keys)) if per_row else 0.0
+            s = {j: beta * (y[i] @ P[eta] @ y[j]) + bias[eta][i][j] - shift for j in keys}
             if normalization in ("softmax", "paper"):
                 top = max(s.values())
                 z = sum(math.exp(v - top) for v in s.values()) * (math.sqrt(d) if normalization == "paper" else 1)
@@ -110,8 +118,10 @@ def tol(n_terms):
     return 16 * n_terms * EPS * max(1.0, MAG[0]) * 10
 
 
-MASKS = ["full", "causal", "window2", "window1", "window9", "prefix3", "prefix1", "array", "callable", "perhead"]
-CASES = list(itertools.product(MASKS, [None, "alibi", "array", "callable"], ["softmax", "paper", "mean", "sigmoid", "hardmax"]))
+MASKS = ["full", "causal", "window2", "window1", "window9", "prefix3", "prefix1", "array", "callable", "perhead", "strict"]
+CASES = [(m, b, n) for m, b, n in itertools.product(
+    MASKS, [None, "alibi", "alibi-row", "array", "callable"], ["softmax", "paper", "mean", "sigmoid", "hardmax"])
+    if m != "strict" or n in ("mean", "sigmoid")]  # a query with no key: only where rows are not normalised
 
 
 @pytest.mark.parametrize("mask, bias, normalization", CASES)
@@ -127,12 +137,13 @@ def test_parts_match_the_reference(mask, bias, normalization):
     field = ra.AttentionField(P, U, W="flat" if flat else None, beta=0.9, normalization=normalization,
                               mask=mask_spelling(mask, L, h), bias=bias_spelling(bias, h, rb))
     MAG[0] = 0.0
-    want = reference(y, P, U, 0.9, normalization, admissible_ref(mask, L, h), bias_ref(bias, L, h, rb), flat, True)
+    want = reference(y, P, U, 0.9, normalization, admissible_ref(mask, L, h), bias_ref(bias, L, h, rb), flat, True,
+                     per_row=bias == "alibi-row")
     # l h terms, each a few roundings of the largest term (the reference sums in another order)
     np.testing.assert_allclose(field(0.0, y), want, rtol=0, atol=tol(L * h))
 
 
-@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("mask", [m for m in MASKS if m != "strict"])
 def test_uncentred_flat_update(mask):
     rng = np.random.default_rng(5)
     h, d = 2, 3
@@ -143,6 +154,35 @@ def test_uncentred_flat_update(mask):
     want = reference(y, P, U, 1.0, "softmax", admissible_ref(mask, L, h), bias_ref(None, L, h, None), True, False)
     np.testing.assert_allclose(field(0.0, y), want, rtol=0, atol=tol(L * h))
     np.testing.assert_array_equal(field(0.0, y), field.update(0.0, y))
+
+
+@pytest.mark.parametrize("normalization", ["softmax", "paper"])
+def test_a_per_row_bias_changes_nothing_under_softmax(normalization):
+    """softmax(s + c_i) = softmax(s) for a constant c_i per row: normalising ALiBi per row is invisible there
+    (to the rounding of the shift: one addition per score, amplified by the l-term row sums)."""
+    rng = np.random.default_rng(8)
+    y = rng.normal(size=(3, L, 3))
+    y /= np.linalg.norm(y, axis=-1, keepdims=True)
+    P = rng.normal(size=(2, 3, 3))
+    for mask in ("causal", ra.masks.window(3)):
+        plain = ra.AttentionField(P, normalization=normalization, mask=mask, bias=ra.biases.alibi([0.4, 2.0]))
+        row = ra.AttentionField(P, normalization=normalization, mask=mask, bias=ra.biases.alibi([0.4, 2.0], per_row=True))
+        np.testing.assert_allclose(row(0.0, y), plain(0.0, y), rtol=0, atol=16 * L * EPS * 4)
+
+
+def test_a_query_with_no_key_does_not_move():
+    """strict_causal(): the first token attends to nothing; "mean" and "sigmoid" give it the update 0, and
+    every other token the same update as the causal mask with its own weight removed."""
+    rng = np.random.default_rng(9)
+    y = rng.normal(size=(2, L, 3))
+    for norm in ("mean", "sigmoid"):
+        f = ra.AttentionField(np.eye(3), W="flat", normalization=norm, mask=ra.masks.strict_causal(), update="uncentred")
+        out = f(0.0, y)
+        assert np.all(out[:, 0] == 0.0)
+        A = f.attention(0.0, y)
+        assert np.all(A[..., 0, :] == 0.0) and np.all(np.triu(A[..., 0, :, :]) == 0.0)
+        A_causal = ra.AttentionField(np.eye(3), W="flat", normalization=norm, mask="causal").attention(0.0, y)
+        np.testing.assert_array_equal(A[..., 0, :, :], np.tril(A_causal[..., 0, :, :], -1))
 
 
 def test_the_old_keywords_as_parts_give_the_same_bits():
@@ -200,7 +240,8 @@ def test_parts_on_torch_tensors():
     y = rng.normal(size=(2, L, 3))
     y /= np.linalg.norm(y, axis=-1, keepdims=True)
     for kw in (dict(mask=ra.masks.window(2), bias=ra.biases.alibi(0.5)), dict(normalization="sigmoid", mask="causal"),
-               dict(mask=ra.masks.prefix(2), normalization="hardmax")):
+               dict(mask=ra.masks.prefix(2), normalization="hardmax"),
+               dict(mask=ra.masks.strict_causal(), normalization="mean", bias=ra.biases.alibi(0.5, per_row=True))):
         field = ra.AttentionField(np.eye(3), **kw)
         got = field(0.0, torch.as_tensor(y))
         assert isinstance(got, torch.Tensor)
@@ -209,6 +250,9 @@ def test_parts_on_torch_tensors():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(mask=np.array([[True, False], [False, False]])), "no key"),
+    (dict(mask=ra.masks.strict_causal()), "no key.*'paper'"),
+    (dict(mask=ra.masks.strict_causal(), normalization="hardmax", W="flat"), "no key.*'hardmax'"),
+    (dict(bias=ra.biases.alibi([0.5, 0.2])), "2 heads"),
     (dict(mask=np.ones((3, 4, 4), bool)), "heads"),
     (dict(mask=np.ones((4, 4))), "boolean"),
     (dict(mask="diagonal"), "mask"),
@@ -223,6 +267,12 @@ def test_parts_on_torch_tensors():
 def test_bad_parts_are_named(kw, match):
     with pytest.raises(RiemattnError, match=match):
         ra.AttentionField(np.eye(3), **kw)(0.0, np.eye(4, 3))
+
+
+def test_per_row_must_be_a_bool():
+    for make in (lambda: ra.biases.alibi(0.5, per_row=1), lambda: ra.biases.Bias(np.zeros((2, 2)), per_row="yes")):
+        with pytest.raises(RiemattnError, match="per_row"):
+            make()
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "3"])
