@@ -28,6 +28,7 @@ from .dynamics import biases, circle, masks
 from .dynamics.attention import AttentionField
 from .dynamics.fields import AlgebraField, Field, LinearField, VectorField
 from .dynamics.glpr import sa, usa
+from .dynamics.populations import Populations
 from .dynamics.layernorm import layernorm
 
 # solvers: integrate and the stepper families (importing a family registers its steppers)
@@ -60,6 +61,7 @@ __all__ = [
     "Field",
     "IntegrationError",
     "LinearField",
+    "Populations",
     "RiemattnError",
     "STEPPERS",
     "Sphere",

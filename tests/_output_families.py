@@ -114,3 +114,72 @@ def _stiff():
     175 steps and back (measured), so its dense output runs through both methods."""
     rng = np.random.default_rng(0)
     return Case(ra.usa(9.0, 3), _sphere_points(rng, (4,), 3), (0.0, 20.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention from parts (issue 55), enumerated from the registries: every mask and bias part of the
+# edges suite (tests/_edge_problems.py: MASK_PARTS, BIAS_PARTS), every normalization outside the
+# softmax family but hardmax (riemattn.dynamics.attention.OTHER_NORMALIZATIONS: hardmax is
+# discontinuous, adaptive steps and events straddle its switches; the edges suite draws it), the
+# uncentred flat update, a fixed context and two populations. A part added to a registry is a family
+# the day it lands.
+# ---------------------------------------------------------------------------------------------
+def _parts_case(seed, **kw):
+    rng = np.random.default_rng(seed)
+    return Case(ra.AttentionField(np.eye(3), beta=2.0, **kw), _sphere_points(rng, (5,), 3), (0.0, 1.5))
+
+
+def _register_parts():
+    import zlib
+
+    from riemattn.dynamics.attention import OTHER_NORMALIZATIONS
+    from _edge_problems import BIAS_PARTS, MASK_PARTS, ROWLESS_MASKS
+
+    def seed(name):
+        return zlib.crc32(name.encode()) % 2**16
+
+    for m, make in MASK_PARTS.items():
+        if m in ("full", "causal"):  # the families above
+            continue
+        norm = "mean" if m in ROWLESS_MASKS else "softmax"
+        FAMILIES[f"mask-{m}"] = lambda m=m, make=make, norm=norm: _parts_case(
+            seed(m), mask=make(), normalization=norm)
+    for b, make in BIAS_PARTS.items():
+        if b == "none":
+            continue
+        FAMILIES[f"bias-{b}"] = lambda b=b, make=make: _parts_case(
+            seed(b), mask="causal", bias=make(), normalization="mean" if "row" in b else "softmax")
+    for n in OTHER_NORMALIZATIONS:
+        if n == "hardmax":
+            continue
+        FAMILIES[f"normalization-{n}"] = lambda n=n: _parts_case(seed(n), normalization=n)
+
+
+_register_parts()
+
+
+@family("uncentred")
+def _uncentred():
+    """Flat space, sum_j alpha_ij U y_j with U = -I/2 (a contraction: the tokens meet near 0)."""
+    rng = np.random.default_rng(19)
+    field = ra.AttentionField(np.eye(3), -0.5 * np.eye(3), W="flat", normalization="softmax", update="uncentred")
+    return Case(field, rng.standard_normal((5, 3)), (0.0, 1.5))
+
+
+@family("context")
+def _context():
+    """Cross-attention to a fixed context of 3 keys (one per trajectory of a batch of 2)."""
+    rng = np.random.default_rng(20)
+    C = _sphere_points(rng, (2, 3), 3)
+    field = ra.AttentionField(np.eye(3), beta=2.0, normalization="softmax", context=C)
+    return Case(field, _sphere_points(rng, (2, 4), 3), (0.0, 1.5))
+
+
+@family("populations")
+def _populations():
+    """Two populations: 0 attends to itself causally and to 1; 1 attends to itself."""
+    rng = np.random.default_rng(21)
+    field = ra.Populations((3, 2), {(0, 0): ra.AttentionField(np.eye(3), beta=2.0, mask="causal"),
+                                    (0, 1): ra.AttentionField(np.eye(3), beta=2.0),
+                                    (1, 1): ra.AttentionField(np.eye(3), beta=2.0, normalization="mean")})
+    return Case(field, _sphere_points(rng, (5,), 3), (0.0, 1.5))

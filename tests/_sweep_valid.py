@@ -332,6 +332,9 @@ VALID_AT.update({
                                                       dt=0.05, dense_output=True),
     ("rollout_ode", "t"): lambda: np.array([0.1, 0.2]),
     ("rollout_ode", "start"): lambda: 0.0,
+    ("Populations", "sizes"): lambda: (Y.shape[-2] - 2, 2),
+    ("Populations", "fields"): lambda: {(0, 0): ra.AttentionField(np.eye(D), mask="causal"),
+                                        (0, 1): ra.AttentionField(np.eye(D)), (1, 1): ra.AttentionField(np.eye(D))},
 })
 INSTANCES.update({
     "riemattn.dynamics.biases.Bias": lambda: ra.biases.alibi(0.5),

@@ -27,7 +27,8 @@ from ..errors import ValidationError
 from .biases import as_bias
 from .masks import _keeps_a_key, as_mask
 
-__all__ = ["UPDATES", "configure_parts", "admissible", "bias_scores", "keys", "take_context"]
+__all__ = ["UPDATES", "ROW_FREE", "configure_parts", "admissible", "bias_scores", "cross_call", "cross_conflicts", "keys",
+           "take_context"]
 
 #: "centred": sum_j alpha_ij U (y_j - y_i) on flat space (the tangent update on a manifold);
 #: "uncentred": sum_j alpha_ij U y_j on flat space (Sinkformers' x' = K W_V x, the SAN layer).
@@ -65,9 +66,7 @@ def configure_parts(field, mask, bias, update, context=None) -> None:
         d = field._P.shape[-1]
         if C.ndim < 2 or C.shape[-1] != d or C.shape[-2] < 1:
             raise ValidationError(f"context must have shape (m, {d}) or (..., m, {d}) with m >= 1 keys, got {C.shape}.")
-        others = [what for what, on in (("mask", field.mask != "full"), ("bias", field.bias is not None),
-                                        ("alibi", field.alibi is not None), ("rope", field.rope is not None),
-                                        ("normalization='sinkhorn'", field.normalization == "sinkhorn")) if on]
+        others = cross_conflicts(field)
         if others:
             raise ValidationError(f"context (cross-attention) does not combine with {', '.join(others)}: masks and "
                                   "positions relate a query to keys of its own sequence; use mask='full'.")
@@ -75,8 +74,31 @@ def configure_parts(field, mask, bias, update, context=None) -> None:
         field.context = C
 
 
+def cross_conflicts(field) -> list:
+    """The parts of ``field`` that cross-attention (keys from another sequence) cannot take."""
+    return [what for what, on in (("mask", field.mask != "full"), ("bias", field.bias is not None),
+                                  ("alibi", field.alibi is not None), ("rope", field.rope is not None),
+                                  ("normalization='sinkhorn'", field.normalization == "sinkhorn")) if on]
+
+
+def cross_call(field, t, y, C):
+    """The tangent field at the queries y with keys and values C (..., m, d), a moving context of y's kind
+    and batch (:class:`~riemattn.dynamics.populations.Populations`); checked tokens, no context of its own."""
+    work = field._work
+    before = getattr(work, "keys", None)
+    work.keys = C
+    try:
+        return field.manifold.tangent(y, field._update(t, y))
+    finally:
+        work.keys = before
+
+
 def keys(field, y):
-    """The keys and values: the tokens y themselves, or the context broadcast to y's batch (and kind)."""
+    """The keys and values: the tokens y themselves, a moving context (:func:`cross_call`), or the fixed
+    context broadcast to y's batch (and kind)."""
+    moving = getattr(field._work, "keys", None)
+    if moving is not None:
+        return moving
     C = field.context
     if C is None:
         return y

@@ -27,8 +27,9 @@ tangent directions (measured: errors of 1e-8 instead of 1e-14 on a step of h = 1
 next to the O((l d)^2) Jacobian and O((l d)^3) solve of a stiff step, but 10-25 times a field
 evaluation for l d in the hundreds, which is why the explicit steppers keep ``__call__``.
 
-Fields other than NumPy attention fields with ``U=None`` on the sphere or an ellipsoid (general
-``U``, where ``Pi_i U y_i`` is not zero, tensors, other fields) are evaluated as they are.
+Fields other than NumPy attention fields with ``U=None`` and no context on the sphere or an
+ellipsoid (general ``U``, where ``Pi_i U y_i`` is not zero; a cross-attention context, whose keys
+are not the tokens; tensors; other fields) are evaluated as they are.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ __all__ = ["applies", "on_manifold"]
 
 def applies(field, y) -> bool:
     """Whether :func:`on_manifold` evaluates ``field`` at ``y`` in the form (D)."""
-    return (isinstance(field, AttentionField) and field._U is None and type(y) is np.ndarray
+    return (isinstance(field, AttentionField) and field._U is None and field.context is None and type(y) is np.ndarray
             and isinstance(field.manifold, _FastMixin) and y.size > 0)
 
 
