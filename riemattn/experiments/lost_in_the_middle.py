@@ -193,10 +193,11 @@ def plot(ds: xr.Dataset):
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=(14, 4.4))
+    grid = fig.add_gridspec(1, 6, width_ratios=[1, 1, 1, 1, 0.45, 2.6])
     snaps = [0, len(ds.time) // 5, len(ds.time) // 2, len(ds.time) - 1]
     colors = plt.get_cmap("tab10")(np.repeat(np.arange(4), math.ceil(ds.sizes["token"] / 4))[: ds.sizes["token"]])
     for p, i in enumerate(snaps):
-        ax = fig.add_subplot(1, 6, p + 1)
+        ax = fig.add_subplot(grid[0, p])
         th = ds.theta.values[: i + 1]
         for j in range(th.shape[1]):
             ax.plot(np.cos(th[:, j]), np.sin(th[:, j]), color=colors[j], lw=0.6)
@@ -208,10 +209,10 @@ def plot(ds: xr.Dataset):
         ax.set_xticks([])
         ax.set_yticks([])
         ax.set_title(f"t = {float(ds.time[i]):g}")
-    ax = fig.add_subplot(1, 3, 3)
+    ax = fig.add_subplot(grid[0, 5])
     ax.errorbar(ds.s, ds.profile, yerr=2 * ds.stderr, fmt="o", label="particles (N = %d), 2 s.e." % ds.attrs["tokens"])
-    grid = np.linspace(0.01, 0.99, 200)
-    ax.plot(grid, closed_form(grid, ds.attrs["t_profile"], ds.attrs["beta"], ds.attrs["lam"]), label="closed form $c_1(t, s)$")
+    s = np.linspace(0.01, 0.99, 200)
+    ax.plot(s, closed_form(s, ds.attrs["t_profile"], ds.attrs["beta"], ds.attrs["lam"]), label="closed form $c_1(t, s)$")
     ax.set_xlabel("source position s")
     ax.set_ylabel(r"$N\,E[\cos(\theta_N(t) - \theta_k(0))]$")
     ax.set_title(f"retrieval profile, t = {ds.attrs['t_profile']:g}")
