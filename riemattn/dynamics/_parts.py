@@ -161,7 +161,7 @@ def _heads_checked(field, B):
     """B [i, eta | 1, j] if its heads are 1 or the field's (a callable's result is known only now)."""
     if B.shape[1] not in (1, field._P.h):
         raise ValidationError(f"bias {field.bias!r} gives {B.shape[1]} heads but P has {field._P.h}; give (l, l) or one "
-                              "(l, l) per head of P.")
+                              "(l, l) per head of P (alibi: slopes of one value, or one per head of P).")
     return B
 
 

@@ -98,7 +98,7 @@ class Bias:
         out = self._cache.get(key)
         if out is None:
             out = _evaluate_rule(self._rule, (t,) if self.time_dependent else (), l, self.name, dtype=float)
-            out = _checked(np.array(out), self.name)
+            out = _checked(np.array(out), f"the rule of {self.name}")
             if not self.time_dependent:  # a time-dependent bias is recomputed at each time
                 self._cache[key] = out
         return out
@@ -126,7 +126,7 @@ def alibi(slopes, per_row: bool = False) -> Bias:
     particle model, Duerinckx, Geshkovski & Rossi 2026, with m = lambda / l and ``mask=strict_causal()``).
     """
     m = as_float_array(slopes, "slopes")
-    if m.ndim > 1 or not np.isfinite(m).all() or np.any(m < 0):
+    if m.ndim > 1 or m.size == 0 or not np.isfinite(m).all() or np.any(m < 0):
         raise ValidationError(f"slopes must be finite numbers >= 0 (one, or one per head), got {slopes!r}.")
     shown = m.tolist()
 

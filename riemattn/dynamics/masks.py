@@ -65,9 +65,9 @@ class Mask:
         if callable(rule):
             self._rule, self._fixed = rule, None
         else:
-            arr = np.asarray(rule)
+            arr = _bool_array(rule, "rule")
             if arr.dtype != bool or arr.ndim not in (2, 3) or arr.shape[-1] != arr.shape[-2] or arr.shape[-1] < 1:
-                raise ValidationError(f"mask must be a boolean array of shape (l, l) or (h, l, l), got "
+                raise ValidationError(f"mask rule must be a boolean array of shape (l, l) or (h, l, l), got "
                                       f"{arr.dtype} of shape {arr.shape}.")
             self._rule, self._fixed = None, arr.copy()
             self._fixed.setflags(write=False)
@@ -92,7 +92,7 @@ class Mask:
         if l not in self._cache:
             out = _evaluate_rule(self._rule, (), l, f"mask {self.name}")
             if out.dtype != bool:
-                raise ValidationError(f"mask {self.name}: the callable must return a bool array, got {out.dtype}.")
+                raise ValidationError(f"mask {self.name}: the callable rule must return a bool array, got {out.dtype}.")
             out = np.array(out)
             out.setflags(write=False)
             self._cache[l] = out
@@ -100,6 +100,15 @@ class Mask:
 
     def __repr__(self) -> str:
         return self.name
+
+
+def _bool_array(value, name: str) -> np.ndarray:
+    """``value`` as an array (a ragged nesting is a ValidationError naming ``name``)."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ValidationError(f"{name} must be a boolean array of shape (l, l) or (h, l, l); got a ragged or "
+                              f"unconvertible {type(value).__name__} ({exc}).") from None
 
 
 def _fixed_for(arr: np.ndarray, l: int, label: str) -> np.ndarray:
@@ -116,12 +125,12 @@ def _evaluate_rule(rule, args: tuple, l: int, label: str, dtype=None) -> np.ndar
     try:
         out = np.asarray(rule(*args, i, j), dtype=dtype)
     except Exception as exc:  # noqa: BLE001 - the user's callable: say which call failed
-        raise ValidationError(f"{label}: the callable raised {type(exc).__name__}: {exc} when called with index "
+        raise ValidationError(f"{label}: the callable rule raised {type(exc).__name__}: {exc} when called with index "
                               f"arrays i (l, 1), j (1, l) for l = {l}.") from exc
     try:
         out = np.broadcast_to(out, out.shape[:-2] + (l, l) if out.ndim >= 2 else (l, l))
     except ValueError:
-        raise ValidationError(f"{label}: the callable returned shape {out.shape}; expected (l, l) or (h, l, l) "
+        raise ValidationError(f"{label}: the callable rule returned shape {out.shape}; expected (l, l) or (h, l, l) "
                               f"with l = {l}.") from None
     if out.ndim not in (2, 3):
         raise ValidationError(f"{label}: expected (l, l) or (h, l, l), got shape {out.shape}.")
@@ -195,6 +204,7 @@ def as_mask(mask) -> Mask:
     if callable(mask):
         return Mask(mask, f"mask({getattr(mask, '__name__', 'callable')})")
     if isinstance(mask, (np.ndarray, list, tuple)):
-        return Mask(np.asarray(mask), f"array mask {np.shape(mask)}")
+        arr = _bool_array(mask, "mask")
+        return Mask(arr, f"array mask {arr.shape}")
     raise InputTypeError(f"mask must be a string, a riemattn.masks mask, a boolean array or a callable of (i, j); "
                          f"got {type(mask).__name__}.")

@@ -182,6 +182,46 @@ ENTRIES = [
 ]
 
 
+def _part_entries():
+    """Attention parts (issue 55), from the registries: every array spelling a part accepts (a mask, a
+    bias, a context) and the scalar of each constructor in riemattn.masks / riemattn.biases that takes
+    one, evaluated on Y through a field; and the populations' tokens. A constructor added to those
+    modules' __all__ without an entry here fails test_every_part_constructor_has_a_bad_input_entry."""
+    l = Y.shape[0]
+    on = lambda **kw: ra.AttentionField(np.eye(3), normalization="mean", **kw)(0.0, Y)  # noqa: E731
+    pop = ra.Populations((2, 2), {(0, 0): ra.AttentionField(np.eye(3), mask="causal"), (0, 1): ra.AttentionField(np.eye(3))})
+    return [
+        ("mask array", "mask", np.tril(np.ones((l, l))).astype(bool), lambda v: on(mask=v)),
+        ("bias array", "bias", np.zeros((l, l)), lambda v: on(bias=v)),
+        ("Bias rule", "rule", np.zeros((l, l)), lambda v: on(bias=ra.biases.Bias(v))),
+        ("Mask rule", "rule", np.ones((l, l), bool), lambda v: on(mask=ra.masks.Mask(v, "m"))),
+        ("alibi slopes", "slopes", np.array([0.5]), lambda v: on(bias=ra.biases.alibi(v))),
+        ("alibi per_row slopes", "slopes", np.array([0.5]), lambda v: on(bias=ra.biases.alibi(v, per_row=True))),
+        ("window k", "k", None, lambda v: on(mask=ra.masks.window(v))),
+        ("prefix k", "k", None, lambda v: on(mask=ra.masks.prefix(v))),
+        ("context", "context", np.ones((2, 3)) / np.sqrt(3), lambda v: on(context=v)),
+        ("Populations y", "y", Y, lambda v: pop(0.0, v)),
+    ]
+
+
+#: the constructors of riemattn.masks / riemattn.biases with an argument the entries above draw bad values for
+PART_CONSTRUCTORS = {"Mask", "Bias", "alibi", "window", "prefix"}
+ENTRIES += _part_entries()
+
+
+def test_every_part_constructor_has_a_bad_input_entry():
+    """Enumerated: a constructor with arguments added to riemattn.masks or riemattn.biases must be listed
+    (constructors without arguments -- full, causal, strict_causal -- and the spellings' parsers take none)."""
+    import inspect
+
+    for mod in (ra.masks, ra.biases):
+        for name in mod.__all__:
+            params = inspect.signature(getattr(mod, name)).parameters
+            if name.startswith("as_") or not params:
+                continue
+            assert name in PART_CONSTRUCTORS, f"{mod.__name__}.{name}: add a bad-input entry to _part_entries"
+
+
 @pytest.mark.parametrize("label, name, valid, call", ENTRIES, ids=[e[0] for e in ENTRIES])
 @given(data=st.data())
 def test_generated_bad_input(label, name, valid, call, data):

@@ -73,7 +73,7 @@ MAX_ORDER = 12
 
 
 def rooted_trees(order: int) -> tuple:
-    """All rooted trees with ``order`` nodes (an integer, 1 <= order <= :data:`MAX_ORDER` = 12, else
+    """All rooted trees with ``order`` nodes (an integer, 1 <= order <= ``MAX_ORDER`` = 12, else
     ValidationError); a tree is a sorted tuple of its children."""
     return _rooted_trees(check_int(order, "order", 1, maximum=MAX_ORDER))
 
@@ -127,7 +127,7 @@ def _weights(tree, A) -> np.ndarray:
 
 
 def order_residuals(A, b, order: int) -> list[tuple[tuple, float]]:
-    """For every tree of order <= ``order`` (0 <= order <= :data:`MAX_ORDER` = 12): (tree, b . Phi(t) - 1/gamma(t))."""
+    """For every tree of order <= ``order`` (0 <= order <= ``MAX_ORDER`` = 12): (tree, b . Phi(t) - 1/gamma(t))."""
     order = check_int(order, "order", 0, maximum=MAX_ORDER)
     A = check_finite(as_float_array(A, "A"), "A")
     b = check_finite(as_float_array(b, "b"), "b")
@@ -172,7 +172,7 @@ class ButcherTableau:
     ----------
     c : (s,) nodes, A : (s, s) strictly lower triangular, b : (s,) weights, order : int.
     b_hat : (s,), optional -- weights of an embedded method of order ``embedded_order``.
-    ``order`` and ``embedded_order`` are at most :data:`MAX_ORDER` = 12 (ValidationError otherwise,
+    ``order`` and ``embedded_order`` are at most ``MAX_ORDER`` = 12 (ValidationError otherwise,
     before any tree is built; an explicit method of order p has at least p stages).
 
     Validation: A strictly lower triangular, ``c_i = sum_j a_ij``, and all order conditions
