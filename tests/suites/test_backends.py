@@ -46,7 +46,27 @@ def _fields():
         "time-P": ra.AttentionField(lambda t: np.cos(3 * t) * P),
         "time-vectorized-P": ra.AttentionField(hemisphere_P, time_vectorized=True),
         "time-U": ra.AttentionField(P, lambda t: (1 + np.sin(t)) * U),
+        **_part_fields(P, U),
     }
+
+
+def _part_fields(P, U):
+    """Attention from parts (issue 55), enumerated from the edges suite's registries: every mask and bias
+    part (a time-dependent bias at per-trajectory times too), every normalization outside the softmax
+    family (hardmax on flat space), the uncentred update, a context; a part added there is covered here."""
+    from _edge_problems import BIAS_PARTS, MASK_PARTS, ROWLESS_MASKS
+    from riemattn.dynamics.attention import OTHER_NORMALIZATIONS
+
+    out = {}
+    for m, make in MASK_PARTS.items():
+        out[f"mask-{m}"] = ra.AttentionField(P, U, mask=make(), normalization="mean" if m in ROWLESS_MASKS else "softmax")
+    for b, make in BIAS_PARTS.items():
+        out[f"bias-{b}"] = ra.AttentionField(P, U, mask="causal", bias=make(), normalization="mean")
+    for n in OTHER_NORMALIZATIONS:
+        out[f"normalization-{n}"] = ra.AttentionField(P, U, normalization=n, W="flat" if n == "hardmax" else None)
+    out["uncentred"] = ra.AttentionField(P, U, W="flat", normalization="softmax", update="uncentred")
+    out["context"] = ra.AttentionField(P, U, context=_rng(2).normal(size=(3, 3)))
+    return out
 
 
 FIELDS = _fields()
