@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import zlib
 
 import numpy as np
@@ -218,6 +219,33 @@ def test_time_dependent_bias_and_per_trajectory_times():
     both = field(np.array([0.0, 0.7]), y)  # one time per trajectory
     np.testing.assert_allclose(both[1], ra.AttentionField(np.eye(3), normalization="softmax", alibi=0.7)(0.0, y[1]),
                                rtol=0, atol=16 * EPS)
+
+
+def _registered_parts():
+    from _edge_problems import BIAS_PARTS, MASK_PARTS, ROWLESS_MASKS
+
+    for name, make in MASK_PARTS.items():
+        yield f"mask {name}", make(), dict(mask=make(), normalization="mean" if name in ROWLESS_MASKS else "softmax")
+    for name, make in BIAS_PARTS.items():
+        if name != "none":
+            yield f"bias {name}", make(), dict(bias=make(), normalization="softmax")
+
+
+@pytest.mark.parametrize("label, part, kw", list(_registered_parts()), ids=lambda v: v if isinstance(v, str) else "")
+def test_each_part_runs_on_the_engines_it_declares(label, part, kw):
+    """Enumerated from the registries: a part's ``engines`` says whether engine="compiled" runs it; where it
+    does not, UnsupportedByEngine names the part (its repr), and engine="auto" runs NumPy."""
+    y0 = np.random.default_rng(10).normal(size=(2, L, 3))
+    y0 /= np.linalg.norm(y0, axis=-1, keepdims=True)
+    field = ra.AttentionField(np.eye(3), **kw)
+    engines = ra.masks.as_mask(part).engines if label.startswith("mask") else part.engines
+    if "compiled" in engines:
+        assert ra.integrate(field, y0, (0.0, 0.5), "rk4", dt=0.1, engine="compiled").engine == "compiled"
+    else:
+        with pytest.raises(UnsupportedByEngine, match=re.escape(repr(ra.masks.as_mask(part)) if label.startswith("mask")
+                                                                else repr(part))):
+            ra.integrate(field, y0, (0.0, 0.5), "rk4", dt=0.1, engine="compiled")
+        assert ra.integrate(field, y0, (0.0, 0.5), "rk4", dt=0.1).engine == "numpy"
 
 
 def test_parts_run_through_integrate_and_the_compiled_engine_names_them():
