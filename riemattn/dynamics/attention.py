@@ -96,7 +96,7 @@ class AttentionField(_CheckedField):
         "sinkhorn": sweeps until the column sums are within tol of 1 (NumPy: Newton after 20).
     on_nonconvergence : {"warn", "raise", "ignore"}, default "warn"
         "sinkhorn", column sums above ``sinkhorn_tol``: ``riemattn.errors.SinkhornConvergenceWarning``,
-        ``IntegrationError`` or nothing; ``field.sinkhorn_error``: the worst column error so far.
+        ``IntegrationError`` or nothing; the worst column error: ``field.sinkhorn_error`` (so far), ``sol.attrs``.
     alibi : float or array_like (hP,), optional
         ALiBi slopes m >= 0 (per head of P, or shared): ``S_ij = beta y_i^T P y_j - m |i - j|``.
     rope, rope_key : array_like (k,), array_like (d, d) or (hP, d, d), optional

@@ -212,7 +212,7 @@ class Euclidean(_GsEuclidean):
 
     def lie_frame(self, y, slots: int):
         """The translation action for one Lie-group step (exponentials are sums); the arguments are
-        checked as by :meth:`Sphere.lie_frame` (O(1): kind, last axis, ``slots`` in [1, 64])."""
+        checked as by ``Sphere.lie_frame`` (O(1): kind, last axis, ``slots`` in [1, 64])."""
         from .groups import TranslationFrame
 
         check_frame_args(self, y, slots)

@@ -159,9 +159,12 @@ def integrate(
     y0_given = y0  # its dtype as given sets the on-manifold tolerance (_validation.manifold_atol)
     precision = "float32" if str(getattr(y0, "dtype", "")).endswith("float32") else None  # engine="cuda"
     y0 = check_points(y0, "y0", manifold, on_manifold=False)
-    unchecked = getattr(field, "_unchecked", None)
+    unchecked, given = getattr(field, "_unchecked", None), field
     if callable(unchecked):  # y0 is checked here once; the steps skip the field's token checks
         field = unchecked()  # (the stepper's own call of _unchecked then returns it at once)
+    sinkhorn = getattr(field, "sinkhorn_error", None) if getattr(field, "normalization", None) == "sinkhorn" else None
+    if sinkhorn is not None:  # Sinkhorn attention: the worst error of this solve
+        field.sinkhorn_error = 0.0
     calls0 = getattr(field, "n_calls", None)  # a VectorField counts the calls of the user's func
     if check_flag(project, "project"):
         y0 = manifold.projection(y0)
@@ -269,6 +272,10 @@ def integrate(
         stepper=step.name,
         events=ev,
     )
+    if sinkhorn is not None:  # recorded on the solve; the field keeps its running maximum
+        sol.attrs["sinkhorn_error"] = float(field.sinkhorn_error)
+        seen = (sinkhorn, field.sinkhorn_error, given.sinkhorn_error)
+        given.sinkhorn_error = field.sinkhorn_error = math.nan if any(map(math.isnan, seen)) else max(seen)
     if log is not None:
         sol.dense = log.finish(field, step, (t0, t1))
     elif dense_output:
