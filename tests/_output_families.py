@@ -28,13 +28,17 @@ FAMILIES: dict[str, Callable[[], Case]] = {}
 #: families for the steppers that declare ``stiff`` only (explicit fixed steps blow up on them,
 #: explicit adaptive ones take thousands of steps)
 STIFF_ONLY: set[str] = set()
+#: the families of attention parts (below): run on one stepper of each kind (the suite's ONE_PER_KIND)
+PART_FAMILIES: set[str] = set()
 
 
-def family(name, stiff_only=False):
+def family(name, stiff_only=False, part=False):
     def deco(fn):
         FAMILIES[name] = fn
         if stiff_only:
             STIFF_ONLY.add(name)
+        if part:
+            PART_FAMILIES.add(name)
         return fn
     return deco
 
@@ -142,23 +146,23 @@ def _register_parts():
         if m in ("full", "causal"):  # the families above
             continue
         norm = "mean" if m in ROWLESS_MASKS else "softmax"
-        FAMILIES[f"mask-{m}"] = lambda m=m, make=make, norm=norm: _parts_case(
-            seed(m), mask=make(), normalization=norm)
+        family(f"mask-{m}", part=True)(lambda m=m, make=make, norm=norm: _parts_case(
+            seed(m), mask=make(), normalization=norm))
     for b, make in BIAS_PARTS.items():
         if b == "none":
             continue
-        FAMILIES[f"bias-{b}"] = lambda b=b, make=make: _parts_case(
-            seed(b), mask="causal", bias=make(), normalization="mean" if "row" in b else "softmax")
+        family(f"bias-{b}", part=True)(lambda b=b, make=make: _parts_case(
+            seed(b), mask="causal", bias=make(), normalization="mean" if "row" in b else "softmax"))
     for n in OTHER_NORMALIZATIONS:
         if n == "hardmax":
             continue
-        FAMILIES[f"normalization-{n}"] = lambda n=n: _parts_case(seed(n), normalization=n)
+        family(f"normalization-{n}", part=True)(lambda n=n: _parts_case(seed(n), normalization=n))
 
 
 _register_parts()
 
 
-@family("uncentred")
+@family("uncentred", part=True)
 def _uncentred():
     """Flat space, sum_j alpha_ij U y_j with U = -I/2 (a contraction: the tokens meet near 0)."""
     rng = np.random.default_rng(19)
@@ -166,7 +170,7 @@ def _uncentred():
     return Case(field, rng.standard_normal((5, 3)), (0.0, 1.5))
 
 
-@family("context")
+@family("context", part=True)
 def _context():
     """Cross-attention to a fixed context of 3 keys (one per trajectory of a batch of 2)."""
     rng = np.random.default_rng(20)
@@ -175,7 +179,7 @@ def _context():
     return Case(field, _sphere_points(rng, (2, 4), 3), (0.0, 1.5))
 
 
-@family("populations")
+@family("populations", part=True)
 def _populations():
     """Two populations: 0 attends to itself causally and to 1; 1 attends to itself."""
     rng = np.random.default_rng(21)

@@ -103,8 +103,8 @@ CHUNK = 4000
 def config(quick: bool = False, *, smoke: bool = False) -> dict:
     base = {"seed": 17, "beta": 1.0, "lam": 1.0, "mask": "strict_causal", "sign": 1.0, "t_profile": 1.0,
             "dt_profile": 0.05, "particles": 64, "t_particles": 10.0, "dt_particles": 0.0025}
-    if smoke or quick:  # the particle figure with 1000 steps of 0.01 instead of the authors' 4000 of 0.0025
-        return {**base, "tokens": 32, "samples": 400, "probes": 9, "dt_particles": 0.01}
+    if smoke or quick:  # the particle figure with 1000 (smoke: 200) steps instead of the authors' 4000 of 0.0025
+        return {**base, "tokens": 32, "samples": 400, "probes": 9, "dt_particles": 0.05 if smoke else 0.01}
     return {**base, "tokens": 64, "samples": 2000, "probes": 13}
 
 

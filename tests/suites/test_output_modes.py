@@ -7,7 +7,10 @@ is covered without editing this file:
   and the SDE methods :data:`riemattn.solvers.sde.SDE_METHODS` (``integrate_sde``);
 * engines: :data:`riemattn.solvers.compiled._dispatch.ENGINES` (``"numpy"``, ``"compiled"``);
 * field families: :data:`tests._output_families.FAMILIES` (sphere, ellipsoid, flat, causal,
-  time-varying heads, per-trajectory beta and weights, layer norm, circle);
+  time-varying heads, per-trajectory beta and weights, layer norm, circle; and the attention parts,
+  enumerated from the edges suite's registries -- every mask, bias and normalization outside the
+  softmax family but hardmax, the uncentred update, a context, populations -- each on one stepper
+  of every kind, :data:`ONE_PER_KIND`);
 * output modes, all checked on every (stepper, family) cell: ``saveat``, ``dense_output`` +
   ``interpolate``, events (a non-terminal and a terminal one), ``save_fn`` and the
   ``per_trajectory`` counters.
@@ -53,13 +56,26 @@ from riemattn.solvers.compiled._threads import threads
 from riemattn.solvers.events import Event
 from riemattn.solvers.sde import SDE_METHODS
 
-from _output_families import FAMILIES, STIFF_ONLY
+from _output_families import FAMILIES, PART_FAMILIES, STIFF_ONLY
 
 EPS = np.finfo(float).eps
 RTOL, ATOL, DT = 1e-7, 1e-9, 0.05
 STEPPERS = sorted(ra.STEPPERS)
+
+
+def _kind(stepper):
+    """A stepper's kind: its module (explicit RK, Dormand-Prince, Lie group, Rosenbrock, auto, layer) and
+    whether it is adaptive (rkmk45 is the adaptive Lie stepper)."""
+    st = ra.STEPPERS[stepper]
+    return st.__module__.rsplit(".", 1)[-1], bool(st.adaptive)
+
+
+#: one stepper of each kind (the first by name): what the families of parts run on -- a part changes the
+#: field, not the stepper, and every stepper runs on the other families
+ONE_PER_KIND = sorted({_kind(s): s for s in reversed(STEPPERS)}.values())
 CELLS = [(s, f) for s in STEPPERS for f in FAMILIES
-         if f not in STIFF_ONLY or getattr(ra.STEPPERS[s], "stiff", False)]
+         if (f not in STIFF_ONLY or getattr(ra.STEPPERS[s], "stiff", False))
+         and (f not in PART_FAMILIES or s in ONE_PER_KIND)]
 
 
 def _options(stepper):
