@@ -337,7 +337,7 @@ def clustered_fraction(y, threshold: float = 0.999, W=None):
 
     The clustering statistic of GLPR section 6.3 (with threshold 1 - eps) and of the phase
     diagrams of Karagodin et al. (threshold 0.999); 0 for a single token. Acts on the directions,
-    so radii do not matter. Counted over tiles of 1024 x 1024 pairs: O(l) memory.
+    so radii do not matter. Counted over tiles of 256 x 256 pairs: O(l) memory.
 
     Parameters
     ----------

@@ -140,7 +140,7 @@ def normalizers(x, P, normalization: str = "paper"):
     Returns
     -------
     Z : ndarray, shape (..., l)
-        Row sums over tiles of 1024 columns (``riemattn.analysis._pairs``): O(l) memory.
+        Row sums over tiles of 256 columns (``riemattn.analysis._pairs``): O(l) memory.
 
     References
     ----------
@@ -191,8 +191,8 @@ def potential(x, P):
     """The potential of ARXIV eq. (10): V(x) = -1/2 sum_{i,j} exp(x_i^T P x_j).
 
     V_P is its restriction to (E_P)^l. Written with autograd.numpy, so it can be differentiated.
-    Summed over tiles of 1024 x 1024 pairs, so no l x l array is formed (O(l) memory; the sum of
-    one matrix up to 1024 tokens).
+    Summed over tiles of 256 x 256 pairs, so no l x l array is formed (O(l) memory; the sum of
+    one matrix up to 256 tokens).
 
     Parameters
     ----------
