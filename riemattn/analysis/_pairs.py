@@ -101,15 +101,18 @@ def pair_logsumexp(a, b, exponent):
 
 
 def row_sums(a, b, term):
-    """sum_j term(<a_i, b_j>) for each row i, per configuration: shape (k, l) (column tiles in
-    order for each row tile)."""
+    """sum_j term(<a_i, b_j>) for each row i, for a symmetric kernel, per configuration: shape
+    (k, l). The tiles on and above the diagonal, each giving its row sums to its rows and its
+    column sums to its columns' rows (half the work); a row's parts are added in a fixed order (the
+    tiles of its column, then of its row)."""
     xp = ops(a)
-    rows = []
-    for i in range(0, a.shape[-2], TILE):
-        acc = 0.0
-        for j in range(0, a.shape[-2], TILE):
-            acc = acc + xp.sum(term(a[:, i:i + TILE] @ _mT(b[:, j:j + TILE])), axis=-1)
-        rows.append(acc)
-    if len(rows) == 1:
-        return rows[0]
-    return xp.concat(rows, axis=-1) if is_torch(a) else anp.concatenate(rows, axis=-1)
+    l = a.shape[-2]
+    acc = [0.0] * (-(-l // TILE))
+    for I, J, diag in _tiles(l, True):
+        T = term(a[:, I] @ _mT(b[:, J]))
+        acc[I.start // TILE] = acc[I.start // TILE] + xp.sum(T, axis=-1)
+        if not diag:
+            acc[J.start // TILE] = acc[J.start // TILE] + xp.sum(T, axis=-2)
+    if len(acc) == 1:
+        return acc[0]
+    return xp.concat(acc, axis=-1) if is_torch(a) else anp.concatenate(acc, axis=-1)
