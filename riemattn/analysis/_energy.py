@@ -24,7 +24,7 @@ from .._backend import to_numpy
 from .._validation import check_beta, check_flag, check_rescaled, check_token_array
 from ..dynamics._softmax import RESCALED_ROUNDING
 from ..errors import InputTypeError, ValidationError
-from ._pairs import chunked, ops, pair_logsumexp, pair_sum, row_sums
+from ._pairs import FLUSH_BOUND, chunked, flush, ops, pair_logsumexp, pair_sum, row_sums
 
 __all__ = ["energy", "energy_weights", "kernel_exponent"]
 
@@ -114,14 +114,18 @@ def energy(x, beta, *, centered: bool = False, rescaled: bool = False, log: bool
         lse = chunked(lambda a: pair_logsumexp(a, a, lambda G: kernel_exponent(G, beta, True, ops(G))), x)
         return lse - np.log(2.0 * n * n) - np.log(beta) + (0.0 if rescaled else beta)
 
-    def terms(G):
+    def terms(G, drop=True):
         S = kernel_exponent(G, beta, rescaled, ops(G))
+        S = flush(S) if drop else S
         if centered:
             return (ops(G).exp(S) - np.exp(-beta)) if rescaled else ops(G).expm1(S)
         return ops(G).exp(S)
 
     with np.errstate(over="ignore"):
-        out = chunked(lambda a: pair_sum(a, a, terms), x) / (2.0 * n * n) / beta  # (2 beta n^2 may overflow)
+        total = chunked(lambda a: pair_sum(a, a, terms), x)
+        if type(total) is np.ndarray and np.any(np.abs(total) < n * n * FLUSH_BOUND):  # (see _pairs.flush)
+            total = chunked(lambda a: pair_sum(a, a, lambda G: terms(G, False)), x)
+        out = total / (2.0 * n * n) / beta  # (2 beta n^2 may overflow)
     if not isbox(out) and not bool(xp.all(xp.isfinite(out))):
         raise ValidationError(
             f"energy overflowed at beta = {beta}: beta <x_i, x_j> reaches {beta * _max_square(x):.4g}; "
@@ -164,7 +168,9 @@ def energy_weights(x, beta, *, rescaled: bool = False) -> np.ndarray:
     beta, x, n = _setup(x, beta, rescaled)
     xp = ops(x)
     with np.errstate(over="ignore"):
-        Z = chunked(lambda a: row_sums(a, a, lambda G: ops(G).exp(kernel_exponent(G, beta, rescaled, ops(G)))), x)
+        Z = chunked(lambda a: row_sums(a, a, lambda G: ops(G).exp(flush(kernel_exponent(G, beta, rescaled, ops(G))))), x)
+        if type(Z) is np.ndarray and np.any(Z < n * FLUSH_BOUND):  # (see _pairs.flush)
+            Z = chunked(lambda a: row_sums(a, a, lambda G: ops(G).exp(kernel_exponent(G, beta, rescaled, ops(G)))), x)
         c = Z / (n * n)
     if not isbox(c) and not bool(xp.all(xp.isfinite(c))):
         raise ValidationError(

@@ -131,6 +131,40 @@ def test_huge_beta_rescaled_energy_is_exact():
     np.testing.assert_allclose(energy(many, beta, rescaled=True, log=True), -np.log(2 * beta), rtol=4 * EPS)
 
 
+@pytest.mark.parametrize("beta", [400.0, 700.0])
+def test_large_beta_agrees(beta):
+    """Exponents far below -700 (raised to -700 on the tiles, _pairs.flush: each term moves by less
+    than 2^-1008, far below the rounding of sums >= 1) give the l x l values within the bound."""
+    rng = np.random.default_rng(64)
+    for name, x in _configs(rng).items():
+        if name == "off the sphere":
+            continue
+        n, d = x.shape[-2:]
+        for form in ({"rescaled": True}, {"rescaled": True, "centered": True}):
+            T = _terms_full(x, beta, **form)
+            tol = _bound(x, beta, T, 1.0 / (2.0 * n * n * beta))
+            assert np.all(np.abs(energy(x, beta, **form) - _energy_full(x, beta, **form)) <= tol), (name, form)
+        tiles = (-(-n // _pairs.TILE)) ** 2
+        got, want = energy(x, beta, rescaled=True, log=True), _energy_full(x, beta, rescaled=True, log=True)
+        assert np.all(np.abs(got - want) <= (2 * n * n + beta * d + tiles + 8) * EPS), name
+        T = _terms_full(x, beta, rescaled=True)
+        want = T.sum(axis=-1) / (n * n)
+        tol = (2 * n + beta * d + 4) * EPS * np.abs(T).sum(axis=-1) / (n * n)
+        assert np.all(np.abs(energy_weights(x, beta, rescaled=True) - want) <= tol), name
+
+
+def test_sums_of_subnormal_terms_are_recomputed():
+    """Where every term is subnormal (points inside the sphere, rescaled exponents -720) the raised
+    exponents would dominate: the sums are taken again without raising them, as the l x l sum."""
+    x = np.sqrt(0.28) * np.tile(np.eye(3)[0], (_pairs.TILE + 3, 1))  # every exponent 1000 (0.28 - 1) = -720
+    got, want = energy(x, 1000.0, rescaled=True), _energy_full(x, 1000.0, rescaled=True)
+    assert 0 < want < 1e-300
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+    n = x.shape[0]
+    np.testing.assert_allclose(energy_weights(x, 1000.0, rescaled=True),
+                               _terms_full(x, 1000.0, rescaled=True).sum(axis=-1) / (n * n), rtol=1e-10)
+
+
 def test_weights_potential_normalizers_agree():
     """Row sums (energy_weights, normalizers: l terms per row) and the potential's double sum."""
     rng = np.random.default_rng(59)
