@@ -79,9 +79,11 @@ def chunked(fn, *arrays):
     return xp.reshape(out, batch + tuple(out.shape[1:]))
 
 
-def _tiles(l: int, upper: bool):
+def _tiles(l: int):
+    """The tiles on and above the diagonal, row tiles in order, then column tiles: (rows, columns,
+    whether on the diagonal)."""
     for i in range(0, l, TILE):
-        for j in range(i if upper else 0, l, TILE):
+        for j in range(i, l, TILE):
             yield slice(i, i + TILE), slice(j, j + TILE), i == j
 
 
@@ -93,7 +95,7 @@ def pair_sum(a, b, term, *, strict: bool = False):
     """
     xp = ops(a)
     total = 0.0
-    for I, J, diag in _tiles(a.shape[-2], True):
+    for I, J, diag in _tiles(a.shape[-2]):
         T = term(a[:, I] @ _mT(b[:, J]))
         if diag and strict:
             r = T.shape[-1]
@@ -109,7 +111,7 @@ def pair_logsumexp(a, b, exponent):
     (k,): an online log-sum-exp (running maximum M and sum s of exp(S - M)) over the tiles."""
     xp = ops(a)
     M = s = None
-    for I, J, diag in _tiles(a.shape[-2], True):
+    for I, J, diag in _tiles(a.shape[-2]):
         S = exponent(a[:, I] @ _mT(b[:, J]))
         mt = xp.max(xp.max(S, axis=-1), axis=-1)
         # exp(S - M) <= 1 and the final sum >= 1 (its largest term is e^0): flush moves it below rounding
@@ -131,7 +133,7 @@ def row_sums(a, b, term):
     xp = ops(a)
     l = a.shape[-2]
     acc = [0.0] * (-(-l // TILE))
-    for I, J, diag in _tiles(l, True):
+    for I, J, diag in _tiles(l):
         T = term(a[:, I] @ _mT(b[:, J]))
         acc[I.start // TILE] = acc[I.start // TILE] + xp.sum(T, axis=-1)
         if not diag:
