@@ -1,0 +1,121 @@
+"""Proxy figures of the CUDA engine's kernels without a GPU: registers, stack, spills, SASS of the step loop.
+
+For each kernel the engine generates (the generic kernels, and those specialised to the hemisphere
+ensemble's shape: 10 tokens on S^2, 2 heads), compiled to PTX for sm_90 (H100) by numba-cuda
+without a device (``riemattn.solvers.compiled.cuda._ptx.kernels_ptx``), assembled by ``ptxas -v``
+(registers, stack frame, spill bytes) and disassembled by ``nvdisasm``: the SASS instructions of
+the kernel and of its step loop (the largest loop of its control-flow graph,
+``riemattn.solvers.compiled.cuda._sass``), and the step loop's local (LDL/STL) and global
+(LDG/STG) memory instructions and its generic ones (LD/ST: numba-cuda's strided array views, whose
+address space the compiler does not know: global columns in the generic kernels), with the global
+stores outside it (final statistics).
+
+These are static figures, not times: fewer instructions and no local or global traffic in the
+loop are what a kernel needs to run at the card's speed (issue 56), but only a GPU measures that
+(``benchmarks/gpu_ensemble.py``). Tools: ptxas from ``nvidia-cuda-nvcc-cu12`` (numba-cuda's cu12
+extra), nvdisasm from ``nvidia-cuda-nvdisasm`` (the bench extra); or set ``RIEMATTN_PTXAS`` /
+``RIEMATTN_NVDISASM``. Without nvdisasm the SASS columns are left empty.
+
+Run: ``python benchmarks/gpu_ptx.py [--kernels NAME ...] [--out FIG.json]`` (figures: docs/performance.md,
+"GPU ensembles: proxy figures").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SHAPE = (10, 3, 2)  # the hemisphere ensemble: l, d, heads
+
+
+def cases():
+    """name -> (description, function returning the kernel's PTX) for every kernel the engine generates."""
+    from riemattn.solvers.compiled.cuda import _ptx
+
+    out = {
+        "generic-adaptive-f64": ("generic kernel, adaptive (dopri5, dop853), float64",
+                                 lambda: _ptx.kernels_ptx(which=("adaptive",))["adaptive"]),
+        "generic-fixed-f64": ("generic kernel, fixed step (rk4), float64",
+                              lambda: _ptx.kernels_ptx(which=("fixed",))["fixed"]),
+    }
+    for dt, tag in ((np.float64, "f64"), (np.float32, "f32")):
+        out[f"shape-adaptive-{tag}"] = (f"specialised to {SHAPE}, adaptive (dopri5, dop853), {tag}",
+                                        lambda dt=dt: _ptx.kernels_ptx(dtype=dt, which=("adaptive",),
+                                                                       shape=SHAPE)["adaptive"])
+        out[f"shape-fixed-{tag}"] = (f"specialised to {SHAPE}, fixed step (rk4), {tag}",
+                                     lambda dt=dt: _ptx.kernels_ptx(dtype=dt, which=("fixed",),
+                                                                    shape=SHAPE)["fixed"])
+    return out
+
+
+def measure(name, make_ptx, cc=(9, 0)):
+    """One kernel's figures (dict)."""
+    from riemattn.solvers.compiled.cuda import _ptx
+
+    t0 = time.perf_counter()
+    ptx = make_ptx()
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, name + ".cubin")
+        row = dict(name=name, ptx_s=round(t1 - t0, 1))
+        row.update(_ptx.assemble(ptx, cc, cubin))
+        row["ptxas_s"] = round(time.perf_counter() - t1, 1)
+        if _ptx.tool("nvdisasm") is not None:
+            row.update(_ptx.step_loop(_ptx.sass(cubin)))
+    return row
+
+
+def table(rows):
+    """The rows as a markdown table."""
+    head = ("| kernel | regs | stack B | spill st/ld B | SASS | step loop | LDL | STL | LDG | STG | LD/ST generic "
+            "| STG outside | ptxas s |")
+    lines = [head, "|" + "---|" * 13]
+    for r in rows:
+        g = lambda k: str(r.get(k, ""))  # noqa: E731
+        lines.append(f"| {r['name']} | {g('registers')} | {g('stack')} | {g('spill_stores')}/{g('spill_loads')} | "
+                     f"{g('instructions')} | {g('loop')} | {g('LDL')} | {g('STL')} | {g('LDG')} | {g('STG')} | "
+                     f"{g('LD')}/{g('ST')} | {g('STG_outside')} | {g('ptxas_s')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernels", nargs="*", help="names to measure (default: all); --list shows them")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--out", help="write the rows as JSON")
+    args = ap.parse_args(argv)
+    from riemattn.solvers.compiled.cuda import _ptx
+
+    all_cases = cases()
+    if args.list:
+        for k, (desc, _) in all_cases.items():
+            print(f"{k}: {desc}")
+        return 0
+    if _ptx.tool("ptxas") is None:
+        print("ptxas not found: pip install nvidia-cuda-nvcc-cu12 (or set RIEMATTN_PTXAS)")
+        return 1
+    if _ptx.tool("nvdisasm") is None:
+        print("nvdisasm not found (pip install nvidia-cuda-nvdisasm, or set RIEMATTN_NVDISASM): SASS columns empty")
+    rows = []
+    for name in args.kernels or list(all_cases):
+        desc, make = all_cases[name]
+        rows.append(measure(name, make))
+        print(json.dumps(rows[-1]), flush=True)
+    print(table(rows))
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
