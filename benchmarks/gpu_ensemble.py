@@ -10,7 +10,8 @@ Contenders, each in a FRESH subprocess (so each pays its own compilation, report
 ``compile_s``: the first call minus a second identical call):
 
 - ``riemattn-cuda-f64`` / ``riemattn-cuda-f32``: ``integrate(..., engine="cuda")``, dop853 and
-  dopri5 (one process per dtype: both steppers share the compiled kernel);
+  dopri5 (one process per dtype; each stepper has its own generated kernel, compiled on its first
+  call, so each row's ``compile_s`` is its own);
 - ``riemattn-torch-cuda``: ``integrate(..., "dop853")`` on a CUDA tensor (the PyTorch path);
 - ``diffrax-dopri5``: diffrax ``Dopri5`` under ``jax.vmap`` on the GPU (jax, diffrax installed);
 - ``torchdiffeq-dopri5``: ``torchdiffeq.odeint`` on the whole batch (a shared step; CUDA).

@@ -1,7 +1,8 @@
 """Proxy figures of the CUDA engine's kernels without a GPU: registers, stack, spills, SASS of the step loop.
 
-For each kernel the engine generates (the generic kernels, and those specialised to the hemisphere
-ensemble's shape: 10 tokens on S^2, 2 heads), compiled to PTX for sm_90 (H100) by numba-cuda
+For each kernel the engine generates (the generic kernels, those specialised to the hemisphere
+ensemble's shape -- 10 tokens on S^2, 2 heads -- with the state in global columns, and those
+generated per method and field configuration, ``riemattn.solvers.compiled.cuda._gen``), compiled to PTX for sm_90 (H100) by numba-cuda
 without a device (``riemattn.solvers.compiled.cuda._ptx.kernels_ptx``), assembled by ``ptxas -v``
 (registers, stack frame, spill bytes) and disassembled by ``nvdisasm``: the SASS instructions of
 the kernel and of its step loop (the largest loop of its control-flow graph,
@@ -37,6 +38,15 @@ sys.path.insert(0, ROOT)
 SHAPE = (10, 3, 2)  # the hemisphere ensemble: l, d, heads
 
 
+def _hemisphere_ints():
+    """The packed hemisphere field's configuration (the generated kernels are specialised to it)."""
+    import riemattn as ra
+    from riemattn.experiments._papers import hemisphere_heads
+    from riemattn.solvers.compiled._kernel import pack_field
+
+    return pack_field(ra.AttentionField(hemisphere_heads()), (16,) + SHAPE[:2]).ints
+
+
 def cases():
     """name -> (description, function returning the kernel's PTX) for every kernel the engine generates."""
     from riemattn.solvers.compiled.cuda import _ptx
@@ -54,6 +64,12 @@ def cases():
         out[f"shape-fixed-{tag}"] = (f"specialised to {SHAPE}, fixed step (rk4), {tag}",
                                      lambda dt=dt: _ptx.kernels_ptx(dtype=dt, which=("fixed",),
                                                                     shape=SHAPE)["fixed"])
+    ints = _hemisphere_ints()
+    for method, kind, dt, tag in (("dopri5", "adaptive", np.float64, "f64"), ("dop853", "adaptive", np.float64, "f64"),
+                                  ("rk4", "fixed", np.float64, "f64"), ("dopri5", "adaptive", np.float32, "f32")):
+        out[f"gen-{method}-{tag}"] = (f"generated for {method} and the hemisphere field ({kind}), {tag}",
+                                      lambda m=method, k=kind, dt=dt: _ptx.generated_ptx(m, ints, dtype=dt,
+                                                                                         which=(k,))[k])
     return out
 
 
