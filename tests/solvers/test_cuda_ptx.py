@@ -17,9 +17,9 @@ kernel (10 tokens on S^2, two time-varying heads, float64, sm_90) -- the figures
   The bounds are the measured figures plus 10 % (a change that keeps more in local memory fails
   here) and the local traffic in the loop below the older kernel's.
 
-Skipped without numba-cuda, libNVVM or ptxas (numba-cuda's cu12 extra, in the test extra); the SASS
-checks also without nvdisasm (``pip install nvidia-cuda-nvdisasm``, in the bench extra, or
-``RIEMATTN_NVDISASM``). Slow: the kernel compiled and assembled (~40 s), with nvdisasm the probe too.
+Skipped without numba-cuda, libNVVM or ptxas (numba-cuda's cu12 extra); the SASS checks also
+without nvdisasm (``nvidia-cuda-nvdisasm``; all three are in the test extra; or set
+``RIEMATTN_NVDISASM``). Slow: the kernel and the probe compiled and assembled (~1 min).
 """
 
 from __future__ import annotations

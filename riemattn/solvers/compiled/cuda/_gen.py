@@ -173,8 +173,8 @@ def _adaptive_kernel(rows, m, INTS, flat, is32):
             return
         y = cuda.local.array(N, DT)
         K = cuda.local.array((S, N), DT)
-        Kx = cuda.local.array((KX, N, 1), DT)
-        Fd = cuda.local.array((FD, N, 1), DT)
+        Kx = cuda.local.array((KX, N), DT)
+        Fd = cuda.local.array((FD, N), DT)
         x = cuda.local.array(N, DT)
         X = cuda.local.array(N, DT)
         y_new = cuda.local.array(N, DT)
@@ -190,7 +190,7 @@ def _adaptive_kernel(rows, m, INTS, flat, is32):
             y[p] = Y[b, p]
         per = per_all[b if per_all.shape[0] > 1 else 0]
         rows(MI, CTRL, A, BB, C, E, E3, DENSE, CX, FLAT, t0, t1, rtol, atol, h_first, max_steps, INTS, floats, per,
-             b, L_, D_, y, w, K, Kx, Fd, 0, x, X, y_new, err, e3, k1, k_next, u, r, r_new, saveat, saved, stats,
+             b, L_, D_, y, w, K, Kx, Fd, x, X, y_new, err, e3, k1, k_next, u, r, r_new, saveat, saved, stats,
              t_fail_out)
 
     return adaptive_kernel

@@ -86,20 +86,20 @@ def adaptive_kernel(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, a
     if b >= B:
         return
     per = per_all[b if per_all.shape[0] > 1 else 0]  # the trajectory's row (_field.source)
-    bx = b if Kx.shape[2] > 1 else 0  # DOP853's dense-output stages: allocated only when used
+    bx = b if Kx.shape[2] > 1 else 0  # DOP853's dense-output stages: allocated for every b only when used
     adaptive_rows(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, atol, h_first[b], max_steps, ints,
-                  floats, per, b, ints[2], ints[3], Y[:, b], W[:, b], K[:, :, b], Kx, Fd, bx, X1[:, b], X2[:, b], Yn[:, b], Er[:, b],
-                  E3[:, b], K1[:, b], Kn[:, b], U[:, b], R[:, b], Rn[:, b], saveat, saved, stats, t_fail_out)
+                  floats, per, b, ints[2], ints[3], Y[:, b], W[:, b], K[:, :, b], Kx[:, :, bx], Fd[:, :, bx],
+                  X1[:, b], X2[:, b], Yn[:, b], Er[:, b], E3[:, b], K1[:, b], Kn[:, b], U[:, b], R[:, b], Rn[:, b],
+                  saveat, saved, stats, t_fail_out)
 
 
 @cuda.jit(device=True)
 def adaptive_rows(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, atol, h_row, max_steps, ints, floats,
-                  per, b, l, d, y, w, Kb, Kx, Fd, bx, x, X, y_new, err, e3, k1, k_next, u, r, r_new, saveat, saved, stats,
+                  per, b, l, d, y, w, Kb, Kxb, Fdb, x, X, y_new, err, e3, k1, k_next, u, r, r_new, saveat, saved, stats,
                   t_fail_out):
     """The solve of trajectory b (``compiled._adaptive.solve_rows``), l tokens of dimension d, on its
-    per-trajectory arrays: y (n,)
-    the state (overwritten by the end state), Kb (s, n) the stages, ``Kx[:, :, bx]``, ``Fd[:, :, bx]``
-    DOP853's dense-output stages and coefficients, w the field's scratch, x, X, y_new, err, e3, k1,
+    per-trajectory arrays: y (n,) the state (overwritten by the end state), Kb (s, n) the stages,
+    Kxb (16, n), Fdb (7, n) DOP853's dense-output stages and coefficients, w the field's scratch, x, X, y_new, err, e3, k1,
     k_next, u (n,) and r, r_new (l,) scratch -- columns of global arrays (:func:`adaptive_kernel`) or
     per-thread local arrays (the generated kernels, :mod:`riemattn.solvers.compiled.cuda._gen`). Writes
     ``saved[:, :, b]`` at the save times (:func:`put`; NaN in the slots a stopped trajectory does not
@@ -178,7 +178,6 @@ def adaptive_rows(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, ato
                     theta = (sv - t) / (h_try if h_try > 0 else 1.0)
                     theta = min(max(theta, 0.0), 1.0)
                     if kind == DOP853:
-                        Kxb, Fdb = Kx[:, :, bx], Fd[:, :, bx]
                         if not prepared:
                             nfev += dop853_prepare(dense, cx, bb, s, flat, t, y, h_try, Kb, r_new, k_next, b, ints,
                                                    floats, per, w, Kxb, Fdb, x, X, r, l, d)
