@@ -17,8 +17,11 @@ loop are what a kernel needs to run at the card's speed (issue 56), but only a G
 extra), nvdisasm from ``nvidia-cuda-nvdisasm`` (the bench extra); or set ``RIEMATTN_PTXAS`` /
 ``RIEMATTN_NVDISASM``. Without nvdisasm the SASS columns are left empty.
 
-Run: ``python benchmarks/gpu_ptx.py [--kernels NAME ...] [--out FIG.json]`` (figures: docs/performance.md,
-"GPU ensembles: proxy figures").
+``--accesses``: the dynamic counterpart, global loads and stores per step attempt counted under
+numba-cuda's simulator (every index into a kernel argument) for the generated and the older kernels.
+
+Run: ``python benchmarks/gpu_ptx.py [--kernels NAME ...] [--out FIG.json] [--accesses]`` (figures:
+docs/performance.md, "GPU ensembles: proxy figures").
 """
 
 from __future__ import annotations
@@ -103,14 +106,66 @@ def table(rows):
     return "\n".join(lines)
 
 
+ACCESSES = r"""
+import json, numpy as np, riemattn as ra
+from numba.cuda.simulator.cudadrv import devicearray as da
+from riemattn.experiments._papers import hemisphere_heads
+from riemattn.solvers.compiled.cuda import _gen
+
+count = {"load": 0, "store": 0}
+get, put = da.FakeWithinKernelCUDAArray.__getitem__, da.FakeWithinKernelCUDAArray.__setitem__
+
+def load(self, idx):
+    out = get(self, idx)
+    if not isinstance(out, da.FakeWithinKernelCUDAArray):
+        count["load"] += 1
+    return out
+
+def store(self, idx, val):
+    count["store"] += 1
+    put(self, idx, val)
+
+da.FakeWithinKernelCUDAArray.__getitem__, da.FakeWithinKernelCUDAArray.__setitem__ = load, store
+rng = np.random.default_rng(0)
+y0 = rng.uniform(-0.5, 0.5, (2, 10, 3))
+y0 /= np.linalg.norm(y0, axis=-1, keepdims=True)
+for label, limit in (("generated", _gen.MAX_LOCAL), ("older (shape)", 0)):
+    _gen.MAX_LOCAL = limit
+    for method in ("dopri5", "dop853"):
+        count.update(load=0, store=0)
+        sol = ra.integrate(ra.AttentionField(hemisphere_heads()), y0, (0.0, 1.0), method, rtol=1e-8, atol=1e-8,
+                           saveat=[1.0], engine="cuda")
+        tries = int(np.sum(sol.per_trajectory.n_steps + sol.per_trajectory.n_rejected))
+        print(json.dumps(dict(kernel=label, method=method, attempts=tries, loads=round(count["load"] / tries, 1),
+                              stores=round(count["store"] / tries, 1))), flush=True)
+"""
+
+
+def accesses():
+    """Global loads and stores per step attempt, counted under numba-cuda's simulator (every index into
+    a kernel argument: the state's columns, the field's data, the save times and slots, the statistics;
+    local and constant arrays are not kernel arguments), for the generated and the older kernels."""
+    import subprocess
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", ACCESSES], env=env, capture_output=True, text=True, check=True)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", nargs="*", help="names to measure (default: all); --list shows them")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--out", help="write the rows as JSON")
+    ap.add_argument("--accesses", action="store_true",
+                    help="only the global loads/stores per step attempt under the simulator (B = 2, T = 1)")
     args = ap.parse_args(argv)
     from riemattn.solvers.compiled.cuda import _ptx
 
+    if args.accesses:
+        for row in accesses():
+            print(json.dumps(row))
+        return 0
     all_cases = cases()
     if args.list:
         for k, (desc, _) in all_cases.items():
