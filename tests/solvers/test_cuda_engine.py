@@ -244,6 +244,16 @@ def test_unsupported_calls_are_named():
     assert any("layer-norm" in w for w in why)
 
 
+@needs_numba_cuda
+def test_block_size_gives_every_multiprocessor_work():
+    from riemattn.solvers.compiled.cuda._engine import threads_per_block
+
+    assert threads_per_block(100_000, sms=132) == 128  # 782 blocks of 128
+    assert threads_per_block(10_000, sms=132) == 64  # 128 would give 79 blocks for 132 SMs; 64 gives 157
+    assert threads_per_block(16, sms=132) == 32  # one warp
+    assert threads_per_block(1000, sms=0) == 128  # no count known (the simulator): the default
+
+
 def test_auto_never_picks_cuda_for_numpy_input():
     field = ra.AttentionField(np.eye(3)[None])
     y0 = np.tile(np.eye(3)[None], (2, 1, 1))
