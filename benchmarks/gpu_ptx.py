@@ -73,6 +73,9 @@ def cases():
         out[f"gen-{method}-{tag}"] = (f"generated for {method} and the hemisphere field ({kind}), {tag}",
                                       lambda m=method, k=kind, dt=dt: _ptx.generated_ptx(m, ints, dtype=dt,
                                                                                          which=(k,))[k])
+    out["gen-dopri5-f64-loops"] = ("generated for dopri5, the number of tokens at run time (_gen.UNROLL = False)",
+                                   lambda: _ptx.generated_ptx("dopri5", ints, which=("adaptive",),
+                                                              unroll=False)["adaptive"])
     return out
 
 

@@ -48,6 +48,11 @@ from . import _fast, _field, _loop, _steps
 METHODS = ("rk4", "dopri5", "dop853")
 #: the most numbers of per-thread local memory a generated kernel may use (else the older kernels)
 MAX_LOCAL = 8192
+#: False: the number of tokens is passed at run time, so the loops over tokens and components are not
+#: unrolled and the per-token arrays stay addressed local arrays (nearly no spills, loads and stores
+#: in loops: docs/performance.md, proxy figures); True (the default): everything unrolled. Which is
+#: faster is for a GPU to measure; the arithmetic is the same.
+UNROLL = True
 _CACHE: dict = {}
 
 
@@ -56,19 +61,21 @@ def _lit(v):
     return repr(float(v))
 
 
-def _combine(out, coef, base, indent="    "):
+def _combine(out, coef, base, n="N", indent="    "):
     """Lines computing ``out[p] = (sum_j coef_j K[j, p]) * h (+ base[p])`` in j order (zeros left out)."""
     terms = [f"{_lit(cj)} * K[{j}, p]" for j, cj in enumerate(coef) if cj != 0.0]
-    body = [f"{indent}for p in range(N):", f"{indent}    acc = {terms[0] if terms else '0.0'}"]
+    body = [f"{indent}for p in range({n}):", f"{indent}    acc = {terms[0] if terms else '0.0'}"]
     body += [f"{indent}    acc += {t}" for t in terms[1:]]
     body.append(f"{indent}    {out}[p] = acc * h" + (f" + {base}[p]" if base else ""))
     return body
 
 
-def step_source(m):
+def step_source(m, unroll=True):
     """Source of ``rk_step`` (the signature of ``_steps.rk_step``, whose tableau arguments it ignores)
-    for the Method record m: the stages one after another, the coefficients literals."""
+    for the Method record m: the stages one after another, the coefficients literals; the sizes the
+    constants L, D, N (``unroll``) or its arguments l, d."""
     s, adaptive = int(m.ints[1]), bool(m.ints[5])
+    L, D, N = ("L", "D", "N") if unroll else ("l", "d", "l * d")
     lines = ["def rk_step(A, bb, c, e, s, adaptive, flat, t, y, h, K, has_k1, b, ints, floats, per, w, x, X, r,",
              "            y_new, r_new, err, l, d):",
              "    nfev = 0",
@@ -76,25 +83,25 @@ def step_source(m):
              "        rhs(t, y, b, ints, floats, per, w, K[0])",
              "        nfev += 1"]
     for i in range(1, s):
-        lines += _combine("x", m.A[i][:i], "y")
-        lines += ["    normalize(x, L, D, FLAT, ints, floats, X, r)",
+        lines += _combine("x", m.A[i][:i], "y", N)
+        lines += [f"    normalize(x, {L}, {D}, FLAT, ints, floats, X, r)",
                   f"    rhs(t + {_lit(m.c[i])} * h, X, b, ints, floats, per, w, K[{i}])",
                   "    if not FLAT:",
-                  "        for p in range(L):",
-                  "            for a in range(D):",
-                  f"                K[{i}, p * D + a] *= r[p]",
+                  f"        for p in range({L}):",
+                  f"            for a in range({D}):",
+                  f"                K[{i}, p * {D} + a] *= r[p]",
                   "    nfev += 1"]
-    lines += _combine("x", m.b[:s], "y")
-    lines.append("    normalize(x, L, D, FLAT, ints, floats, y_new, r_new)")
+    lines += _combine("x", m.b[:s], "y", N)
+    lines.append(f"    normalize(x, {L}, {D}, FLAT, ints, floats, y_new, r_new)")
     if adaptive:
-        lines += _combine("x", m.e[:s], None)
-        lines.append("    tangent_error(x, y_new, r_new, L, D, FLAT, ints, floats, err)")
+        lines += _combine("x", m.e[:s], None, N)
+        lines.append(f"    tangent_error(x, y_new, r_new, {L}, {D}, FLAT, ints, floats, err)")
     lines.append("    return nfev")
     return "\n".join(lines) + "\n"
 
 
-def _device_step(m, namespace):
-    code = step_source(m)
+def _device_step(m, namespace, unroll):
+    code = step_source(m, unroll)
     glob = dict(namespace)
     exec(compile(code, f"<riemattn generated rk_step {int(m.ints[0])}/{int(m.ints[1])}>", "exec"), glob)  # noqa: S102
     return cuda.jit(device=True)(glob["rk_step"])
@@ -121,7 +128,7 @@ def _constants(m):
             one(m.c, 1), one(m.e, 1), one(m.e3, 1), one(m.dense, (1, 1)), one(m.cx, 1))
 
 
-def kernels(name, ints, is32, saves=True):
+def kernels(name, ints, is32, saves=True, unroll=None):
     """(adaptive_kernel, fixed_kernel) generated for the stepper ``name``, the field configuration
     ``ints`` (a :class:`~riemattn.dynamics.kernels.KernelPack`'s: l, d, heads, options, offsets) and
     float32 (``is32``) or float64 states; None where the method has no generated kernel or the local
@@ -129,17 +136,18 @@ def kernels(name, ints, is32, saves=True):
     rtol, atol, h_first (NaN: the initial step's rule), max_steps, floats, per, Y (B, n), saveat,
     saved (n_save, B, n), stats (4, B), t_fail (B,))``, ``fixed_kernel(gt, gh, gslot, floats, per, Y,
     saved, stats, t_fail)``: the trajectory's layout, (B, ...), in and out (no transposes).
-    ``saves=False``: a probe without the saving code (the proxy test: what the step loop stores)."""
+    ``saves=False``: a probe without the saving code (the proxy test: what the step loop stores);
+    ``unroll``: :data:`UNROLL` when None."""
     l, d, h = int(ints[L]), int(ints[D]), max(int(ints[H]), 1)
     if name not in METHODS or local_size(name, l, d, h) > MAX_LOCAL:
         return None
-    key = (name, tuple(int(v) for v in ints), bool(is32), bool(saves))
+    key = (name, tuple(int(v) for v in ints), bool(is32), bool(saves), bool(UNROLL if unroll is None else unroll))
     if key not in _CACHE:
         _CACHE[key] = _build(*key)
     return _CACHE[key]
 
 
-def _build(name, ints, is32, saves):
+def _build(name, ints, is32, saves, unroll):
     m = _tables.method(name)
     INTS = np.array(ints, dtype=np.int64)
     l, d, h = int(INTS[L]), int(INTS[D]), max(int(INTS[H]), 1)
@@ -150,21 +158,22 @@ def _build(name, ints, is32, saves):
     steps = _field.device_functions(_steps, ("normalize", "tangent_error", "fsal_next", "rms_norm", "dop853_norm",
                                              "dopri5_dense", "dop853_extra", "dop853_prepare", "dop853_dense", "axpy",
                                              "hsum", "last_nonzero"), {"rhs": rhs})
-    step = _device_step(m, dict(sizes, rhs=rhs, normalize=steps["normalize"], tangent_error=steps["tangent_error"]))
+    step = _device_step(m, dict(sizes, rhs=rhs, normalize=steps["normalize"], tangent_error=steps["tangent_error"]),
+                        unroll)
     init = _field.device_functions(_loop, ("initial_step",), dict(steps, rhs=rhs))
     rows = _field.device_functions(_loop, ("adaptive_rows", "fixed_rows"),
                                    dict(steps, rhs=rhs, rk_step=step, SAVES=saves, put=put, **init))
-    return (_adaptive_kernel(rows["adaptive_rows"], m, INTS, flat, is32),
-            _fixed_kernel(rows["fixed_rows"], m, INTS, flat, is32))
+    return (_adaptive_kernel(rows["adaptive_rows"], m, INTS, flat, is32, unroll),
+            _fixed_kernel(rows["fixed_rows"], m, INTS, flat, is32, unroll))
 
 
-def _adaptive_kernel(rows, m, INTS, flat, is32):
+def _adaptive_kernel(rows, m, INTS, flat, is32, unroll):
     MI, CTRL, A, BB, C, E, E3, DENSE, CX = _constants(m)
     DT = float32 if is32 else float64
     L_, D_, S = int(INTS[L]), int(INTS[D]), int(m.ints[1])
     N = L_ * D_
     KX, FD = (16, 7) if int(m.ints[0]) == _tables.DOP853 else (1, 1)
-    FLAT = flat
+    FLAT, UNROLLED = flat, unroll
 
     @cuda.jit
     def adaptive_kernel(t0, t1, rtol, atol, h_first, max_steps, floats, per_all, Y, saveat, saved, stats, t_fail_out):
@@ -189,19 +198,20 @@ def _adaptive_kernel(rows, m, INTS, flat, is32):
         for p in range(N):
             y[p] = Y[b, p]
         per = per_all[b if per_all.shape[0] > 1 else 0]
+        lr = L_ if UNROLLED else Y.shape[1] // D_  # run time: the loops over tokens stay loops
         rows(MI, CTRL, A, BB, C, E, E3, DENSE, CX, FLAT, t0, t1, rtol, atol, h_first, max_steps, INTS, floats, per,
-             b, L_, D_, y, w, K, Kx, Fd, x, X, y_new, err, e3, k1, k_next, u, r, r_new, saveat, saved, stats,
+             b, lr, D_, y, w, K, Kx, Fd, x, X, y_new, err, e3, k1, k_next, u, r, r_new, saveat, saved, stats,
              t_fail_out)
 
     return adaptive_kernel
 
 
-def _fixed_kernel(rows, m, INTS, flat, is32):
+def _fixed_kernel(rows, m, INTS, flat, is32, unroll):
     MI, _, A, BB, C, E = _constants(m)[:6]
     DT = float32 if is32 else float64
     L_, D_, S = int(INTS[L]), int(INTS[D]), int(m.ints[1])
     N = L_ * D_
-    FLAT = flat
+    FLAT, UNROLLED = flat, unroll
 
     @cuda.jit
     def fixed_kernel(gt, gh, gslot, floats, per_all, Y, saved, stats, t_fail_out):
@@ -220,7 +230,8 @@ def _fixed_kernel(rows, m, INTS, flat, is32):
         for p in range(N):
             y[p] = Y[b, p]
         per = per_all[b if per_all.shape[0] > 1 else 0]
-        rows(MI, A, BB, C, E, FLAT, gt, gh, gslot, INTS, floats, per, b, L_, D_, y, w, K, x, X, y_new, err, r, r_new,
+        lr = L_ if UNROLLED else Y.shape[1] // D_  # run time: the loops over tokens stay loops
+        rows(MI, A, BB, C, E, FLAT, gt, gh, gslot, INTS, floats, per, b, lr, D_, y, w, K, x, X, y_new, err, r, r_new,
              saved, stats, t_fail_out)
 
     return fixed_kernel

@@ -142,15 +142,16 @@ def step_loop(text):
     return largest_loop(text)
 
 
-def generated_ptx(name, ints, cc=(9, 0), dtype=np.float64, which=("adaptive", "fixed"), saves=True) -> dict:
+def generated_ptx(name, ints, cc=(9, 0), dtype=np.float64, which=("adaptive", "fixed"), saves=True,
+                  unroll=None) -> dict:
     """PTX of the kernels generated for the stepper ``name`` and the field configuration ``ints``
     (:mod:`._gen`): {"adaptive": str, "fixed": str} (the kinds in ``which``); ``saves=False``: the
-    probe without the saving code."""
+    probe without the saving code; ``unroll``: as :func:`._gen.kernels`."""
     from numba import cuda, typeof
 
     from ._gen import kernels
 
-    adaptive, fixed = kernels(name, ints, np.dtype(dtype) == np.float32, saves)
+    adaptive, fixed = kernels(name, ints, np.dtype(dtype) == np.float32, saves, unroll)
     f, z = (lambda *s: np.zeros(s)), (lambda *s: np.zeros(s, dtype=dtype))
     fl, i64 = np.float64(0.0), (lambda *s: np.zeros(s, dtype=np.int64))
     sigs = {"adaptive": (adaptive, (fl, fl, fl, fl, fl, np.int64(1), f(2), f(1, 1), z(2, 2), f(2), z(2, 2, 2),
