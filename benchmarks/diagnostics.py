@@ -22,7 +22,13 @@ setting), B configurations from i.i.d. uniform tokens, dopri5 at rtol 1e-8; at t
 the median number of clusters by connected components (riemattn) and by the rank of the 0/1
 matrix [<x_i, x_j> > 1 - 1e-4] (GLPR's published code, ``cluster_count(..., method="rank")``).
 
-Run: ``python benchmarks/diagnostics.py [--batch 50] [--repeat 5] [--quick] [--counts]``.
+**Many tokens** (``--large-n [N]``, issue 57 item 4): each diagnostic once on N (default 10^5)
+uniform tokens on S^2, in a fresh process: seconds, the peak of NumPy's allocations (tracemalloc)
+and the process's peak resident memory (ru_maxrss, the interpreter and libraries included), with
+the load average before and after each. The double sums run over tiles of 256 x 256 pairs
+(``riemattn.analysis._pairs``); one N x N float64 matrix would be 80 GB at N = 10^5.
+
+Run: ``python benchmarks/diagnostics.py [--batch 50] [--repeat 5] [--quick] [--counts] [--large-n [N]]``.
 """
 
 from __future__ import annotations
@@ -81,6 +87,54 @@ def _fresh(tool, batch, repeat):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+#: The diagnostics timed by --large-n (y: the tokens, v: a pole, P: an SPD matrix).
+LARGE = {
+    "energy (beta 4)": "gf.energy(y, 4.0)",
+    "energy rescaled centered (beta 400)": "gf.energy(y, 400.0, rescaled=True, centered=True)",
+    "log energy (beta 4)": "gf.energy(y, 4.0, log=True)",
+    "energy_weights rescaled (beta 4)": "gf.energy_weights(y, 4.0, rescaled=True)",
+    "potential (ARXIV V_P)": "gf.potential(y, P)",
+    "clustered_fraction (0.999)": "dg.clustered_fraction(y, 0.999)",
+    "misalignment": "dg.misalignment(y)",
+    "hemisphere_lyapunov + token_lyapunov": "(dg.hemisphere_lyapunov(y, v), dg.token_lyapunov(y, v))",
+    "consensus_distance": "dg.consensus_distance(y)",
+    "cluster_count (tol 0.02)": "dg.cluster_count(y, 0.02)",
+}
+
+
+def _large_one(name, n):
+    """In this (fresh) process: one call of LARGE[name] on n tokens; seconds and memory."""
+    import resource
+    import tracemalloc
+
+    from riemattn import diagnostics as dg, gradient_flow as gf
+
+    y = np.random.default_rng(0).standard_normal((n, 3))
+    y /= np.linalg.norm(y, axis=-1, keepdims=True)
+    v, P = np.array([0.0, 0.0, 1.0]), np.diag([2.0, 1.0, 0.5])
+    env = {"dg": dg, "gf": gf, "y": y, "v": v, "P": P}
+    load = os.getloadavg()[0]
+    tracemalloc.start()
+    start = time.perf_counter()
+    eval(LARGE[name], env)
+    seconds = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+    return {"name": name, "seconds": seconds, "numpy_peak": peak, "maxrss": rss, "load": [load, os.getloadavg()[0]]}
+
+
+def _large(n):
+    print(f"n = {n} tokens on S^2, one call each in a fresh process (an n x n float64 matrix: {8 * n * n / 1e9:.3g} GB)")
+    print(f"  {'diagnostic':38s} {'seconds':>8s} {'NumPy peak':>11s} {'max RSS':>9s}  load (1 min) before/after")
+    for name in LARGE:
+        out = subprocess.run([sys.executable, __file__, "--large-one", name, "--large-n", str(n)],
+                             check=True, capture_output=True, text=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"  {name:38s} {r['seconds']:8.2f} {r['numpy_peak'] / 1e6:8.1f} MB {r['maxrss'] / 1e6:6.0f} MB"
+              f"  {r['load'][0]:.2f} / {r['load'][1]:.2f}", flush=True)
+
+
 def _counts(batch):
     import riemattn as ra
 
@@ -104,12 +158,21 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="10 configurations, 3 passes (64 for --counts)")
     ap.add_argument("--counts", action="store_true", help="the components vs rank medians at beta = 1")
+    ap.add_argument("--large-n", type=int, nargs="?", const=100_000, default=None, metavar="N",
+                    help="each diagnostic once at N tokens on S^2 (default 100000): time and memory")
     ap.add_argument("--tool", choices=["riemattn", "scipy"], help=argparse.SUPPRESS)
+    ap.add_argument("--large-one", choices=list(LARGE), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.large_one:
+        print(json.dumps(_large_one(args.large_one, args.large_n)))
+        return 0
     if args.tool:
         print(json.dumps(_time_tool(args.tool, args.batch, args.repeat)))
         return 0
     print(f"load average (1, 5, 15 min): {os.getloadavg()}")
+    if args.large_n:
+        _large(args.large_n)
+        return 0
     if args.counts:
         _counts(64 if args.quick else 256)
         return 0

@@ -10,10 +10,14 @@ Contenders, each in a FRESH subprocess (so each pays its own compilation, report
 ``compile_s``: the first call minus a second identical call):
 
 - ``riemattn-cuda-f64`` / ``riemattn-cuda-f32``: ``integrate(..., engine="cuda")``, dop853 and
-  dopri5 (one process per dtype: both steppers share the compiled kernel);
+  dopri5 (one process per dtype; each stepper has its own generated kernel, compiled on its first
+  call, so each row's ``compile_s`` is its own);
 - ``riemattn-torch-cuda``: ``integrate(..., "dop853")`` on a CUDA tensor (the PyTorch path);
 - ``diffrax-dopri5``: diffrax ``Dopri5`` under ``jax.vmap`` on the GPU (jax, diffrax installed);
-- ``torchdiffeq-dopri5``: ``torchdiffeq.odeint`` on the whole batch (a shared step; CUDA).
+- ``torchdiffeq-dopri5``: ``torchdiffeq.odeint`` on the whole batch (a shared step; CUDA);
+- ``riemattn-cuda-f64-loops`` (only with ``--only``): the CUDA engine's generated kernels with their
+  loops over tokens kept (``_gen.UNROLL = False``: fewer instructions and spills, local loads and
+  stores in loops; docs/performance.md, proxy figures), to decide which form is faster.
 
 Equal measured error: in each process, for each method, the loosest tolerance of a ladder whose
 error on the 16 reference trajectories is <= the target (1e-9 in float64, 1e-5 in float32) is found
@@ -53,6 +57,8 @@ N_REF = 16
 TARGET = {"float64": 1e-9, "float32": 1e-5}
 LADDER = {"float64": (1e-8, 1e-9, 1e-10, 1e-11, 1e-12), "float32": (1e-4, 1e-5, 1e-6, 1e-7)}
 CONTENDERS = ("riemattn-cuda-f64", "diffrax-dopri5", "riemattn-cuda-f32", "riemattn-torch-cuda", "torchdiffeq-dopri5")
+#: run only when named in --only: the generated kernels with their loops over tokens kept (_gen.UNROLL = False)
+EXTRA = ("riemattn-cuda-f64-loops",)
 #: relative shares of the time budget (the CUDA engine's f64 process times two methods)
 SHARE = {"riemattn-cuda-f64": 2.0, "riemattn-cuda-f32": 1.5, "riemattn-torch-cuda": 1.0, "diffrax-dopri5": 1.0,
          "torchdiffeq-dopri5": 1.0}
@@ -123,7 +129,11 @@ def child(args):
     deadline = args.deadline
     sizes = [int(s) for s in args.sizes.split(",")]
     if name.startswith("riemattn-cuda"):
-        dtype = "float32" if name.endswith("f32") else "float64"
+        dtype = "float32" if "f32" in name else "float64"
+        if name.endswith("-loops"):
+            from riemattn.solvers.compiled.cuda import _gen
+
+            _gen.UNROLL = False
         for share, method in ((0.5, "dop853"), (1.0, "dopri5")):
             _sweep(name, method, dtype, _cuda_runner(method, dtype, T), ref, sizes, deadline, args.repeat, share)
         if deadline - time.time() < 30:
@@ -317,7 +327,7 @@ def plan(pk, gpu, smoke):
                                      else "no GPU (numba-cuda's simulator only with --smoke)")
     torch_gpu = pk.get("torch.cuda") is True
     rows = []
-    for name in CONTENDERS:
+    for name in CONTENDERS + EXTRA:
         if name.startswith("riemattn-cuda"):
             rows.append((name, cuda_ok, why_cuda))
         elif name == "riemattn-torch-cuda":
@@ -376,7 +386,8 @@ def main(argv=None):
     np.save(ref_path, ref)
     results = []
     only = None if args.only is None else set(args.only.split(","))
-    todo = [row for row in plan(pk, gpu, args.smoke) if only is None or row[0] in only]
+    todo = [row for row in plan(pk, gpu, args.smoke)
+            if ((row[0] not in EXTRA) if only is None else (row[0] in only))]
     for name, ok, why in todo:
         if not ok:
             print(f"{name}: skipped ({why})", flush=True)

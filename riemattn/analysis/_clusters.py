@@ -136,10 +136,29 @@ def _components_grid(Y, tol) -> int:
     order = np.argsort(cell, kind="stable")
     starts = np.searchsorted(cell[order], np.arange(k + 1))
     pairs = cKDTree(Y[order[starts[:-1]]]).query_pairs(3.0 * tol, output_type="ndarray")
+    keep = [np.zeros((0, 2), dtype=np.int64)]
+    for c in range(0, len(pairs), _PAIRS):  # candidates in chunks: the work arrays stay O(_PAIRS)
+        keep += _linked_cells(Y, order, starts, pairs[c:c + _PAIRS], tol)
+    keep = np.concatenate(keep)
+    graph = coo_matrix((np.ones(len(keep), dtype=np.int8), (keep[:, 0], keep[:, 1])), shape=(k, k))
+    return int(connected_components(graph, directed=False)[0])
+
+
+#: Candidate cell pairs checked at once by :func:`_components_grid` (work arrays of ~2^18 x 8 bytes
+#: each). 10^5 tokens on S^2, tol 0.02: ~4.5e6 candidates; checked all at once they took 410 MB of
+#: NumPy arrays at peak, in chunks 67 MB (benchmarks/diagnostics.py --large-n).
+_PAIRS = 1 << 18
+
+
+def _linked_cells(Y, order, starts, pairs, tol) -> list:
+    """The candidate cell pairs (rows of ``pairs``) with two tokens within tol: a list of (m, 2) arrays."""
+    from scipy.spatial import cKDTree
+
+    d = Y.shape[1]
     a, b = pairs[:, 0], pairs[:, 1]
     na, nb = starts[a + 1] - starts[a], starts[b + 1] - starts[b]
     small = na * nb <= 256
-    keep = [np.zeros((0, 2), dtype=np.int64)]
+    keep = []
     if small.any():  # every token pair of the small cell pairs at once
         pa, pb, sa, sb = a[small], b[small], na[small], nb[small]
         cnt = sa * sb
@@ -159,9 +178,7 @@ def _components_grid(Y, tol) -> int:
         hit = np.isfinite(dist)  # B's tokens with an A token close by: their distance as pdist computes it
         if hit.any() and np.sqrt(((A[near[hit]] - B[hit]) ** 2).sum(-1)).min() <= tol:
             keep.append(np.array([[x, z]]))
-    keep = np.concatenate(keep)
-    graph = coo_matrix((np.ones(len(keep), dtype=np.int8), (keep[:, 0], keep[:, 1])), shape=(k, k))
-    return int(connected_components(graph, directed=False)[0])
+    return keep
 
 
 #: Up to this many tokens the links of a batch are computed at once; above, one configuration at

@@ -20,10 +20,11 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.tracer import isbox
 
-from .._backend import is_torch, namespace, to_numpy
+from .._backend import to_numpy
 from .._validation import check_beta, check_flag, check_rescaled, check_token_array
 from ..dynamics._softmax import RESCALED_ROUNDING
 from ..errors import InputTypeError, ValidationError
+from ._pairs import FLUSH_BOUND, chunked, flush, ops, pair_logsumexp, pair_sum, row_sums
 
 __all__ = ["energy", "energy_weights", "kernel_exponent"]
 
@@ -33,9 +34,12 @@ def _setup(x, beta, rescaled):
     check_rescaled(rescaled)
     if not isbox(x):
         x = check_token_array(x, "x", allow_d0=True)
-    xp = namespace(x) if is_torch(x) else anp
-    G = x @ x.transpose(-1, -2) if is_torch(x) else anp.matmul(x, anp.swapaxes(x, -1, -2))
-    return beta, xp, G, (x.shape[-2] if is_torch(x) else anp.shape(x)[-2])
+    return beta, x, x.shape[-2]
+
+
+def _max_square(x) -> float:
+    """max_{i,j} <x_i, x_j> = max_i |x_i|^2 (Cauchy-Schwarz; attained at i = j), in O(l) memory."""
+    return float(np.max(np.sum(to_numpy(x) ** 2, axis=-1)))
 
 
 def kernel_exponent(G, beta: float, rescaled: bool, xp=anp):
@@ -45,6 +49,11 @@ def kernel_exponent(G, beta: float, rescaled: bool, xp=anp):
         return beta * G
     D = G - 1.0
     with np.errstate(over="ignore"):  # -inf: a weight of 0
+        if type(D) is np.ndarray:  # in place (the same values): fewer temporaries per tile
+            zero = np.abs(D) <= RESCALED_ROUNDING
+            D *= beta
+            D[zero] = 0.0
+            return D
         return xp.where(xp.abs(D) <= RESCALED_ROUNDING, 0.0 * D, beta * D)
 
 
@@ -80,34 +89,46 @@ def energy(x, beta, *, centered: bool = False, rescaled: bool = False, log: bool
     be differentiated. Overflow of the plain energy (beta <x_i, x_j> > ~709) raises
     ValidationError naming beta and pointing to ``rescaled`` and ``log``.
 
+    Memory: the double sum runs over tiles of 256 x 256 pairs (``riemattn.analysis._pairs``; the
+    tiles on and above the diagonal, those above counted twice; ``log`` by an online log-sum-exp),
+    so no n x n array is formed: O(n) memory, 10^5 tokens on S^2 in a few MB. Up to 256 tokens the
+    one tile is the whole matrix; beyond, the values differ from one n x n sum by rounding only, and
+    a configuration gives the same bits alone or in a batch.
+
     References
     ----------
     GLPR (Geshkovski, Letrouit, Polyanskiy, Rigollet), eq. (3.5), Remark 3.8, eq. (7.4).
     """
-    beta, xp, G, n = _setup(x, beta, rescaled)
+    beta, x, n = _setup(x, beta, rescaled)
     centered = check_flag(centered, "centered")
     if not isinstance(log, (bool, np.bool_)):
         raise InputTypeError(f"log must be True or False, got {type(log).__name__}.")
     if log and (centered or beta == 0.0):
         raise ValidationError("energy(log=True) needs beta > 0 and centered=False: E_beta - 1/(2 beta) may be "
                               f"<= 0 and E_beta = +inf at beta = 0 (got beta = {beta}, centered={centered}).")
-    if beta == 0.0:
-        return xp.sum(G, axis=(-2, -1)) / (2.0 * n * n)
+    xp = ops(x)
+    if beta == 0.0:  # sum_{i,j} <x_i, x_j> = |sum_i x_i|^2: O(l d)
+        m = xp.sum(x, axis=-2)
+        return xp.sum(m * m, axis=-1) / (2.0 * n * n)
     if log:
-        S = kernel_exponent(G, beta, True, xp)
-        m = xp.max(xp.max(S, axis=-1), axis=-1)
-        lse = m + xp.log(xp.sum(xp.exp(S - m[..., None, None]), axis=(-2, -1)))
+        lse = chunked(lambda a: pair_logsumexp(a, a, lambda G: kernel_exponent(G, beta, True, ops(G))), x)
         return lse - np.log(2.0 * n * n) - np.log(beta) + (0.0 if rescaled else beta)
-    with np.errstate(over="ignore"):
-        S = kernel_exponent(G, beta, rescaled, xp)
+
+    def terms(G, drop=True):
+        S = kernel_exponent(G, beta, rescaled, ops(G))
+        S = flush(S) if drop else S
         if centered:
-            E = (xp.exp(S) - np.exp(-beta)) if rescaled else xp.expm1(S)
-        else:
-            E = xp.exp(S)
-        out = xp.sum(E, axis=(-2, -1)) / (2.0 * n * n) / beta  # (2 beta n^2 may overflow)
+            return (ops(G).exp(S) - np.exp(-beta)) if rescaled else ops(G).expm1(S)
+        return ops(G).exp(S)
+
+    with np.errstate(over="ignore"):
+        total = chunked(lambda a: pair_sum(a, a, terms), x)
+        if type(total) is np.ndarray and np.any(np.abs(total) < n * n * FLUSH_BOUND):  # (see _pairs.flush)
+            total = chunked(lambda a: pair_sum(a, a, lambda G: terms(G, False)), x)
+        out = total / (2.0 * n * n) / beta  # (2 beta n^2 may overflow)
     if not isbox(out) and not bool(xp.all(xp.isfinite(out))):
         raise ValidationError(
-            f"energy overflowed at beta = {beta}: beta <x_i, x_j> reaches {beta * float(np.max(to_numpy(G))):.4g}; "
+            f"energy overflowed at beta = {beta}: beta <x_i, x_j> reaches {beta * _max_square(x):.4g}; "
             "use rescaled=True (e^-beta E_beta) or log=True (log E_beta)."
         )
     return out
@@ -138,14 +159,19 @@ def energy_weights(x, beta, *, rescaled: bool = False) -> np.ndarray:
     Returns
     -------
     ndarray, shape (..., n)
+        Row sums over tiles of 256 columns: O(n) memory.
 
     References
     ----------
     GLPR, section 3.4.1, eq. (3.12); Remark 3.8, eq. (3.11).
     """
-    beta, xp, G, n = _setup(x, beta, rescaled)
+    beta, x, n = _setup(x, beta, rescaled)
+    xp = ops(x)
     with np.errstate(over="ignore"):
-        c = xp.sum(xp.exp(kernel_exponent(G, beta, rescaled, xp)), axis=-1) / (n * n)
+        Z = chunked(lambda a: row_sums(a, a, lambda G: ops(G).exp(flush(kernel_exponent(G, beta, rescaled, ops(G))))), x)
+        if type(Z) is np.ndarray and np.any(Z < n * FLUSH_BOUND):  # (see _pairs.flush)
+            Z = chunked(lambda a: row_sums(a, a, lambda G: ops(G).exp(kernel_exponent(G, beta, rescaled, ops(G)))), x)
+        c = Z / (n * n)
     if not isbox(c) and not bool(xp.all(xp.isfinite(c))):
         raise ValidationError(
             f"energy_weights overflowed at beta = {beta}: exp(beta <x_i, x_j>) exceeds the float range; "

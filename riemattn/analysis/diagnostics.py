@@ -55,6 +55,7 @@ from .._validation import (
 from ..errors import InputTypeError, ValidationError
 from ._clusters import _norm_last, cluster_count
 from ._leaders import leaders
+from ._pairs import chunked, pair_sum
 from ._rollout import rollout, rollout_ode
 from .hemispheres import common_hemisphere, in_common_hemisphere
 
@@ -336,7 +337,19 @@ def clustered_fraction(y, threshold: float = 0.999, W=None):
 
     The clustering statistic of GLPR section 6.3 (with threshold 1 - eps) and of the phase
     diagrams of Karagodin et al. (threshold 0.999); 0 for a single token. Acts on the directions,
-    so radii do not matter.
+    so radii do not matter. Counted over tiles of 256 x 256 pairs: O(l) memory.
+
+    Parameters
+    ----------
+    y : array_like or tensor, shape (..., l, d)
+    threshold : float
+    W : array_like, shape (d, d), optional
+        SPD matrix of the inner product (None: the Euclidean one).
+
+    Returns
+    -------
+    ndarray or tensor, shape (...)
+        Of the kind, device and dtype of ``y``.
 
     References
     ----------
@@ -348,13 +361,14 @@ def clustered_fraction(y, threshold: float = 0.999, W=None):
     th = directions(y, W)
     xp = namespace(th)
     n = th.shape[-2]
-    if W is not None:
-        Wm = check_spd(W, "W", th.shape[-1])
-        G = th @ ((Wm if type(th) is np.ndarray else convert(Wm, th)) @ th.swapaxes(-1, -2))
-    else:
-        G = th @ th.swapaxes(-1, -2)
     if n < 2:
         return xp.zeros_like(th[..., 0, 0])
-    iu = np.triu_indices(n, k=1)
-    upper = G[..., iu[0], iu[1]] if xp is np else G[..., convert(iu[0], th, xp.int64), convert(iu[1], th, xp.int64)]
-    return xp.mean(xp.astype(upper > float(threshold), th.dtype), axis=-1)
+    Wth = th  # <theta_i, theta_j>_W = <theta_i, (theta W)_j> (W symmetric)
+    if W is not None:
+        Wm = check_spd(W, "W", th.shape[-1])
+        Wth = th @ (Wm if type(th) is np.ndarray else convert(Wm, th))
+    # the pairs i < j in tiles (riemattn.analysis._pairs): O(l) memory; counts are exact integers
+    # in float64 up to 2^53 pairs, so the tiling changes nothing but pairs at the threshold
+    count = chunked(lambda a, b: pair_sum(a, b, lambda G: xp.astype(G > float(threshold), G.dtype), strict=True),
+                    th, Wth)
+    return count / (n * (n - 1) / 2)

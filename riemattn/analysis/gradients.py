@@ -36,6 +36,7 @@ from autograd.tracer import getval, isbox
 
 from .._backend import convert, is_torch, namespace, to_numpy
 from ._energy import energy, energy_weights
+from ._pairs import chunked, pair_sum, row_sums
 from ..dynamics._normalize import sinkhorn_potentials
 from ._torch_ops import _P_like, _torch_gradient
 from .._validation import (
@@ -110,6 +111,11 @@ def _on_manifold(y, P, name: str = "y"):
         )
 
 
+def _xP(x, P):
+    """The rows x_i^T P (autograd-traceable; torch for tensors): x_i^T P x_j = <(x P)_i, x_j>."""
+    return x @ _P_like(P, x) if is_torch(x) else anp.matmul(x, P)
+
+
 def _scores(x, P):
     """S[..., i, j] = x_i^T P x_j (autograd-traceable; torch for tensors)."""
     if is_torch(x):
@@ -134,6 +140,7 @@ def normalizers(x, P, normalization: str = "paper"):
     Returns
     -------
     Z : ndarray, shape (..., l)
+        Row sums over tiles of 256 columns (``riemattn.analysis._pairs``): O(l) memory.
 
     References
     ----------
@@ -145,8 +152,7 @@ def normalizers(x, P, normalization: str = "paper"):
     if normalization == "none":
         return namespace(x).ones(tuple(x.shape[:-1]), dtype=x.dtype, device=x.device) if is_torch(x) \
             else anp.ones(anp.shape(x)[:-1])
-    xp = _ops(x)
-    Z = xp.sum(xp.exp(_scores(x, P)), axis=-1)
+    Z = chunked(lambda a, b: row_sums(a, b, lambda S: _ops(S).exp(S)), _xP(x, P), x)  # tiles: O(l) memory
     return Z * np.sqrt(np.shape(x)[-1]) if normalization == "paper" else Z
 
 
@@ -185,6 +191,8 @@ def potential(x, P):
     """The potential of ARXIV eq. (10): V(x) = -1/2 sum_{i,j} exp(x_i^T P x_j).
 
     V_P is its restriction to (E_P)^l. Written with autograd.numpy, so it can be differentiated.
+    Summed over tiles of 256 x 256 pairs, so no l x l array is formed (O(l) memory; the sum of
+    one matrix up to 256 tokens).
 
     Parameters
     ----------
@@ -201,8 +209,7 @@ def potential(x, P):
     """
     P = _spd(P)
     x = _tokens(x, "x", np.shape(P)[-1])
-    xp = _ops(x)
-    return -0.5 * xp.sum(xp.exp(_scores(x, P)), axis=(-2, -1))
+    return -0.5 * chunked(lambda a, b: pair_sum(a, b, lambda S: _ops(S).exp(S)), _xP(x, P), x)  # tiles: O(l) memory
 
 
 def sinkhorn_energy(x, P, beta=1.0, *, iters: int = 10000, tol: float = 1e-13):

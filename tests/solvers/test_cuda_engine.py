@@ -5,10 +5,14 @@
   device code a GPU compiles -- run in Python, one simulated thread per trajectory, and must
   agree with the compiled CPU engine to rounding, step for step (equal counts of evaluations,
   steps and rejections: the same decisions), for every supported stepper, saveat with points
-  inside steps (dense output), per-trajectory beta and weights, batches of 1-4, float32.
+  inside steps (dense output), per-trajectory beta and weights, batches of 1-4, float32, every
+  normalization, mask, head kind and manifold the engine runs. Every case runs the kernels generated
+  per method and field configuration (riemattn.solvers.compiled.cuda._gen) but the fallback cases
+  (the older kernels: the field fused, ``_fast``; the generic ones); one case runs both the generated
+  and the older kernel and finds the same numbers.
 * The kernels compile to PTX for sm_90 (H100) without a device, where libNVVM is installed: the
-  generic ones and those specialised to one shape (the field fused, scratch in local memory;
-  every simulator case runs the specialised kernels, as the engine picks them for small shapes).
+  generic ones and those specialised to one shape (the field fused, scratch in local memory). The
+  generated kernels' PTX and SASS: tests/solvers/test_cuda_ptx.py.
 * Without a GPU (and without the simulator) engine="cuda" raises UnsupportedByEngine saying why.
 """
 
@@ -45,34 +49,43 @@ SCRIPT = textwrap.dedent(r"""
     import json, numpy as np, riemattn as ra
     from riemattn.experiments._papers import hemisphere_heads
     from riemattn.dynamics.schedules import PiecewiseConstantHeads
-    from riemattn.solvers.compiled.cuda import _fast
+    from riemattn.solvers.compiled.cuda import _fast, _gen
     rng = np.random.default_rng(7)
 
     def tokens(shape):
         y = rng.uniform(-0.5, 0.5, shape)
         return y / np.linalg.norm(y, axis=-1, keepdims=True)
 
-    def case(name, field, y0, span, stepper, dtype=None, **kw):
+    def case(name, field, y0, span, stepper, dtype=None, older=False, **kw):
         yc = y0 if dtype is None else y0.astype(dtype)  # (float32 tokens: projected, in float64, on entry)
         _fast._CACHE.clear()
+        _gen._CACHE.clear()
         a = ra.integrate(field, yc, span, stepper, engine="cuda", project=dtype is not None, **kw)
-        specialised = len(_fast._CACHE)
+        specialised, generated = len(_fast._CACHE), len(_gen._CACHE)
+        diff_older = None
+        if older:  # the same call on the older kernels (_fast: state in global columns): the same operations
+            limit, _gen.MAX_LOCAL = _gen.MAX_LOCAL, 0
+            o = ra.integrate(field, yc, span, stepper, engine="cuda", **kw)
+            _gen.MAX_LOCAL = limit
+            diff_older = float(np.abs(a.y - o.y).max())
         c = ra.integrate(field, y0, span, stepper, engine="compiled", **kw)
         pa, pc = a.per_trajectory, c.per_trajectory
-        print(json.dumps(dict(name=name, diff=float(np.abs(a.y - c.y).max()), t_equal=bool(np.array_equal(a.t, c.t)),
+        nan = np.isnan(np.asarray(c.y))  # the slots a stopped trajectory does not reach: NaN in both
+        print(json.dumps(dict(name=name, diff=float(np.abs(a.y - c.y)[~nan].max()), t_equal=bool(np.array_equal(a.t, c.t)),
+                              nan_equal=bool(np.array_equal(np.isnan(np.asarray(a.y)), nan)),
                               shape_equal=a.y.shape == c.y.shape, dtype=str(a.y.dtype), engine=a.engine,
                               nfev=int(np.max(pc.nfev)), counts_equal=bool(
                                   np.array_equal(pa.nfev, pc.nfev) and np.array_equal(pa.n_steps, pc.n_steps)
                                   and np.array_equal(pa.n_rejected, pc.n_rejected)),
                               status_equal=bool(np.array_equal(pa.status, pc.status)), success=bool(a.success),
-                              specialised=specialised)))
+                              specialised=specialised, generated=generated, diff_older=diff_older)))
 
     hemi = hemisphere_heads()
     beta = np.array([0.5, 1.0, 2.0])
     for st in ("dopri5", "dop853"):
         case(st + " hemisphere beta per trajectory, saveat inside steps",
              ra.AttentionField(hemi, beta=beta), tokens((3, 4, 3)), (0.0, 0.5), st, rtol=1e-6, atol=1e-6,
-             saveat=[0.0, 0.13, 0.5])
+             saveat=[0.0, 0.13, 0.5], older=st == "dopri5")
     P = rng.normal(size=(2, 1, 3, 3))
     U = rng.normal(size=(1, 3, 3))
     case("dop853 per-trajectory P, causal softmax", ra.AttentionField(P, U, mask="causal", normalization="softmax"),
@@ -92,6 +105,22 @@ SCRIPT = textwrap.dedent(r"""
          tokens((2, 3, 3)), (0.0, 0.5), "dop853", rtol=1e-7, atol=1e-7, saveat=[0.2, 0.5])
     case("dopri5 float32", ra.AttentionField(hemi), tokens((2, 4, 3)), (0.0, 0.3), "dopri5", dtype=np.float32,
          rtol=1e-4, atol=1e-4, saveat=[0.3])
+    case("dopri5 USA rescaled (scalar P, mean)", ra.usa(4.0, 3, rescaled=True), tokens((2, 4, 3)), (0.0, 0.4),
+         "dopri5", rtol=1e-6, atol=1e-6, saveat=[0.2, 0.4])
+    case("rk4 two constant heads P and U, softmax", ra.AttentionField(
+         rng.normal(size=(2, 3, 3)) / 2, rng.normal(size=(2, 3, 3)) / 2, normalization="softmax"),
+         tokens((2, 3, 3)), (0.0, 0.3), "rk4", dt=0.1, saveat=[0.0, 0.3])
+    case("dopri5 max_steps reached (later slots NaN)", ra.AttentionField(hemi, beta=np.array([1.0, 8.0])),
+         tokens((2, 4, 3)), (0.0, 2.0), "dopri5", rtol=1e-9, atol=1e-9, saveat=[0.0, 0.01, 1.0, 2.0], max_steps=6)
+    _gen.UNROLL = False  # the loops over tokens kept (the number of tokens at run time): the same arithmetic
+    case("dop853 generated with loops (UNROLL = False), ellipsoid", ell, ell.manifold.projection(
+         rng.normal(size=(2, 4, 3))), (0.0, 0.3), "dop853", rtol=1e-6, atol=1e-6, saveat=[0.1, 0.3], older=True)
+    case("rk4 generated with loops (UNROLL = False)", ra.AttentionField(hemi), tokens((2, 3, 3)), (0.0, 0.3), "rk4",
+         dt=0.1, saveat=[0.0, 0.3])
+    _gen.UNROLL = True
+    _gen.MAX_LOCAL = 0  # the older kernels (fused field, state in global columns): the fallback for larger shapes
+    case("dop853 fast kernels, hemisphere, saveat inside steps", ra.AttentionField(hemi), tokens((2, 3, 3)),
+         (0.0, 0.3), "dop853", rtol=1e-6, atol=1e-6, saveat=[0.1, 0.3])
     _fast.MAX_LOCAL = 0  # the generic kernels (the fallback for large shapes): field scratch in global memory
     for st in ("dopri5", "dop853"):
         case(st + " generic kernels, ellipsoid causal mean, per-trajectory beta", ra.AttentionField(
@@ -113,19 +142,34 @@ def simulated():
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
+N_CASES = 18
+
+
 def test_simulator_runs_every_case(simulated):
-    assert len(simulated) == 12
+    assert len(simulated) == N_CASES
     steppers = {r["name"].split()[0] for r in simulated}
     assert steppers == {"rk4", "dopri5", "dop853"}
-    # the specialised kernels (riemattn.solvers.compiled.cuda._fast) ran every case but the generic ones
-    assert all((r["specialised"] == 0) == ("generic" in r["name"]) for r in simulated)
+    # the generated kernels (riemattn.solvers.compiled.cuda._gen) ran every case but the fallbacks: the
+    # older kernels with the field fused (_fast) and the generic ones
+    for r in simulated:
+        older = "fast" in r["name"] or "generic" in r["name"]
+        assert (r["generated"] == 0) == older, r
+        assert (r["specialised"] == 1) == ("fast" in r["name"]), r
 
 
-@pytest.mark.parametrize("k", range(12))
+def test_generated_kernels_compute_what_the_older_ones_do(simulated):
+    """The generated dopri5 kernel (literal tableau, state in local arrays), the generated dop853 one
+    with its loops kept (UNROLL = False), and the older kernel with the state in global columns: the
+    same operations in the same order, hence the same numbers."""
+    rows = [r for r in simulated if r["diff_older"] is not None]
+    assert len(rows) == 2 and all(r["diff_older"] == 0.0 for r in rows), rows
+
+
+@pytest.mark.parametrize("k", range(N_CASES))
 def test_simulated_cuda_engine_agrees_with_compiled_engine(simulated, k):
     r = simulated[k]
-    assert r["engine"] == "cuda" and r["success"], r
-    assert r["shape_equal"] and r["t_equal"] and r["status_equal"], r
+    assert r["engine"] == "cuda" and (r["success"] != ("max_steps" in r["name"])), r
+    assert r["shape_equal"] and r["t_equal"] and r["status_equal"] and r["nan_equal"], r
     if r["dtype"] == "float32":
         # float32 storage of every state and stage (the shared kernel source computes its sums in
         # float64): each of the ~nfev evaluations rounds the state to float32 (eps 6e-8), and
@@ -205,6 +249,16 @@ def test_unsupported_calls_are_named():
     why, _ = unsupported(ra.layernorm(field, "pre"), get_stepper("dopri5"), y0, saveat=np.array([1.0]),
                          save_fn=None, events=(), progress=False, dense_output=False)
     assert any("layer-norm" in w for w in why)
+
+
+@needs_numba_cuda
+def test_block_size_gives_every_multiprocessor_work():
+    from riemattn.solvers.compiled.cuda._engine import threads_per_block
+
+    assert threads_per_block(100_000, sms=132) == 128  # 782 blocks of 128
+    assert threads_per_block(10_000, sms=132) == 64  # 128 would give 79 blocks for 132 SMs; 64 gives 157
+    assert threads_per_block(16, sms=132) == 32  # one warp
+    assert threads_per_block(1000, sms=0) == 128  # no count known (the simulator): the default
 
 
 def test_auto_never_picks_cuda_for_numpy_input():

@@ -4,8 +4,12 @@
 :func:`unsupported` lists what in a call the engine cannot run; :func:`run` packs the field (the
 compiled engine's ``pack_field``), reads the stepper's arrays (the compiled engine's
 :func:`~riemattn.solvers.compiled._tables.method`), lays the batch out with the trajectory as
-the last axis, launches one kernel (:mod:`riemattn.solvers.compiled.cuda._loop`) for the whole batch and
-builds the same :class:`~riemattn.solvers.integrate.Trajectory` as the other engines.
+the last axis, launches one kernel for the whole batch -- the kernel generated for the method and
+the field's configuration (:mod:`riemattn.solvers.compiled.cuda._gen`: literal tableau, state in
+per-thread local arrays; only the outputs are allocated), else, for shapes too large for local
+memory, the older kernels (:mod:`._fast`, :mod:`riemattn.solvers.compiled.cuda._loop`: state in
+global columns) -- and builds the same :class:`~riemattn.solvers.integrate.Trajectory` as the
+other engines.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from ....errors import UnsupportedByEngine
 
 #: the steppers the CUDA engine runs (exactly these classes, as the compiled engine's SUPPORTED)
 STEPPERS = ("rk4", "dopri5", "dop853")
-#: threads per block of the kernels
+#: threads per block of the kernels at large batches (:func:`threads_per_block`)
 THREADS = 128
 SIM_ENV = "NUMBA_ENABLE_CUDASIM"
 
@@ -102,63 +106,63 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     from .. import _tables
     from .._engine import fixed_grid, saved_layout
     from ...core._trajectory import PerTrajectory, Trajectory  # not integrate: it imports the engines
-    from . import _fast, _loop
+    from . import _fast, _gen, _loop
 
     batch = tuple(y0.shape[:-2])
     l, d = (int(v) for v in y0.shape[-2:])
     B, n = math.prod(batch), l * d
     dtype = _dtype(y0, precision)
     torch_in = is_torch(y0)
-    if torch_in:
-        import torch
-
-        tdt = torch.float32 if dtype == np.float32 else torch.float64
-        y_start = y0.detach().reshape(B, n).to(tdt)
-        Yt = y_start.T.contiguous()  # (n, B): the trajectory index fastest
-        torch.cuda.current_stream(y0.device).synchronize()
-        Y = cuda.as_cuda_array(Yt)
-    else:
-        y_start = np.asarray(y0, dtype=dtype).reshape(B, n)
-        Y = cuda.to_device(np.ascontiguousarray(y_start.T))
     m = _tables.method(step.name)
-    ints, floats, per = (cuda.to_device(np.ascontiguousarray(a, dtype=t)) for a, t in
-                         ((pack.ints, np.int64), (pack.floats, np.float64), (pack.per, np.float64)))
-    flat = bool(field.manifold.normalize(np.ones((1, d)))[1] is None)
-    s = max(int(m.ints[1]), 1)
+    gen = _gen.kernels(step.name, pack.ints, dtype == np.float32)  # state in local arrays, constants folded
+    rows = gen is not None  # the generated kernels take and give the (B, n) layout; the older ones (n, B)
+    y_start, Y, _keep = _state(y0, B, n, dtype, torch_in, rows)
+    floats, per = (cuda.to_device(np.ascontiguousarray(a, dtype=np.float64)) for a in (pack.floats, pack.per))
+    threads = threads_per_block(B)
+    blocks = (B + threads - 1) // threads
     new = lambda *shape: cuda.device_array(shape, dtype=dtype)  # noqa: E731 (uninitialised: written first)
-    fast = _fast.kernels(l, d, int(pack.ints[lay.H]), dtype == np.float32)  # the field fused, scratch local
-    adaptive_kernel, fixed_kernel = fast if fast is not None else (_loop.adaptive_kernel, _loop.fixed_kernel)
-    work = 1 if fast is not None else max(pack.work, 1)  # the specialised field needs no global scratch
-    W, K, X1, X2, Yn, Er = new(work, B), new(s, n, B), new(n, B), new(n, B), new(n, B), new(n, B)
-    R, Rn = new(l, B), new(l, B)
-    blocks = (B + THREADS - 1) // THREADS
-    dev = {k: cuda.to_device(np.ascontiguousarray(v)) for k, v in
-           (("mi", m.ints), ("A", m.A if m.A.size else np.zeros((1, 1))), ("b", m.b), ("c", m.c),
-            ("e", m.e), ("e3", m.e3 if m.e3.size else np.zeros(1)),
-            ("dense", m.dense if m.dense.size else np.zeros((1, 1))), ("cx", m.cx if m.cx.size else np.zeros(1)),
-            ("ctrl", m.ctrl))}
+    if gen is None:  # the older kernels: the field fused where the shape allows, the state in global columns
+        ints = cuda.to_device(np.ascontiguousarray(pack.ints, dtype=np.int64))
+        flat = bool(field.manifold.normalize(np.ones((1, d)))[1] is None)
+        s = max(int(m.ints[1]), 1)
+        fast = _fast.kernels(l, d, int(pack.ints[lay.H]), dtype == np.float32)
+        adaptive_kernel, fixed_kernel = fast if fast is not None else (_loop.adaptive_kernel, _loop.fixed_kernel)
+        work = 1 if fast is not None else max(pack.work, 1)  # the specialised field needs no global scratch
+        W, K, X1, X2, Yn, Er = new(work, B), new(s, n, B), new(n, B), new(n, B), new(n, B), new(n, B)
+        R, Rn = new(l, B), new(l, B)
+        dev = {k: cuda.to_device(np.ascontiguousarray(v)) for k, v in
+               (("mi", m.ints), ("A", m.A if m.A.size else np.zeros((1, 1))), ("b", m.b), ("c", m.c),
+                ("e", m.e), ("e3", m.e3 if m.e3.size else np.zeros(1)),
+                ("dense", m.dense if m.dense.size else np.zeros((1, 1))), ("cx", m.cx if m.cx.size else np.zeros(1)),
+                ("ctrl", m.ctrl))}
+    layout = (lambda k: (k, B, n)) if rows else (lambda k: (k, n, B))  # noqa: E731
+    # outputs only: the kernels write every statistic and every save slot (NaN where not reached)
+    stats_d, t_fail_d = cuda.device_array((4, B), dtype=np.int64), cuda.device_array(B)
     if t1 == t0:  # nothing to integrate: the initial state, no step, no call (as the other engines)
         times = np.array([t0]) if saveat is None else saveat.copy()
         zeros = np.zeros(B, dtype=np.int64)
         stats = np.stack([zeros, zeros, zeros, zeros])
         t_fail = np.full(B, np.nan)
-        saved = cuda.to_device(np.full((len(times), n, B), np.nan, dtype=dtype))
+        saved = cuda.to_device(np.full(layout(len(times)), np.nan, dtype=dtype))
         n_rej, status = zeros, zeros
     elif step.adaptive:
         times = saveat.copy()
-        interior = bool(np.any((saveat > t0) & (saveat < t1)))
-        dop853 = int(m.ints[0]) == _tables.DOP853
-        Kx = new(16 if dop853 else 1, n, B if (interior and dop853) else 1)
-        Fd = new(7 if dop853 else 1, n, B if (interior and dop853) else 1)
-        saved = cuda.to_device(np.full((len(times), n, B), np.nan, dtype=dtype))
-        stats_d = cuda.to_device(np.zeros((4, B), dtype=np.int64))
-        t_fail_d = cuda.to_device(np.full(B, np.nan))
-        h_first = cuda.to_device(np.full(B, float(first_step) if first_step is not None else np.nan))
-        adaptive_kernel[blocks, THREADS](
-            dev["mi"], dev["ctrl"], dev["A"], dev["b"], dev["c"], dev["e"], dev["e3"], dev["dense"], dev["cx"], flat,
-            float(t0), float(t1), float(rtol), float(atol), h_first, int(max_steps), ints, floats, per, W, Y, K, Kx,
-            Fd, X1, X2, Yn, Er, new(n, B), new(n, B), new(n, B), new(n, B), R, Rn, cuda.to_device(saveat.astype(float)),
-            saved, stats_d, t_fail_d)
+        saved = cuda.device_array(layout(len(times)), dtype=dtype)  # slot 0 at t0: y_start, set below
+        saveat_d = cuda.to_device(saveat.astype(float))
+        h0 = float(first_step) if first_step is not None else math.nan
+        if gen is not None:
+            gen[0][blocks, threads](float(t0), float(t1), float(rtol), float(atol), h0, int(max_steps), floats, per,
+                                    Y, saveat_d, saved, stats_d, t_fail_d)
+        else:
+            interior = bool(np.any((saveat > t0) & (saveat < t1)))
+            dop853 = int(m.ints[0]) == _tables.DOP853
+            Kx = new(16 if dop853 else 1, n, B if (interior and dop853) else 1)
+            Fd = new(7 if dop853 else 1, n, B if (interior and dop853) else 1)
+            adaptive_kernel[blocks, threads](
+                dev["mi"], dev["ctrl"], dev["A"], dev["b"], dev["c"], dev["e"], dev["e3"], dev["dense"], dev["cx"],
+                flat, float(t0), float(t1), float(rtol), float(atol), cuda.to_device(np.full(B, h0)), int(max_steps),
+                ints, floats, per, W, Y, K, Kx, Fd, X1, X2, Yn, Er, new(n, B), new(n, B), new(n, B), new(n, B), R, Rn,
+                saveat_d, saved, stats_d, t_fail_d)
         cuda.synchronize()
         stats, t_fail = stats_d.copy_to_host(), t_fail_d.copy_to_host()
         n_rej, status = stats[2], stats[3]
@@ -166,12 +170,13 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         # the grid is built up to max_steps steps only (the compiled engine's rule: never beyond)
         gt, gh, gtn, slot, capped = fixed_grid(t0, t1, dt, saveat, limit=max_steps)
         times = np.concatenate([[t0], gtn]) if saveat is None else saveat.copy()
-        saved = cuda.to_device(np.full((len(times), n, B), np.nan, dtype=dtype))
-        stats_d = cuda.to_device(np.zeros((4, B), dtype=np.int64))
-        t_fail_d = cuda.to_device(np.full(B, np.nan))
-        fixed_kernel[blocks, THREADS](dev["mi"], dev["A"], dev["b"], dev["c"], dev["e"], flat, cuda.to_device(gt),
-                                            cuda.to_device(gh), cuda.to_device(slot), ints, floats, per, W, Y, K, X1,
-                                            X2, Yn, Er, R, Rn, saved, stats_d, t_fail_d)
+        saved = cuda.to_device(np.full(layout(len(times)), np.nan, dtype=dtype))
+        grid = [cuda.to_device(a) for a in (gt, gh, slot)]
+        if gen is not None:
+            gen[1][blocks, threads](*grid, floats, per, Y, saved, stats_d, t_fail_d)
+        else:
+            fixed_kernel[blocks, threads](dev["mi"], dev["A"], dev["b"], dev["c"], dev["e"], flat, *grid, ints, floats,
+                                          per, W, Y, K, X1, X2, Yn, Er, R, Rn, saved, stats_d, t_fail_d)
         cuda.synchronize()
         stats, t_fail = stats_d.copy_to_host(), t_fail_d.copy_to_host()
         status, stop = stats[2].copy(), stats[3]
@@ -181,7 +186,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
             t_fail[alive] = gtn[-1] if len(gtn) else t0
         n_rej = np.zeros(B, dtype=np.int64)
     nfev, n_steps = stats[0], stats[1]
-    y = _result(saved, y_start, torch_in, y0, batch, l, d, saveat is None or saveat[0] == t0)
+    y = _result(saved, y_start, torch_in, y0, batch, l, d, saveat is None or saveat[0] == t0, rows)
     if not step.adaptive and t1 != t0:  # the fixed loop's saving rule (compiled engine's saved_layout)
         y, times = _fixed_layout(y, times, saveat, slot, gtn, stop, status, saved_layout, torch_in, batch == ())
     ok = (status == 0) | (status == 2)
@@ -193,16 +198,53 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         per_trajectory=pt, stepper=step.name, engine="cuda")
 
 
-def _result(saved, y_start, torch_in, y0, batch, l, d, at_t0):
-    """(n_save, n, B) on the device -> (n_save,) + batch + (l, d) on y0's device (NumPy for NumPy)."""
+def _state(y0, B, n, dtype, torch_in, rows):
+    """(y_start (B, n) on y0's side, Y on the device: (B, n) for ``rows``, else (n, B), the object to keep alive)."""
+    from numba import cuda
+
     if torch_in:
         import torch
 
-        out = torch.as_tensor(saved, device=y0.device).permute(0, 2, 1)
+        tdt = torch.float32 if dtype == np.float32 else torch.float64
+        y_start = y0.detach().reshape(B, n).to(tdt)
+        Yt = y_start.contiguous() if rows else y_start.T.contiguous()  # (n, B): the trajectory index fastest
+        torch.cuda.current_stream(y0.device).synchronize()
+        return y_start, cuda.as_cuda_array(Yt), Yt
+    y_start = np.asarray(y0, dtype=dtype).reshape(B, n)
+    return y_start, cuda.to_device(np.ascontiguousarray(y_start if rows else y_start.T)), None
+
+
+def threads_per_block(B, sms=None):
+    """Threads per block: the largest of 128 and 64 that still gives every multiprocessor a block
+    (at least ``sms`` blocks: 64 at B = 10^4 on 132 SMs), else 32 (the warp)."""
+    if sms is None:
+        from numba import cuda
+
+        try:
+            sms = int(getattr(cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 0))
+        except Exception:  # noqa: BLE001 -- the simulator's device has no such attribute: any size
+            sms = 0
+    for t in (THREADS, THREADS // 2):
+        if -(-B // t) >= sms:
+            return t
+    return 32
+
+
+def _result(saved, y_start, torch_in, y0, batch, l, d, at_t0, rows):
+    """(n_save, B, n) (``rows``) or (n_save, n, B) on the device -> (n_save,) + batch + (l, d) on y0's
+    device (NumPy for NumPy)."""
+    if torch_in:
+        import torch
+
+        out = torch.as_tensor(saved, device=y0.device)
+        if not rows:
+            out = out.permute(0, 2, 1)
         if out.shape[0] and at_t0:
             out[0] = y_start
         return out.reshape((out.shape[0],) + batch + (l, d))
-    out = saved.copy_to_host().transpose(0, 2, 1)
+    out = saved.copy_to_host()
+    if not rows:
+        out = out.transpose(0, 2, 1)
     if out.shape[0] and at_t0:
         out[0] = y_start
     return np.ascontiguousarray(out).reshape((out.shape[0],) + batch + (l, d))

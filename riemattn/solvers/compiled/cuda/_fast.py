@@ -39,9 +39,10 @@ import types
 import numpy as np
 from numba import cuda, float32, float64
 
-from ....dynamics.kernels._kernel_layout import (BETA_LOC, BETA_OFF, MANIFOLD, MAN_FLAT, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX,
-                                        NORM, NORM_MEAN, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS, RESCALED,
-                                        SRC_IDENTITY, SRC_SCALAR, U_HEADS, U_KIND, U_LOC, U_OFF, U_TERMS)
+from ....dynamics.kernels._kernel_layout import (BETA_LOC, BETA_OFF, D, MANIFOLD, MAN_FLAT, MASK, MASK_CAUSAL,
+                                                 MEAN_DIRECT_MAX, NORM, NORM_MEAN, P_HEADS, P_KIND, P_LOC, P_OFF,
+                                                 P_TERMS, RESCALED, SRC_IDENTITY, SRC_SCALAR, U_HEADS, U_KIND, U_LOC,
+                                                 U_OFF, U_TERMS)
 from ....dynamics._softmax import RESCALED_ROUNDING
 from . import _field, _loop, _steps
 
@@ -56,9 +57,27 @@ def local_size(l, d, h):
     return 4 * n + 2 * h * d * d + 2 * h * n + l + d
 
 
-def make_rhs(l, d, h, is32):
+#: the pack's ints slots the generated kernels fix at compile time (:func:`field_options`)
+OPTION_SLOTS = (MANIFOLD, MASK, NORM, RESCALED, P_KIND, P_HEADS, U_KIND, U_HEADS)
+
+
+def field_options(ints):
+    """The field's options as compile-time constants: the values of ``ints`` at :data:`OPTION_SLOTS`."""
+    return tuple(int(ints[k]) for k in OPTION_SLOTS)
+
+
+def make_rhs(l, d, h, is32, options=None):
     """The field's value ``rhs(t, y, b, ints, floats, per, w, out)`` for l tokens of dimension d
-    and h heads (``w`` unused), intermediates in local arrays of float32 (``is32``) or float64."""
+    and h heads (``w`` unused), intermediates in local arrays of float32 (``is32``) or float64.
+    ``options`` (:func:`field_options`): the manifold, mask, normalization, rescaling and head
+    kinds fixed at compile time (branches resolved, the sphere's tangent projection inlined);
+    None: read from ``ints`` at run time."""
+    FIX = options is not None
+    MAN_, MASK_, NORM_, RESC_, PK_, HP_, UK_, HU_ = options if FIX else (0,) * 8
+    SPHERE = FIX and MAN_ == 0  # MAN_SPHERE: W = I
+    # the normalization's scale from the kernels' own rule (norm_scale reads ints[NORM], ints[D] only)
+    S_FIXED = (np.float32 if is32 else np.float64)(_field._DEV["norm_scale"].py_func({NORM: NORM_, D: d})) if FIX \
+        else 0.0
     N, HDD, HLD, LD = l * d, max(h, 1) * d * d, max(h, 1) * l * d, l * d
     DT = float32 if is32 else float64
     CAST = np.float32 if is32 else np.float64  # constants and accumulators in the state's dtype
@@ -81,9 +100,12 @@ def make_rhs(l, d, h, is32):
         for m in range(N):
             yl[m] = y[m]
         beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
-        rescaled = ints[RESCALED] != 0
+        rescaled = RESC_ != 0 if FIX else ints[RESCALED] != 0
         pscale = 1.0 if rescaled else beta
-        pk, uk, hP, hU = ints[P_KIND], ints[U_KIND], ints[P_HEADS], ints[U_HEADS]
+        if FIX:
+            pk, uk, hP, hU = PK_, UK_, HP_, HU_
+        else:
+            pk, uk, hP, hU = ints[P_KIND], ints[U_KIND], ints[P_HEADS], ints[U_HEADS]
         srcP = source(ints[P_LOC], floats, per, b)
         cP = 0.0
         if pk == SRC_SCALAR:
@@ -95,9 +117,9 @@ def make_rhs(l, d, h, is32):
             cU = source(ints[U_LOC], floats, per, b)[ints[U_OFF]]
         elif uk != SRC_IDENTITY:
             heads_at(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], D_, 1.0, Ul, 0)
-        causal = ints[MASK] == MASK_CAUSAL
-        nrm = ints[NORM]
-        s = CAST(norm_scale(ints))
+        causal = MASK_ == MASK_CAUSAL if FIX else ints[MASK] == MASK_CAUSAL
+        nrm = NORM_ if FIX else ints[NORM]
+        s = S_FIXED if FIX else CAST(norm_scale(ints))
         beta_c = CAST(beta)
         zero = CAST(0.0)
         nP = hP if hP > 1 else 1
@@ -176,9 +198,16 @@ def make_rhs(l, d, h, is32):
                             fh[a] += a_ij * ul[ue + j * D_ + a]
                 for a in range(D_):
                     f[i * D_ + a] += fh[a]
-        if ints[MANIFOLD] == MAN_FLAT:
+        if (MAN_ == MAN_FLAT) if FIX else (ints[MANIFOLD] == MAN_FLAT):
             for m in range(N):
                 out[m] = f[m]
+        elif SPHERE:  # F = (I - y y^T) f: tangent_rows with W = I (the same sums in the same order)
+            for i in range(L_):
+                c = zero
+                for a in range(D_):
+                    c += yl[i * D_ + a] * f[i * D_ + a]
+                for a in range(D_):
+                    out[i * D_ + a] = f[i * D_ + a] - c * yl[i * D_ + a]
         else:  # F = (I - y y^T W) f
             tangent_rows(ints, floats, yl, f, 0, wv, 0, out, L_, D_)
 
@@ -206,7 +235,7 @@ def kernels(l, d, h, is32):
         rhs = make_rhs(*key)
         steps = _rebind(_steps, ("rk_step", "dop853_extra", "dop853_prepare"), {"rhs": rhs}, True)
         init = _rebind(_loop, ("initial_step",), {"rhs": rhs}, True)
-        extra = dict(steps, rhs=rhs, **init)
-        kern = _rebind(_loop, ("adaptive_kernel", "fixed_kernel"), extra, False)
+        rows = _rebind(_loop, ("adaptive_rows", "fixed_rows"), dict(steps, rhs=rhs, **init), True)
+        kern = _rebind(_loop, ("adaptive_kernel", "fixed_kernel"), dict(steps, rhs=rhs, **init, **rows), False)
         _CACHE[key] = (kern["adaptive_kernel"], kern["fixed_kernel"])
     return _CACHE[key]

@@ -26,6 +26,15 @@ from ._steps import rk_step, rms_norm
 
 REACHED, RUNNING, MAX_STEPS, UNDERFLOW, NON_FINITE = 0, 1, -1, -2, -3
 RK, DOP853 = 0, 2
+#: False in a probe kernel without the saving code (the proxy test of the generated kernels, _gen)
+SAVES = True
+
+
+@cuda.jit(device=True)
+def put(saved, q, p, b, v):
+    """Save component p of trajectory b in slot q: ``saved[q, p, b] = v`` (the layout (n_save, n, B));
+    the generated kernels (:mod:`._gen`) bind their own, for the layout (n_save, B, n)."""
+    saved[q, p, b] = v
 
 
 @cuda.jit(device=True)
@@ -70,20 +79,36 @@ def adaptive_kernel(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, a
                     t_fail_out):
     """Integrate trajectory b = cuda.grid(1) of Y (n, B) from t0 to t1 (Y overwritten by its end
     state); ``mi`` = the Method's ints (kind, stages, order, k, fsal); ``saved`` (n_save, n, B),
-    ``stats`` (4, B) = (nfev, n_steps, n_rejected, status), ``t_fail_out`` (B,)."""
+    ``stats`` (4, B) = (nfev, n_steps, n_rejected, status), ``t_fail_out`` (B,). The solve is
+    :func:`adaptive_rows` on the trajectory's columns of the global arrays."""
     b = cuda.grid(1)
     B = Y.shape[1]
     if b >= B:
         return
-    l, d = ints[2], ints[3]
+    per = per_all[b if per_all.shape[0] > 1 else 0]  # the trajectory's row (_field.source)
+    bx = b if Kx.shape[2] > 1 else 0  # DOP853's dense-output stages: allocated for every b only when used
+    adaptive_rows(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, atol, h_first[b], max_steps, ints,
+                  floats, per, b, ints[2], ints[3], Y[:, b], W[:, b], K[:, :, b], Kx[:, :, bx], Fd[:, :, bx],
+                  X1[:, b], X2[:, b], Yn[:, b], Er[:, b], E3[:, b], K1[:, b], Kn[:, b], U[:, b], R[:, b], Rn[:, b],
+                  saveat, saved, stats, t_fail_out)
+
+
+@cuda.jit(device=True)
+def adaptive_rows(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, atol, h_row, max_steps, ints, floats,
+                  per, b, l, d, y, w, Kb, Kxb, Fdb, x, X, y_new, err, e3, k1, k_next, u, r, r_new, saveat, saved, stats,
+                  t_fail_out):
+    """The solve of trajectory b (``compiled._adaptive.solve_rows``), l tokens of dimension d, on its
+    per-trajectory arrays: y (n,) the state (overwritten by the end state), Kb (s, n) the stages,
+    Kxb (16, n), Fdb (7, n) DOP853's dense-output stages and coefficients, w the field's scratch, x, X, y_new, err, e3, k1,
+    k_next, u (n,) and r, r_new (l,) scratch -- columns of global arrays (:func:`adaptive_kernel`) or
+    per-thread local arrays (the generated kernels, :mod:`riemattn.solvers.compiled.cuda._gen`). Writes
+    ``saved[:, :, b]`` at the save times (:func:`put`; NaN in the slots a stopped trajectory does not
+    reach) and ``stats[:, b]``, ``t_fail_out[b]`` at the end."""
     n = l * d
     kind, s, k, fsal = mi[0], mi[1], mi[3], mi[4] != 0
     pi_beta, safety, facmin, facmax = ctrl[0], ctrl[1], ctrl[2], ctrl[3]
     last_rtol, under_rtol, err_floor = ctrl[4], ctrl[5], ctrl[6]
     alpha = 1.0 / k - 0.75 * pi_beta
-    per = per_all[b if per_all.shape[0] > 1 else 0]  # the trajectory's row (_field.source)
-    y, w, Kb, x, X, y_new = Y[:, b], W[:, b], K[:, :, b], X1[:, b], X2[:, b], Yn[:, b]
-    err, e3, k1, k_next, u, r, r_new = Er[:, b], E3[:, b], K1[:, b], Kn[:, b], U[:, b], R[:, b], Rn[:, b]
     nfev = 0
     n_steps = 0
     n_rej = 0
@@ -91,7 +116,6 @@ def adaptive_kernel(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, a
     t_fail = math.nan
     n_save = saveat.shape[0]
     nxt = 1 if (n_save > 0 and saveat[0] == t0) else 0
-    h_row = h_first[b]
     has_k1 = False
     if fsal or not h_row > 0:
         rhs(t0, y, b, ints, floats, per, w, k1)
@@ -145,16 +169,15 @@ def adaptive_kernel(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, a
         t_new = t1 if last else t + h_try
         if accept:  # saving: slots at or before the step's end (dense output built on first use)
             prepared = False
-            while nxt < n_save and saveat[nxt] <= t_new:
+            while SAVES and nxt < n_save and saveat[nxt] <= t_new:
                 sv = saveat[nxt]
                 if sv >= t_new:
                     for p in range(n):
-                        saved[nxt, p, b] = y_new[p]
+                        put(saved, nxt, p, b, y_new[p])
                 else:
                     theta = (sv - t) / (h_try if h_try > 0 else 1.0)
                     theta = min(max(theta, 0.0), 1.0)
                     if kind == DOP853:
-                        Kxb, Fdb = Kx[:, :, b], Fd[:, :, b]
                         if not prepared:
                             nfev += dop853_prepare(dense, cx, bb, s, flat, t, y, h_try, Kb, r_new, k_next, b, ints,
                                                    floats, per, w, Kxb, Fdb, x, X, r, l, d)
@@ -163,7 +186,7 @@ def adaptive_kernel(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, a
                     else:
                         dopri5_dense(dense, s, flat, y, h_try, Kb, theta, ints, floats, x, u, r, l, d)
                     for p in range(n):
-                        saved[nxt, p, b] = u[p]
+                        put(saved, nxt, p, b, u[p])
                 nxt += 1
             if en > 0:  # the PI controller of riemattn.solvers.core._loops.run_adaptive
                 grow = safety * en ** (-alpha) * err_prev ** pi_beta
@@ -195,6 +218,10 @@ def adaptive_kernel(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, a
                 status = NON_FINITE if nonfinite_prev else UNDERFLOW
                 t_fail = t
                 done = True
+    while SAVES and nxt < n_save:  # the slots a stopped trajectory does not reach
+        for p in range(n):
+            put(saved, nxt, p, b, math.nan)
+        nxt += 1
     stats[0, b] = nfev
     stats[1, b] = n_steps
     stats[2, b] = n_rej
@@ -207,17 +234,23 @@ def fixed_kernel(mi, A, bb, c, e, flat, gt, gh, gslot, ints, floats, per_all, W,
                  stats, t_fail_out):
     """Step trajectory b = cuda.grid(1) over the grid (``compiled._fixed.fixed_rows`` without
     events): ``saved`` (n_save, n, B) at the grid's save slots; ``stats`` (4, B) = (nfev,
-    n_steps, status, stop step (1-based; 0: none)); a non-finite state stops the row (frozen)."""
+    n_steps, status, stop step (1-based; 0: none)); a non-finite state stops the row (frozen).
+    The solve is :func:`fixed_rows` on the trajectory's columns of the global arrays."""
     b = cuda.grid(1)
     B = Y.shape[1]
     if b >= B:
         return
-    l, d = ints[2], ints[3]
+    per = per_all[b if per_all.shape[0] > 1 else 0]  # the trajectory's row (_field.source)
+    fixed_rows(mi, A, bb, c, e, flat, gt, gh, gslot, ints, floats, per, b, ints[2], ints[3], Y[:, b], W[:, b],
+               K[:, :, b], X1[:, b], X2[:, b], Yn[:, b], Er[:, b], R[:, b], Rn[:, b], saved, stats, t_fail_out)
+
+
+@cuda.jit(device=True)
+def fixed_rows(mi, A, bb, c, e, flat, gt, gh, gslot, ints, floats, per, b, l, d, y, w, Kb, x, X, y_new, err, r, r_new,
+               saved, stats, t_fail_out):
+    """The fixed-step solve of trajectory b on its per-trajectory arrays (as :func:`adaptive_rows`)."""
     n = l * d
     s = mi[1]
-    per = per_all[b if per_all.shape[0] > 1 else 0]  # the trajectory's row (_field.source)
-    y, w, Kb, x, X, y_new = Y[:, b], W[:, b], K[:, :, b], X1[:, b], X2[:, b], Yn[:, b]
-    err, r, r_new = Er[:, b], R[:, b], Rn[:, b]
     nfev = 0
     n_steps = 0
     status = RUNNING
@@ -241,9 +274,9 @@ def fixed_kernel(mi, A, bb, c, e, flat, gt, gh, gslot, ints, floats, per_all, W,
             else:
                 for p in range(n):
                     y[p] = y_new[p]
-        if gslot[kk] >= 0:
+        if SAVES and gslot[kk] >= 0:
             for p in range(n):
-                saved[gslot[kk], p, b] = y[p]
+                put(saved, gslot[kk], p, b, y[p])
     if alive:
         status = REACHED
     stats[0, b] = nfev
