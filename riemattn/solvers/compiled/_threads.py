@@ -44,9 +44,11 @@ def _pool(n):
     return queues[:n]
 
 
-def in_threads(fn, B, halt):
+def in_threads(fn, B, halt, most=None):
     """``fn(start, stride)`` for start = 0 .. n - 1 on n threads (the compiled row loops release the
-    GIL): row b is run by thread b mod n, whatever n, with the same arithmetic. Returns (the calls'
+    GIL), n = min(threads, B, ``most``): row b is run by thread b mod n, whatever n, with the same
+    arithmetic (``most=1``: one worker runs every row, e.g. while the streamed kernel spreads each
+    evaluation over numba's threads). Returns (the calls'
     results, the exception that interrupted the wait or None). In the main thread the loops always
     run in worker threads (a pool kept for the process) while it waits: a signal's handler then
     runs at once (numba's code does not return to Python until it ends), and its exception
@@ -54,7 +56,7 @@ def in_threads(fn, B, halt):
     and is returned after they stopped."""
     import threading
 
-    n = max(1, min(threads(), B))
+    n = max(1, min(threads(), B, B if most is None else most))
     if threading.current_thread() is not threading.main_thread():
         if n == 1:
             return [fn(0, 1)], None  # no signal reaches this thread: no need to wait in another
