@@ -57,6 +57,8 @@ def in_threads(fn, B, halt, most=None):
     import threading
 
     n = max(1, min(threads(), B, B if most is None else most))
+    if most is not None:  # numba's thread count is per thread: the caller's, for the prange of the worker
+        fn = _with_threads(fn, threads())
     if threading.current_thread() is not threading.main_thread():
         if n == 1:
             return [fn(0, 1)], None  # no signal reaches this thread: no need to wait in another
@@ -82,6 +84,17 @@ def in_threads(fn, B, halt, most=None):
     if errors:
         raise errors[0]
     return out, pending
+
+
+def _with_threads(fn, nt):
+    """``fn`` run with numba's thread count set to ``nt`` in the thread that runs it."""
+    def run(k, n):
+        import numba
+
+        numba.set_num_threads(nt)
+        return fn(k, n)
+
+    return run
 
 
 def _worker_once(fn, k, n, out, errors, done):
