@@ -145,6 +145,7 @@ def worker(tool, n, solve, t1, repeat):
         import numba
 
         numba.set_num_threads(threads)
+        numba.set_parallel_chunksize(1)  # as the engine's worker thread (riemattn.solvers.compiled._threads)
         make, solver = _riemattn_eval(threads)
     else:
         make, solver = {"numpy": _numpy_eval, "pykeops": _pykeops_eval, "torch": _torch_eval}[tool]()

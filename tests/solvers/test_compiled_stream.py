@@ -121,3 +121,32 @@ def test_memory_is_linear_in_tokens():
                          env={**__import__("os").environ, "RIEMATTN_BACKGROUND_COMPILE": "0"})
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.split()[-1]) < 1e9 < 8 * l * l
+
+
+CTRL_C = """
+    import signal, sys, numpy as np, riemattn as ra
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # (see test_compiled_user.py's CTRL_C)
+    # a rotation that never settles (zero scores, skew U), 300 tokens: streamed, its query tiles on
+    # numba's threads; at rtol 1e-12 the solve to 1e6 takes millions of steps of ~1 ms
+    U = np.array([[0., -1, 0], [1, 0, 0], [0, 0, 0]])
+    f = ra.AttentionField(np.zeros((3, 3)), U=U)
+    y0 = f.manifold.projection(np.random.default_rng(1).normal(size=(300, 3)))
+    ra.integrate(f, y0, (0, 0.1), "dopri5", engine="compiled")  # compiled (or loaded) before the signal
+    print("go", flush=True)
+    try:
+        ra.integrate(f, y0, (0, 1e6), "dopri5", rtol=1e-12, atol=1e-12, max_steps=10**9, engine="compiled")
+        print("finished", flush=True)
+    except KeyboardInterrupt as exc:
+        sol = exc.trajectory
+        print("stopped", sol.engine, sol.success, set(sol.per_trajectory.status.ravel().tolist()), flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_streamed_solve():
+    """SIGINT during a long streamed solve of one trajectory (query tiles on numba's threads): the
+    process gets KeyboardInterrupt within a second with the result so far, as for small problems."""
+    from _subprocess import interrupt_after_go
+
+    line, waited, err = interrupt_after_go(CTRL_C)
+    assert line == ["stopped", "compiled", "False", "{1}"], (line, err)
+    assert waited < 1.0

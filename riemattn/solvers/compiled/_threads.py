@@ -87,11 +87,15 @@ def in_threads(fn, B, halt, most=None):
 
 
 def _with_threads(fn, nt):
-    """``fn`` run with numba's thread count set to ``nt`` in the thread that runs it."""
+    """``fn`` run with numba's thread count set to ``nt`` in the thread that runs it, and the
+    iterations of its parallel loops handed out one at a time (``set_parallel_chunksize(1)``, also
+    per thread; not settable in cached compiled code): a thread that another process slows down
+    takes fewer of them (the streamed kernel's tasks are query tiles; their bits do not depend on it)."""
     def run(k, n):
         import numba
 
         numba.set_num_threads(nt)
+        numba.set_parallel_chunksize(1)
         return fn(k, n)
 
     return run
