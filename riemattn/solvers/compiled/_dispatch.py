@@ -143,7 +143,8 @@ def pays(pack, step, batch_size) -> bool:
     ``"auto"``) while l d <= :data:`STIFF_SIZE`; explicit ones while :func:`work` <=
     :data:`EXPLICIT_WORK` (:data:`TIMED_WORK` for time-dependent weights), and for attention
     fields also while d >= :data:`WIDE_D` and one trajectory's work is at most :data:`WIDE_WORK`,
-    or for a batch whose attention matrices hold at least :data:`SCORES_OUT_OF_CACHE` numbers."""
+    or for a batch whose attention matrices hold at least :data:`SCORES_OUT_OF_CACHE` numbers, or
+    where the attention is streamed (``_stream.applies``: from 256 tokens)."""
     from ...dynamics.kernels import _kernel_layout as lay
     from . import _stream, _tables
 
@@ -151,8 +152,10 @@ def pays(pack, step, batch_size) -> bool:
     l, d = int(pack.ints[lay.L]), int(pack.ints[lay.D])
     if kind in (_tables.ROSENBROCK, _tables.AUTO):
         return l * d <= STIFF_SIZE
-    if _stream.applies(step, pack):  # many tokens, streamed: faster than the NumPy engine at every
-        return True  # measured size (one trajectory of 256 x 3: ~0.1 ms an evaluation against ~10 ms)
+    if _stream.applies(step, pack):  # many tokens, streamed: faster than the NumPy engine at every measured
+        return True  # size (2026-11-29, SA on S^2, one evaluation: 256 tokens ~0.11 ms against the NumPy
+        # field's 0.25 ms and its engine's ~0.2-0.5 ms a step; 1000: 1.6 against 6.4-21 ms; 4000: 25 against
+        # 400-640 ms; benchmarks/large_n.py)
     timed = any(int(pack.ints[k]) in (lay.SRC_SINES, lay.SRC_STEPS) for k in (lay.P_KIND, lay.U_KIND))
     attention = int(pack.ints[lay.KIND]) == lay.KIND_ATTENTION
     if work(pack, batch_size) <= (TIMED_WORK if timed and attention else EXPLICIT_WORK):
