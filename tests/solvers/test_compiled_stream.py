@@ -150,3 +150,14 @@ def test_ctrl_c_stops_a_streamed_solve():
     line, waited, err = interrupt_after_go(CTRL_C)
     assert line == ["stopped", "compiled", "False", "{1}"], (line, err)
     assert waited < 1.0
+
+
+def test_auto_runs_streamed_once_compiled(monkeypatch):
+    """"auto" takes the compiled engine for many tokens once the loop and the streamed kernel are
+    compiled (here: by the engine="compiled" call first)."""
+    monkeypatch.delenv("RIEMATTN_ENGINE", raising=False)
+    field = _field("causal", "mean")
+    y0 = _y0(field)
+    ra.integrate(field, y0, (0.0, 0.1), "rk4", dt=0.05, engine="compiled")
+    assert _dispatch.stream_ready() and _dispatch.ready(False)
+    assert ra.integrate(field, y0, (0.0, 0.1), "rk4", dt=0.05).engine == "compiled"
