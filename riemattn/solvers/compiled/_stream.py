@@ -24,8 +24,10 @@ from ...dynamics.kernels._kernel_layout import STREAM_TILES
 STREAM_MIN_TOKENS = 256
 #: query tiles on numba's threads when running the trajectories one per thread would keep fewer
 #: than this share of the threads busy (B / (n ceil(B / n))): the parallel efficiency of the query
-#: tiles measured for one trajectory (see docs/performance.md, "Many tokens")
-TILES_EFFICIENCY = 0.8
+#: tiles for one trajectory, the smallest measured (2026-11-29, 2 cores, load 1.6, rk4 steps of SA on
+#: S^2 through integrate, best of 3 alternations: 0.88 at 256 tokens, 0.91 at 1000, 0.96 at 4000;
+#: dopri5 0.95 at 4000 and 16 000, an evaluation 0.97 at 10^5; docs/performance.md, "Many tokens")
+TILES_EFFICIENCY = 0.88
 #: ints[STREAM_TILES] values: not streamed, streamed on the calling thread, query tiles on numba's threads
 OFF, ROWS, TILES = 0, 1, 2
 
