@@ -93,7 +93,7 @@ def test_rule():
     assert _stream.streamed(dopri5, pack, 2, 2) == _stream.ROWS
     assert _stream.streamed(dopri5, pack, 3, 2) == _stream.TILES  # 3 / 4 of the threads busy
     assert _stream.streamed(dopri5, pack, 5, 2) == _stream.TILES  # 5 / 6 < 0.88
-    assert _stream.streamed(dopri5, pack, 7, 2) == _stream.ROWS  # 7 / 8
+    assert _stream.streamed(dopri5, pack, 9, 2) == _stream.ROWS  # 9 / 10 >= 0.88
     assert _stream.streamed(dopri5, pack, 1, 1) == _stream.ROWS
     assert _stream.streamed(dopri5, small, 1, 2) == _stream.OFF
     y0 = np.zeros((64, L, 3))
