@@ -314,7 +314,8 @@ def test_auto_keeps_large_problems_on_the_numpy_engine(monkeypatch):
     """The size rule of "auto" (docs/performance.md, "Which engine when"): explicit steppers run
     compiled while B h (l d (l + d) + 2 l^2) <= 1e5 (4e5 with time-dependent weights), or for
     attention with d >= 8 while one trajectory's work is at most 3e5 (6e5 for a batch), or when the
-    batch's attention matrices hold at least 2e6 numbers; Rosenbrock steppers while l d <= 400; engine="compiled" and
+    batch's attention matrices hold at least 2e6 numbers, or from 256 tokens (the streamed kernel);
+    Rosenbrock steppers while l d <= 400; engine="compiled" and
     RIEMATTN_ENGINE=compiled ignore it."""
     from riemattn.dynamics.kernels import pack_field
     from riemattn.dynamics.schedules import TimeVaryingHeads
@@ -353,7 +354,9 @@ def test_auto_keeps_large_problems_on_the_numpy_engine(monkeypatch):
     # a batch's attention matrices beyond 2e6 numbers: compiled; below, or one trajectory: NumPy
     assert _dispatch.pays(pack_field(f2, (100, 200, 2)), rk4, 100)  # 100 * 200^2 = 4e6
     assert not _dispatch.pays(pack_field(f2, (10, 200, 2)), rk4, 10)  # 4e5
-    assert not _dispatch.pays(pack_field(f2, (2000, 2)), rk4, 1)
+    # from STREAM_MIN_TOKENS tokens the streamed kernel (riemattn.solvers.compiled._stream): compiled
+    assert _dispatch.pays(pack_field(f2, (2000, 2)), rk4, 1)
+    assert not _dispatch.pays(pack_field(ra.AttentionField(np.eye(2), beta=2.0), (255, 2)), rk4, 1)
     monkeypatch.setenv("RIEMATTN_ENGINE", "compiled")
     assert ra.integrate(field, big, (0.0, 0.5), "rk4", dt=0.1).engine == "compiled"
 

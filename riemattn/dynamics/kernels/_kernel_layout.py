@@ -48,6 +48,8 @@ MODEL = 22  # circle form: MODEL_SA, MODEL_USA
 LN_ALPHA_LOC = 23  # PL_NGPT: location of nGPT's alpha (LOC_FLOATS)
 LN_ALPHA_OFF = 24  # PL_NGPT: its offset
 LN_SWITCH_OFF = 25  # PL_MIX: offset in floats of the switch time (Post-LN for t < switch, then Pre-LN)
+STREAM_TILES = 26  # set by the compiled engine on its copy of ints: 0 the generic kernel, 1 the streamed
+#                    kernel (_kernel_stream) on the calling thread, 2 its query tiles on numba's threads
 N_INTS = 32
 
 # --- values ---------------------------------------------------------------------------------

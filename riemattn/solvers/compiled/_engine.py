@@ -17,7 +17,7 @@ from ...errors import UnsupportedByEngine, ValidationError
 from ..core import _loops
 from ...dynamics._tangent import applies
 from ..stiff.rosenbrock import DT_FACTOR
-from . import _tables
+from . import _stream, _tables
 from ._events import CODES, EventData, no_events
 from ._threads import in_threads, threads
 
@@ -29,7 +29,6 @@ EVENT_CAPACITY, EVENT_MEMORY = 16, 2 ** 20
 
 def _kernels():
     from . import _kernel
-
     return _kernel
 
 
@@ -181,6 +180,10 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     # writeable C-contiguous copies: numba types read-only or strided arrays differently (a new compilation)
     ints, floats, per = (np.array(a, dtype=dt, order="C") for a, dt in
                          ((pack.ints, np.int64), (pack.floats, float), (pack.per, float)))
+    tiles = _stream.streamed(step, pack, B, threads())
+    if tiles:  # many tokens: the streamed kernel, O(l d) scratch (riemattn.solvers.compiled._stream)
+        ints[_stream.STREAM_TILES] = tiles
+        pack = pack._replace(work=_stream.work_length(ints, l, d))
     events = list(events or ())
     halt = np.zeros(1, dtype=np.int64)
     pending = None
@@ -288,7 +291,7 @@ def _run_adaptive(meth, Y, flat, autonomous, diff, t0, t1, rtol, atol, first_ste
             floats, per, work, np.zeros(0) if every else np.array(saveat, dtype=float), saved, stats, t_fail, every,
             ev, halt]
     run = _kernels().entry(solve_rows, args)
-    out, pending = in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B, halt)
+    out, pending = in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B, halt, _stream.most(ints))
     if every:
         ts, ys, n_rec = out[0]
         times = np.concatenate([[t0], ts[:n_rec]])
@@ -316,12 +319,12 @@ def lanes_apply(step, pack, y0, saveat, events) -> bool:
     a stepper of :data:`LANE_STEPPERS` on a form of the lane kernel (``lanes_supported``), saving
     at ``saveat``, no events, tokens of at most :data:`LANES_MAX_SIZE` numbers or
     :data:`LANES_ANY_L_D` components, and at least :data:`LANES_MIN_PER_THREAD` trajectories per
-    thread."""
+    thread; not where the attention is streamed (many tokens)."""
     from ...dynamics.kernels._kernel_lanes import lanes_supported
 
     l, d = y0.shape[-2:]
     return (step.name in LANE_STEPPERS and saveat is not None and not events and lanes_supported(pack.ints)
-            and (l * d <= LANES_MAX_SIZE or d <= LANES_ANY_L_D)
+            and (l * d <= LANES_MAX_SIZE or d <= LANES_ANY_L_D) and not _stream.applies(step, pack)
             and math.prod(y0.shape[:-2]) >= max(1, LANES_MIN_PER_THREAD * threads()))
 
 
@@ -356,7 +359,7 @@ def _run_fixed(meth, Y, flat, t0, t1, dt, saveat, max_steps, ints, floats, per, 
     args = [_kernels().field_kernel(ints, l, d), meth, Y, 0, 1, flat, gt, gh, gtn, slot, ints, floats, per, work,
             saved, stats, t_fail, ev, halt]
     run = _kernels().entry(fixed_rows, args)
-    _, pending = in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B, halt)
+    _, pending = in_threads(lambda k, n: run(*args[:3], k, n, *args[5:]), B, halt, _stream.most(ints))
     nfev, n_steps, status, stop = stats[:, 0], stats[:, 1], stats[:, 2].copy(), stats[:, 3]
     if capped:  # riemattn.solvers.core._loops.run_fixed stops the rows still running at max_steps
         alive = (stop == 0) & (status == _loops.REACHED)

@@ -30,6 +30,8 @@ from ...dynamics.kernels import (  # noqa: F401
     to_tangent,
     wnorm,
 )
+from ...dynamics.kernels._kernel_layout import STREAM_TILES
+from ...dynamics.kernels._kernel_stream import evaluate_streamed
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,7 +107,8 @@ NOT_READY_RECHECK = 1.0
 
 
 def field_kernel(ints, l, d):
-    """The field kernel the loops call for tokens (l, d): the kernel specialised to the shape
+    """The field kernel the loops call for tokens (l, d): the streamed kernel where the engine set
+    ``ints[STREAM_TILES]`` (many tokens); the kernel specialised to the shape
     (:mod:`riemattn.dynamics.kernels._kernel_shaped`: the same bits, faster) where it applies and is
     compiled in this process or in the cache; else ``evaluate``, and the shape is compiled in a
     background process for the calls to come (``riemattn.solvers.compiled._background.start_shape``)."""
@@ -114,6 +117,8 @@ def field_kernel(ints, l, d):
     from ...dynamics.kernels import _kernel_shaped as shaped
 
     l, d = int(l), int(d)
+    if int(ints[STREAM_TILES]) != 0:  # many tokens (riemattn.solvers.compiled._stream)
+        return evaluate_streamed
     if not shaped.applies(ints, l, d):
         return evaluate
     key = (l, d)

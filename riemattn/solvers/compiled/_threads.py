@@ -44,9 +44,11 @@ def _pool(n):
     return queues[:n]
 
 
-def in_threads(fn, B, halt):
+def in_threads(fn, B, halt, most=None):
     """``fn(start, stride)`` for start = 0 .. n - 1 on n threads (the compiled row loops release the
-    GIL): row b is run by thread b mod n, whatever n, with the same arithmetic. Returns (the calls'
+    GIL), n = min(threads, B, ``most``): row b is run by thread b mod n, whatever n, with the same
+    arithmetic (``most=1``: one worker runs every row, e.g. while the streamed kernel spreads each
+    evaluation over numba's threads). Returns (the calls'
     results, the exception that interrupted the wait or None). In the main thread the loops always
     run in worker threads (a pool kept for the process) while it waits: a signal's handler then
     runs at once (numba's code does not return to Python until it ends), and its exception
@@ -54,7 +56,9 @@ def in_threads(fn, B, halt):
     and is returned after they stopped."""
     import threading
 
-    n = max(1, min(threads(), B))
+    n = max(1, min(threads(), B, B if most is None else most))
+    if most is not None:  # numba's thread count is per thread: the caller's, for the prange of the worker
+        fn = _with_threads(fn, threads())
     if threading.current_thread() is not threading.main_thread():
         if n == 1:
             return [fn(0, 1)], None  # no signal reaches this thread: no need to wait in another
@@ -80,6 +84,21 @@ def in_threads(fn, B, halt):
     if errors:
         raise errors[0]
     return out, pending
+
+
+def _with_threads(fn, nt):
+    """``fn`` run with numba's thread count set to ``nt`` in the thread that runs it, and the
+    iterations of its parallel loops handed out one at a time (``set_parallel_chunksize(1)``, also
+    per thread; not settable in cached compiled code): a thread that another process slows down
+    takes fewer of them (the streamed kernel's tasks are query tiles; their bits do not depend on it)."""
+    def run(k, n):
+        import numba
+
+        numba.set_num_threads(nt)
+        numba.set_parallel_chunksize(1)
+        return fn(k, n)
+
+    return run
 
 
 def _worker_once(fn, k, n, out, errors, done):

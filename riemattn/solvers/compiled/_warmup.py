@@ -103,6 +103,7 @@ def _kernels_task():
     out = np.zeros_like(y)
     _kernel.evaluate(_kernel.RHS, 0.0, y, 0, np.array(pack.ints, dtype=np.int64), np.array(pack.floats, dtype=float),
                      np.array(pack.per, dtype=float), np.empty(max(pack.work, 1)), out)
+    _kernel.evaluate_streamed.compile(_kernel.evaluate_type().signature)  # many tokens (compiled._stream)
 
 
 def _loop_task(stepper, **kw):
