@@ -102,27 +102,34 @@ def test_rule():
 
 
 CODE = """
-import resource, sys
+import sys, tracemalloc
 import numpy as np
 import riemattn as ra
 l = int(sys.argv[1])
 field = ra.sa(4.0, 3)
-y0 = field.manifold.projection(np.random.default_rng(0).normal(size=(l, 3)))
+rng = np.random.default_rng(0)
+warm = field.manifold.projection(rng.normal(size=(300, 3)))  # >= 256 tokens: the streamed kernel, compiled here
+ra.integrate(field, warm, (0.0, 0.01), "rk4", dt=0.01, engine="compiled")
+y0 = field.manifold.projection(rng.normal(size=(l, 3)))
+tracemalloc.start()
 sol = ra.integrate(field, y0, (0.0, 0.01), "rk4", dt=0.01, engine="compiled")
+peak = tracemalloc.get_traced_memory()[1]
 assert sol.success and np.isfinite(sol.y).all()
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(peak)
 """
 
 
 def test_memory_is_linear_in_tokens():
-    """One rk4 step of 12 000 tokens: one (l, l) attention matrix alone would be 1.15 GB; the whole
-    process's peak resident memory stays below 1 GB (the interpreter, numba and the loaded code are
-    ~0.3 GB; the tokens and scratch a few MB)."""
+    """One rk4 step of 12 000 tokens: one (l, l) attention matrix alone would be 1.15 GB; the arrays the
+    solve allocates (tracemalloc traces NumPy's allocations, the engine's scratch included) peak below
+    64 MB: the tokens (0.3 MB), the stages and saved states (a few times that) and the O(l d) scratch.
+    (The process's resident peak is no measure here: compiling the kernels in a cold numba cache takes
+    ~1 GB of LLVM's memory, measured.)"""
     l = 12_000
     out = subprocess.run([sys.executable, "-c", CODE, str(l)], capture_output=True, text=True, timeout=600,
                          env={**__import__("os").environ, "RIEMATTN_BACKGROUND_COMPILE": "0"})
     assert out.returncode == 0, out.stderr
-    assert int(out.stdout.split()[-1]) < 1e9 < 8 * l * l
+    assert int(out.stdout.split()[-1]) < 64 * 2**20 < 8 * l * l
 
 
 CTRL_C = """
