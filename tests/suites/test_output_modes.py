@@ -147,6 +147,21 @@ def _retake(stepper, case, sol):
     return math.sqrt(EPS) * h * F
 
 
+def _iterated(case, sol):
+    """What re-taking a step may add for a field that is itself an iteration stopped at a tolerance:
+    Sinkhorn attention stops when the batch's worst column sum is within ``sinkhorn_tol`` of 1, so the
+    same trajectory in a batch of another size may stop after other sweeps or Newton steps. Both results
+    meet the marginals to tol, so their entries differ by about 2 tol, F = sum_j alpha_ij U y_j by
+    2 tol l max|y| (U = I), and a step (weights sum |b| <= 2, a Rosenbrock solve's amplification a few)
+    by 16 tol l max|y| h_max. (Measured: 2.7e-12 without AVX-512, the portability run; the rounding
+    bound alone allowed 2.3e-13.)"""
+    field = case.field
+    if getattr(field, "normalization", None) != "sinkhorn":
+        return 0.0
+    h = float(np.max(np.diff(sol.t))) if len(sol.t) > 1 else 0.0
+    return 16 * field.sinkhorn_tol * case.y0.shape[-2] * max(1.0, float(np.nanmax(np.abs(sol.y)))) * h
+
+
 @pytest.mark.parametrize("stepper,name", CELLS, ids=[f"{s}-{f}" for s, f in CELLS])
 def test_output_modes_agree(stepper, name):
     case = FAMILIES[name]()
@@ -164,7 +179,7 @@ def test_output_modes_agree(stepper, name):
     # interpolate(t0) is y0, and interpolate at the stored step ends is the stored state
     assert np.array_equal(run1.interpolate(t0), case.y0)
     stored = run1.y
-    tol = _rounding(stored) + _retake(stepper, case, run1)
+    tol = _rounding(stored) + _retake(stepper, case, run1) + _iterated(case, run1)
     got = run1.interpolate(run1.t)
     assert np.array_equal(np.isnan(got), np.isnan(stored))
     np.testing.assert_allclose(got, stored, rtol=0, atol=tol)
