@@ -3,13 +3,14 @@
 :func:`why_not` says why no GPU can run a call (numba-cuda missing, no driver or device);
 :func:`unsupported` lists what in a call the engine cannot run; :func:`run` packs the field (the
 compiled engine's ``pack_field``), reads the stepper's arrays (the compiled engine's
-:func:`~riemattn.solvers.compiled._tables.method`), lays the batch out with the trajectory as
-the last axis, launches one kernel for the whole batch -- the kernel generated for the method and
-the field's configuration (:mod:`riemattn.solvers.compiled.cuda._gen`: literal tableau, state in
-per-thread local arrays; only the outputs are allocated), else, for shapes too large for local
-memory, the older kernels (:mod:`._fast`, :mod:`riemattn.solvers.compiled.cuda._loop`: state in
-global columns) -- and builds the same :class:`~riemattn.solvers.integrate.Trajectory` as the
-other engines.
+:func:`~riemattn.solvers.compiled._tables.method`), launches one kernel for the whole batch -- the
+kernel generated for the method and the field's configuration
+(:mod:`riemattn.solvers.compiled.cuda._gen`: literal tableau, state in per-thread local arrays,
+the (B, n) layout in and out; only the outputs are allocated), else, for shapes too large for
+local memory, the older kernels (:mod:`._fast`, :mod:`riemattn.solvers.compiled.cuda._loop`: state
+in global columns, the trajectory as the last axis, transposed to and from on the device) -- and
+builds the same :class:`~riemattn.solvers.integrate.Trajectory` as the other engines. What crosses
+the bus, on which stream, and what is cached per field: :mod:`riemattn.solvers.compiled.cuda._host`.
 """
 
 from __future__ import annotations
@@ -99,14 +100,8 @@ def _dtype(y0, precision):
 
 def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_steps, pack, precision=None):
     """Integrate on the GPU (every argument already validated by integrate)."""
-    from numba import cuda
-
-    from ....dynamics.kernels import _kernel_layout as lay
-    from ...core._status import message
     from .. import _tables
-    from .._engine import fixed_grid, saved_layout
-    from ...core._trajectory import PerTrajectory, Trajectory  # not integrate: it imports the engines
-    from . import _fast, _gen, _loop
+    from . import _gen, _host
 
     batch = tuple(y0.shape[:-2])
     l, d = (int(v) for v in y0.shape[-2:])
@@ -116,13 +111,32 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     m = _tables.method(step.name)
     gen = _gen.kernels(step.name, pack.ints, dtype == np.float32)  # state in local arrays, constants folded
     rows = gen is not None  # the generated kernels take and give the (B, n) layout; the older ones (n, B)
-    y_start, Y, _keep = _state(y0, B, n, dtype, torch_in, rows)
-    floats, per = (cuda.to_device(np.ascontiguousarray(a, dtype=np.float64)) for a in (pack.floats, pack.per))
+    stream = _host.stream_for(y0)  # every copy and launch of the call on it; one wait, at the end
+    try:
+        return _run(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, pack, batch, l, d, B, n,
+                    dtype, torch_in, m, gen, rows, stream)
+    finally:
+        stream.synchronize()  # also after an error: the pinned buffers are reused by the next call
+
+
+def _run(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, pack, batch, l, d, B, n, dtype,
+         torch_in, m, gen, rows, stream):
+    from numba import cuda
+
+    from ....dynamics.kernels import _kernel_layout as lay
+    from ...core._status import message
+    from .. import _tables
+    from .._engine import fixed_grid, saved_layout
+    from ...core._trajectory import PerTrajectory, Trajectory  # not integrate: it imports the engines
+    from . import _fast, _host, _loop
+
+    y_start, Y = _state(y0, B, n, dtype, torch_in, rows, stream)
+    floats, per = _host.packed(field, pack, stream)  # cached per field and device
     threads = threads_per_block(B)
     blocks = (B + threads - 1) // threads
-    new = lambda *shape: cuda.device_array(shape, dtype=dtype)  # noqa: E731 (uninitialised: written first)
+    new = lambda *shape: cuda.device_array(shape, dtype=dtype, stream=stream)  # noqa: E731 (written first)
     if gen is None:  # the older kernels: the field fused where the shape allows, the state in global columns
-        ints = cuda.to_device(np.ascontiguousarray(pack.ints, dtype=np.int64))
+        ints = cuda.to_device(np.ascontiguousarray(pack.ints, dtype=np.int64), stream=stream)
         flat = bool(field.manifold.normalize(np.ones((1, d)))[1] is None)
         s = max(int(m.ints[1]), 1)
         fast = _fast.kernels(l, d, int(pack.ints[lay.H]), dtype == np.float32)
@@ -130,55 +144,61 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         work = 1 if fast is not None else max(pack.work, 1)  # the specialised field needs no global scratch
         W, K, X1, X2, Yn, Er = new(work, B), new(s, n, B), new(n, B), new(n, B), new(n, B), new(n, B)
         R, Rn = new(l, B), new(l, B)
-        dev = {k: cuda.to_device(np.ascontiguousarray(v)) for k, v in
-               (("mi", m.ints), ("A", m.A if m.A.size else np.zeros((1, 1))), ("b", m.b), ("c", m.c),
-                ("e", m.e), ("e3", m.e3 if m.e3.size else np.zeros(1)),
-                ("dense", m.dense if m.dense.size else np.zeros((1, 1))), ("cx", m.cx if m.cx.size else np.zeros(1)),
-                ("ctrl", m.ctrl))}
+        dev = _host.tables(step.name, dict(
+            mi=m.ints, A=m.A if m.A.size else np.zeros((1, 1)), b=m.b, c=m.c, e=m.e,
+            e3=m.e3 if m.e3.size else np.zeros(1), dense=m.dense if m.dense.size else np.zeros((1, 1)),
+            cx=m.cx if m.cx.size else np.zeros(1), ctrl=m.ctrl), stream)
     layout = (lambda k: (k, B, n)) if rows else (lambda k: (k, n, B))  # noqa: E731
     # outputs only: the kernels write every statistic and every save slot (NaN where not reached)
-    stats_d, t_fail_d = cuda.device_array((4, B), dtype=np.int64), cuda.device_array(B)
+    stats_d = cuda.device_array((4, B), dtype=np.int64, stream=stream)
+    t_fail_d = cuda.device_array(B, stream=stream)
+    fixed = not step.adaptive and t1 != t0
     if t1 == t0:  # nothing to integrate: the initial state, no step, no call (as the other engines)
         times = np.array([t0]) if saveat is None else saveat.copy()
-        zeros = np.zeros(B, dtype=np.int64)
-        stats = np.stack([zeros, zeros, zeros, zeros])
-        t_fail = np.full(B, np.nan)
-        saved = cuda.to_device(np.full(layout(len(times)), np.nan, dtype=dtype))
-        n_rej, status = zeros, zeros
+        saved = cuda.to_device(np.full(layout(len(times)), np.nan, dtype=dtype), stream=stream)
     elif step.adaptive:
         times = saveat.copy()
-        saved = cuda.device_array(layout(len(times)), dtype=dtype)  # slot 0 at t0: y_start, set below
-        saveat_d = cuda.to_device(saveat.astype(float))
+        saved = new(*layout(len(times)))  # slot 0 at t0: y_start, set below
+        saveat_d = cuda.to_device(saveat.astype(float), stream=stream)
         h0 = float(first_step) if first_step is not None else math.nan
         if gen is not None:
-            gen[0][blocks, threads](float(t0), float(t1), float(rtol), float(atol), h0, int(max_steps), floats, per,
-                                    Y, saveat_d, saved, stats_d, t_fail_d)
+            gen[0][blocks, threads, stream](float(t0), float(t1), float(rtol), float(atol), h0, int(max_steps), floats,
+                                            per, Y, saveat_d, saved, stats_d, t_fail_d)
         else:
             interior = bool(np.any((saveat > t0) & (saveat < t1)))
             dop853 = int(m.ints[0]) == _tables.DOP853
             Kx = new(16 if dop853 else 1, n, B if (interior and dop853) else 1)
             Fd = new(7 if dop853 else 1, n, B if (interior and dop853) else 1)
-            adaptive_kernel[blocks, threads](
+            adaptive_kernel[blocks, threads, stream](
                 dev["mi"], dev["ctrl"], dev["A"], dev["b"], dev["c"], dev["e"], dev["e3"], dev["dense"], dev["cx"],
-                flat, float(t0), float(t1), float(rtol), float(atol), cuda.to_device(np.full(B, h0)), int(max_steps),
-                ints, floats, per, W, Y, K, Kx, Fd, X1, X2, Yn, Er, new(n, B), new(n, B), new(n, B), new(n, B), R, Rn,
-                saveat_d, saved, stats_d, t_fail_d)
-        cuda.synchronize()
-        stats, t_fail = stats_d.copy_to_host(), t_fail_d.copy_to_host()
-        n_rej, status = stats[2], stats[3]
+                flat, float(t0), float(t1), float(rtol), float(atol), cuda.to_device(np.full(B, h0), stream=stream),
+                int(max_steps), ints, floats, per, W, Y, K, Kx, Fd, X1, X2, Yn, Er, new(n, B), new(n, B), new(n, B),
+                new(n, B), R, Rn, saveat_d, saved, stats_d, t_fail_d)
     else:
         # the grid is built up to max_steps steps only (the compiled engine's rule: never beyond)
         gt, gh, gtn, slot, capped = fixed_grid(t0, t1, dt, saveat, limit=max_steps)
         times = np.concatenate([[t0], gtn]) if saveat is None else saveat.copy()
-        saved = cuda.to_device(np.full(layout(len(times)), np.nan, dtype=dtype))
-        grid = [cuda.to_device(a) for a in (gt, gh, slot)]
+        saved = cuda.to_device(np.full(layout(len(times)), np.nan, dtype=dtype), stream=stream)
+        grid = [cuda.to_device(a, stream=stream) for a in (gt, gh, slot)]
         if gen is not None:
-            gen[1][blocks, threads](*grid, floats, per, Y, saved, stats_d, t_fail_d)
+            gen[1][blocks, threads, stream](*grid, floats, per, Y, saved, stats_d, t_fail_d)
         else:
-            fixed_kernel[blocks, threads](dev["mi"], dev["A"], dev["b"], dev["c"], dev["e"], flat, *grid, ints, floats,
-                                          per, W, Y, K, X1, X2, Yn, Er, R, Rn, saved, stats_d, t_fail_d)
-        cuda.synchronize()
-        stats, t_fail = stats_d.copy_to_host(), t_fail_d.copy_to_host()
+            fixed_kernel[blocks, threads, stream](dev["mi"], dev["A"], dev["b"], dev["c"], dev["e"], flat, *grid, ints,
+                                                  floats, per, W, Y, K, X1, X2, Yn, Er, R, Rn, saved, stats_d,
+                                                  t_fail_d)
+    if not rows:  # the older kernels' (n_save, n, B) into the result's (n_save, B, n), on the device
+        saved = _host.columns_to_rows(saved, stream)
+    stats_h, t_fail_h = _host.download(stats_d, stream), _host.download(t_fail_d, stream)
+    saved_h = None if torch_in else _host.download(saved, stream)
+    stream.synchronize()  # the call's only wait
+    if t1 == t0:
+        zeros = np.zeros(B, dtype=np.int64)
+        stats, t_fail = np.stack([zeros, zeros, zeros, zeros]), np.full(B, np.nan)
+    else:
+        stats, t_fail = stats_h(), t_fail_h()
+    if step.adaptive or t1 == t0:
+        n_rej, status = stats[2], stats[3]
+    else:
         status, stop = stats[2].copy(), stats[3]
         if capped:  # riemattn.solvers.core._loops.run_fixed stops the rows still running at max_steps
             alive = stop == 0
@@ -186,8 +206,9 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
             t_fail[alive] = gtn[-1] if len(gtn) else t0
         n_rej = np.zeros(B, dtype=np.int64)
     nfev, n_steps = stats[0], stats[1]
-    y = _result(saved, y_start, torch_in, y0, batch, l, d, saveat is None or saveat[0] == t0, rows)
-    if not step.adaptive and t1 != t0:  # the fixed loop's saving rule (compiled engine's saved_layout)
+    y = _result(saved if torch_in else saved_h(), y_start, torch_in, y0, batch, l, d,
+                saveat is None or saveat[0] == t0)
+    if fixed:  # the fixed loop's saving rule (compiled engine's saved_layout)
         y, times = _fixed_layout(y, times, saveat, slot, gtn, stop, status, saved_layout, torch_in, batch == ())
     ok = (status == 0) | (status == 2)
     pt = PerTrajectory(nfev.reshape(batch), n_steps.reshape(batch), n_rej.reshape(batch), status.reshape(batch),
@@ -198,20 +219,24 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         per_trajectory=pt, stepper=step.name, engine="cuda")
 
 
-def _state(y0, B, n, dtype, torch_in, rows):
-    """(y_start (B, n) on y0's side, Y on the device: (B, n) for ``rows``, else (n, B), the object to keep alive)."""
+def _state(y0, B, n, dtype, torch_in, rows, stream):
+    """(y_start (B, n) on y0's side, Y on the device: (B, n) for ``rows``, else (n, B), transposed on
+    the device)."""
     from numba import cuda
+
+    from . import _host
 
     if torch_in:
         import torch
 
         tdt = torch.float32 if dtype == np.float32 else torch.float64
-        y_start = y0.detach().reshape(B, n).to(tdt)
-        Yt = y_start.contiguous() if rows else y_start.T.contiguous()  # (n, B): the trajectory index fastest
-        torch.cuda.current_stream(y0.device).synchronize()
-        return y_start, cuda.as_cuda_array(Yt), Yt
-    y_start = np.asarray(y0, dtype=dtype).reshape(B, n)
-    return y_start, cuda.to_device(np.ascontiguousarray(y_start if rows else y_start.T)), None
+        y_start = y0.detach().reshape(B, n).to(tdt).contiguous()  # on PyTorch's current stream: the call's
+        Y = cuda.as_cuda_array(y_start)
+    else:
+        y_start = np.asarray(y0, dtype=dtype).reshape(B, n)
+        Y = _host.upload(y_start, stream)
+    # the generated kernels only read Y; the older ones overwrite their (n, B) copy with the end state
+    return y_start, (Y if rows else _host.rows_to_columns(Y, stream))
 
 
 def threads_per_block(B, sms=None):
@@ -230,24 +255,20 @@ def threads_per_block(B, sms=None):
     return 32
 
 
-def _result(saved, y_start, torch_in, y0, batch, l, d, at_t0, rows):
-    """(n_save, B, n) (``rows``) or (n_save, n, B) on the device -> (n_save,) + batch + (l, d) on y0's
-    device (NumPy for NumPy)."""
+def _result(saved, y_start, torch_in, y0, batch, l, d, at_t0):
+    """The saved values (n_save, B, n) -- on the device for a tensor, on the host for NumPy -- as
+    (n_save,) + batch + (l, d) on y0's side, slot 0 the initial state where it is at t0."""
     if torch_in:
         import torch
 
         out = torch.as_tensor(saved, device=y0.device)
-        if not rows:
-            out = out.permute(0, 2, 1)
         if out.shape[0] and at_t0:
             out[0] = y_start
         return out.reshape((out.shape[0],) + batch + (l, d))
-    out = saved.copy_to_host()
-    if not rows:
-        out = out.transpose(0, 2, 1)
+    out = saved
     if out.shape[0] and at_t0:
         out[0] = y_start
-    return np.ascontiguousarray(out).reshape((out.shape[0],) + batch + (l, d))
+    return out.reshape((out.shape[0],) + batch + (l, d))
 
 
 def _fixed_layout(y, times, saveat, slot, gtn, stop, status, saved_layout, torch_in, single):
