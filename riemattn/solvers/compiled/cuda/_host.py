@@ -64,7 +64,8 @@ def stream_for(y0):
     if is_torch(y0) and y0.device.type == "cuda":
         import torch
 
-        return cuda.external_stream(torch.cuda.current_stream(y0.device).cuda_stream)
+        handle = torch.cuda.current_stream(y0.device).cuda_stream
+        return cuda.external_stream(handle) if handle else cuda.default_stream()  # 0: the legacy default stream
     return cuda.stream()
 
 
