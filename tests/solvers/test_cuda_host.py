@@ -12,6 +12,8 @@ numba.cuda's API, which the script below counts:
 * the older kernels (state in global columns, (n, B)) receive the (B, n) state and give back the
   (n_save, B, n) layout through transposes on the device: their results are the transposes
   computed by NumPy, and the same as the generated kernels' (the same operations);
+* an empty batch launches nothing (a grid of 0 blocks is an error on a GPU; ``integrate`` answers it
+  before any engine) and gives empty results;
 * the pinned staging buffers are reused per shape, bounded in number and size, and a download is a
   copy (the next call reuses the buffer).
 """
@@ -117,6 +119,22 @@ SCRIPT = textwrap.dedent(r"""
     _host._pinned((3, 4), np.float64)[...] = -1.0  # the next call reuses the buffer
     out["pinned"] = dict(reused=p1 is p2, kept=len(_host._LOCAL.pinned), evicted=p3 is not p1, big=big is None,
                          copy_kept=first_copy.tolist() == np.arange(12.0).reshape(3, 4).tolist())
+
+    from numba.cuda.simulator import kernel as sim_kernel
+    grids = []
+    getitem = sim_kernel.FakeCUDAKernel.__getitem__
+    def record(self, conf):
+        grids.append(conf[0])
+        return getitem(self, conf)
+    sim_kernel.FakeCUDAKernel.__getitem__ = record
+    empty = {}
+    for st, kw2 in (("dopri5", dict(saveat=[0.0, 0.3], rtol=1e-6, atol=1e-6)), ("rk4", dict(dt=0.1))):
+        for lim in (limit, 0):  # the generated and the older kernels
+            _gen.MAX_LOCAL = lim
+            sol = ra.integrate(field, np.zeros((0, 4, 3)), (0.0, 0.3), st, engine="cuda", **kw2)
+            empty[f"{st} {lim}"] = [list(sol.y.shape), bool(sol.success)]
+    _gen.MAX_LOCAL = limit
+    out["empty"] = dict(shapes=empty, grids=[int(np.prod(g)) for g in grids])
     print(json.dumps(out))
 """)
 
@@ -170,6 +188,14 @@ def test_older_kernels_transpose_on_the_device_and_agree_with_the_generated_kern
     for key, ok in report.items():
         if key.startswith("transpose"):
             assert ok, key
+
+
+def test_an_empty_batch_launches_no_empty_grid(report):
+    e = report["empty"]
+    # a launch of 0 blocks is an error on a GPU (the simulator runs it): none may happen
+    assert all(g > 0 for g in e["grids"]), e
+    for key, (shape, ok) in e["shapes"].items():
+        assert ok and shape[1] == 0 and shape[-2:] == [4, 3], (key, shape)
 
 
 def test_pinned_buffers_are_reused_bounded_and_downloads_are_copies(report):
