@@ -22,7 +22,7 @@ from ...._backend import is_torch
 from ....errors import UnsupportedByEngine
 
 #: the steppers the CUDA engine runs (exactly these classes, as the compiled engine's SUPPORTED)
-STEPPERS = ("rk4", "dopri5", "dop853")
+STEPPERS = ("rk4", "dopri5", "dop853", "rodas4", "rodas4p")
 #: threads per block of the kernels at large batches (:func:`threads_per_block`)
 THREADS = 128
 SIM_ENV = "NUMBA_ENABLE_CUDASIM"
@@ -73,6 +73,10 @@ def unsupported(field, step, y0, *, saveat, save_fn, events, progress, dense_out
         why.append(f"the stepper {getattr(step, 'name', step)!r} (cuda: {', '.join(STEPPERS)})")
     elif step.adaptive and saveat is None:
         why.append("every accepted step of a single trajectory (no saveat): pass saveat")
+    if name in ("rodas4", "rodas4p") and len(y0.shape) >= 2:  # the Rosenbrock kernels' limit on l d
+        from ._ros import unsupported as ros_unsupported
+
+        why += ros_unsupported(name, int(y0.shape[-2]), int(y0.shape[-1]), False)
     if save_fn is not None:
         why.append("a save_fn")
     if events:
@@ -106,7 +110,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     from .. import _tables
     from .._engine import fixed_grid, saved_layout
     from ...core._trajectory import PerTrajectory, Trajectory  # not integrate: it imports the engines
-    from . import _fast, _gen, _loop
+    from . import _fast, _gen, _loop, _ros
 
     batch = tuple(y0.shape[:-2])
     l, d = (int(v) for v in y0.shape[-2:])
@@ -115,6 +119,8 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     torch_in = is_torch(y0)
     m = _tables.method(step.name)
     gen = _gen.kernels(step.name, pack.ints, dtype == np.float32)  # state in local arrays, constants folded
+    if step.name in _ros.METHODS:  # the Rosenbrock kernels (generated too; float64, l d <= _ros.MAX_N)
+        gen = _ros_kernels(field, step.name, pack, l, d, dtype)
     rows = gen is not None  # the generated kernels take and give the (B, n) layout; the older ones (n, B)
     y_start, Y, _keep = _state(y0, B, n, dtype, torch_in, rows)
     floats, per = (cuda.to_device(np.ascontiguousarray(a, dtype=np.float64)) for a in (pack.floats, pack.per))
@@ -196,6 +202,19 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
         t=times, y=y, nfev=int(nfev.max(initial=0)), n_steps=int(n_steps.max(initial=0)),
         n_rejected=int(n_rej.max(initial=0)), success=bool(ok.all()), message=message(status, t_fail, None),
         per_trajectory=pt, stepper=step.name, engine="cuda")
+
+
+def _ros_kernels(field, name, pack, l, d, dtype):
+    """The Rosenbrock kernel for this call (the difference form where the compiled engine uses it),
+    or UnsupportedByEngine naming why not."""
+    from ....dynamics._tangent import applies
+    from . import _ros
+
+    why = _ros.unsupported(name, l, d, dtype == np.float32)
+    if why:
+        raise UnsupportedByEngine("engine='cuda' cannot run this call: " + "; ".join(why)
+                                  + ". Use engine='compiled' or 'numpy' (or 'auto').")
+    return _ros.kernels(name, pack.ints, False, bool(pack.autonomous), bool(applies(field, np.ones((1, l, d)))))
 
 
 def _state(y0, B, n, dtype, torch_in, rows):
