@@ -6,7 +6,8 @@ compiled engine's ``pack_field``), reads the stepper's arrays (the compiled engi
 :func:`~riemattn.solvers.compiled._tables.method`), lays the batch out with the trajectory as
 the last axis, launches one kernel for the whole batch -- the kernel generated for the method and
 the field's configuration (:mod:`riemattn.solvers.compiled.cuda._gen`: literal tableau, state in
-per-thread local arrays; only the outputs are allocated), else, for shapes too large for local
+per-thread local arrays; only the outputs are allocated; :mod:`._ros` for rodas4 and rodas4p,
+tokens of l d <= 64 numbers, float64), else, for shapes too large for local
 memory, the older kernels (:mod:`._fast`, :mod:`riemattn.solvers.compiled.cuda._loop`: state in
 global columns) -- and builds the same :class:`~riemattn.solvers.integrate.Trajectory` as the
 other engines.
