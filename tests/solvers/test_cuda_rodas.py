@@ -169,6 +169,17 @@ def test_unsupported_names_the_size_limit():
         assert why == [], why
 
 
+@pytest.mark.skipif(not _numba_cuda(), reason="numba-cuda is not installed")
+def test_many_heads_beyond_the_local_memory_limit_are_named():
+    from riemattn.solvers.compiled.cuda import _ros
+
+    # 32 x 2 tokens: the matrix is 4096 numbers, the field's scratch ~2400 per head (2 h l^2 weights)
+    assert _ros.unsupported("rodas4", 32, 2, False, 1) == []
+    assert _ros.local_size(32, 2, 10) <= _ros.MAX_LOCAL < _ros.local_size(32, 2, 11)
+    (why,) = _ros.unsupported("rodas4", 32, 2, False, 11)
+    assert "11 heads" in why and f"at most {_ros.MAX_LOCAL}" in why, why
+
+
 def _ptx_tools():
     if not _numba_cuda():
         return "numba-cuda is not installed"

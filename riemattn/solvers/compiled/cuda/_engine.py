@@ -209,9 +209,10 @@ def _ros_kernels(field, name, pack, l, d, dtype):
     """The Rosenbrock kernel for this call (the difference form where the compiled engine uses it),
     or UnsupportedByEngine naming why not."""
     from ....dynamics._tangent import applies
+    from ....dynamics.kernels import _kernel_layout as lay
     from . import _ros
 
-    why = _ros.unsupported(name, l, d, dtype == np.float32)
+    why = _ros.unsupported(name, l, d, dtype == np.float32, max(int(pack.ints[lay.H]), 1))
     if why:
         raise UnsupportedByEngine("engine='cuda' cannot run this call: " + "; ".join(why)
                                   + ". Use engine='compiled' or 'numpy' (or 'auto').")

@@ -44,15 +44,21 @@ from . import _fast, _field, _gen, _loop, _rosloop, _steps
 METHODS = ("rodas4", "rodas4p")
 #: the largest l d the Rosenbrock kernels take: the (n, n) matrix is 4096 numbers (32 kB) per thread
 MAX_N = 64
+#: the most numbers of per-thread local memory (:func:`local_size`; 256 kB, half the 512 kB a CUDA
+#: thread may have): many heads at l d <= 64 (the field's scratch holds h l^2 attention weights twice)
+MAX_LOCAL = 32768
 _CACHE: dict = {}
 
 
-def unsupported(name, l, d, is32):
-    """Why the Rosenbrock kernel cannot run tokens (l, d) in this dtype (a list of reasons)."""
+def unsupported(name, l, d, is32, h=1):
+    """Why the Rosenbrock kernel cannot run tokens (l, d) with h heads in this dtype (a list of reasons)."""
     why = []
     if l * d > MAX_N:
         why.append(f"{name} for tokens of l d = {l} x {d} = {l * d} numbers (cuda: l d <= {MAX_N}, the dense "
                    f"(l d)^2 Jacobian and its LU in per-thread local memory)")
+    elif local_size(l, d, h) > MAX_LOCAL:
+        why.append(f"{name} for {l} x {d} tokens and {h} heads: {local_size(l, d, h)} numbers of per-thread local "
+                   f"memory (cuda: at most {MAX_LOCAL})")
     if is32:
         why.append(f"{name} in float32 (cuda: float64 only; the solve's limit h gamma eps |J|_inf is float64's)")
     return why
@@ -192,7 +198,7 @@ def kernels(name, ints, is32, autonomous, diff, saves=True):
     None where not :data:`METHODS` or :func:`unsupported`. The kernel's arguments are those of
     :func:`._gen.kernels`' adaptive kernel. Cached per (name, ints, autonomous, diff)."""
     l, d = int(ints[L]), int(ints[D])
-    if name not in METHODS or unsupported(name, l, d, is32):
+    if name not in METHODS or unsupported(name, l, d, is32, max(int(ints[H]), 1)):
         return None
     key = (name, tuple(int(v) for v in ints), bool(autonomous), bool(diff), bool(saves))
     if key not in _CACHE:
