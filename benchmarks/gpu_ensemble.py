@@ -36,8 +36,14 @@ only with 20 s left. ``--smoke``: T =
 (the script's logic, on a CPU). ``--out PATH``: the results as JSON. Exit status 1 when the
 riemattn CUDA engine produced no result or missed its error target.
 
+``--stiff``: the stiff ensemble instead (``benchmarks/gpu_stiff.py``: USA at beta = 9, 10 tokens on
+S^2 near random poles, T = 1): ``riemattn-cuda-rodas4`` against ``compiled-cpu-rodas4`` (the compiled
+engine on every core) at equal measured error (target 1e-7), sizes 16, 10^4, 10^5; the check of
+issue 56's target (GPU >= 5x the CPU engine at B = 10^4) where both are measured there. With
+``--smoke`` it runs under the simulator without a GPU (T = 0.2, B in (2, 4)).
+
 Run: ``python benchmarks/gpu_ensemble.py --out gpu.json`` (GPU figures: docs/performance.md,
-"GPU ensembles").
+"GPU ensembles"); ``python benchmarks/gpu_ensemble.py --stiff --out stiff.json``.
 """
 
 from __future__ import annotations
@@ -53,6 +59,11 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_stiff  # noqa: E402 -- the stiff ensemble (--stiff), next to this script
+
+#: --stiff: the stiff ensemble (gpu_stiff) instead of the hemisphere one
+STIFF = False
 N_REF = 16
 TARGET = {"float64": 1e-9, "float32": 1e-5}
 LADDER = {"float64": (1e-8, 1e-9, 1e-10, 1e-11, 1e-12), "float32": (1e-4, 1e-5, 1e-6, 1e-7)}
@@ -69,12 +80,16 @@ GRACE = 10.0
 
 
 def initial(B, seed=0):
+    if STIFF:
+        return gpu_stiff.initial(B, seed)
     rng = np.random.default_rng(seed)
     y = rng.uniform(-0.5, 0.5, (B, 10, 3))
     return y / np.linalg.norm(y, axis=-1, keepdims=True)
 
 
 def references(T, n=N_REF):
+    if STIFF:
+        return gpu_stiff.references(T, n)
     from scipy.integrate import solve_ivp
 
     import riemattn as ra
@@ -128,6 +143,10 @@ def child(args):
     name = args.contender
     deadline = args.deadline
     sizes = [int(s) for s in args.sizes.split(",")]
+    if name in gpu_stiff.CONTENDERS:  # --stiff: rodas4 on the GPU and on the CPU engine
+        engine = "cuda" if name.startswith("riemattn-cuda") else "compiled"
+        return _sweep(name, "rodas4", "float64", gpu_stiff.runner(engine, T, len(ref)), ref, sizes, deadline,
+                      args.repeat)
     if name.startswith("riemattn-cuda"):
         dtype = "float32" if "f32" in name else "float64"
         if name.endswith("-loops"):
@@ -157,23 +176,24 @@ def _sweep(name, method, dtype, run, ref, sizes, deadline, repeat, share=1.0):
     """Compile, choose the tolerance on the 16 references, time every B that fits the budget
     (``share`` of the time left after compiling, up to ``deadline``)."""
     y16 = initial(len(ref))
+    ladder, target = (gpu_stiff.LADDER, gpu_stiff.TARGET) if STIFF else (LADDER[dtype], TARGET[dtype])
     t_a = time.perf_counter()
-    run(y16, LADDER[dtype][0])
+    run(y16, ladder[0])
     first = time.perf_counter() - t_a
     t_b = time.perf_counter()
-    run(y16, LADDER[dtype][0])
+    run(y16, ladder[0])
     compile_s = max(first - (time.perf_counter() - t_b), 0.0)
     deadline = time.time() + share * max(deadline - time.time(), 0.0)
     tol = None
-    for tol_try in LADDER[dtype]:
+    for tol_try in ladder:
         _, y, ok = run(y16, tol_try)
         err = float(np.abs(y - ref).max())
-        if ok and err <= TARGET[dtype]:
+        if ok and err <= target:
             tol = tol_try
             break
     if tol is None:
         _emit(contender=name, method=method, dtype=dtype, B=None, error=err, note=f"no tolerance down to "
-              f"{LADDER[dtype][-1]:g} reaches {TARGET[dtype]:g}", compile_s=compile_s)
+              f"{ladder[-1]:g} reaches {target:g}", compile_s=compile_s)
         return
     last = None
     for B in sizes:
@@ -198,7 +218,7 @@ def _sweep(name, method, dtype, run, ref, sizes, deadline, repeat, share=1.0):
         k = min(B, len(ref))
         err = float(np.abs(np.asarray(y[:k], dtype=float) - ref[:k]).max())
         _emit(contender=name, method=method, dtype=dtype, B=B, tol=tol, seconds=best, error=err, success=bool(ok),
-              meets_target=bool(ok and err <= TARGET[dtype]), compile_s=compile_s)
+              meets_target=bool(ok and err <= target), compile_s=compile_s)
         last = (B, best)
 
 
@@ -327,6 +347,8 @@ def plan(pk, gpu, smoke):
                                      else "no GPU (numba-cuda's simulator only with --smoke)")
     torch_gpu = pk.get("torch.cuda") is True
     rows = []
+    if STIFF:
+        return [("riemattn-cuda-rodas4", cuda_ok, why_cuda), ("compiled-cpu-rodas4", True, None)]
     for name in CONTENDERS + EXTRA:
         if name.startswith("riemattn-cuda"):
             rows.append((name, cuda_ok, why_cuda))
@@ -358,25 +380,32 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="write the results as JSON here")
     p.add_argument("--budget-seconds", type=float, default=270.0)
-    p.add_argument("--sizes", default="16,10000,100000,1000000")
+    p.add_argument("--sizes", default=None, help="default 16,10000,100000,1000000 (--stiff: 16,10000,100000)")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--smoke", action="store_true", help="T = 0.2, B in (2, 4); the simulator without a GPU")
     p.add_argument("--only", default=None, help="comma-separated contenders to run")
+    p.add_argument("--stiff", action="store_true", help="the stiff ensemble: rodas4 on USA at beta = 9 (gpu_stiff)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--contender", help=argparse.SUPPRESS)
     p.add_argument("--ref", help=argparse.SUPPRESS)
     p.add_argument("--T", type=float, default=10.0, help=argparse.SUPPRESS)
     p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    global STIFF
+    STIFF = args.stiff
+    if args.sizes is None:
+        args.sizes = gpu_stiff.SIZES if STIFF else "16,10000,100000,1000000"
     if args.child:
         return child(args)
     start = time.time()
     deadline = start + args.budget_seconds
-    T, sizes, repeat, n_ref = (0.2, "2,4", 1, 4) if args.smoke else (10.0, args.sizes, args.repeat, N_REF)
+    T, sizes, repeat, n_ref = (0.2, "2,4", 1, 4) if args.smoke else (1.0 if STIFF else 10.0, args.sizes,
+                                                                      args.repeat, N_REF)
     pk, gpu = environment()
     print(f"GPU: {gpu or 'none found'}")
     print("packages: " + ", ".join(f"{k} {'yes' if v is True else v if v else 'no'}" for k, v in pk.items()))
-    print(f"problem: hemisphere ensemble, 10 tokens on S^2, 2 time-varying heads, T = {T}; sizes {sizes}; "
+    print(f"problem: {'stiff ensemble, USA beta = 9' if STIFF else 'hemisphere ensemble'}, 10 tokens on S^2"
+          f"{'' if STIFF else ', 2 time-varying heads'}, T = {T}; sizes {sizes}; "
           f"budget {args.budget_seconds:.0f} s{'; SMOKE' if args.smoke else ''}", flush=True)
     t_ref = time.time()
     ref = references(T, n_ref)
@@ -404,7 +433,8 @@ def main(argv=None):
         if args.smoke and gpu is None and name.startswith("riemattn-cuda"):
             env["NUMBA_ENABLE_CUDASIM"] = "1"
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--contender", name, "--ref", ref_path,
-               "--T", str(T), "--sizes", sizes, "--deadline", str(mine), "--repeat", str(repeat)]
+               "--T", str(T), "--sizes", sizes, "--deadline", str(mine), "--repeat", str(repeat)] + (
+            ["--stiff"] if STIFF else [])
         t0 = time.time()
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=mine - time.time() + GRACE)
@@ -428,16 +458,22 @@ def main(argv=None):
         print(f"{name}: {time.time() - t0:.1f} s", flush=True)
     os.remove(ref_path)
     print("\n" + table(results))
-    cuda_rows = [r for r in results if r["contender"] == "riemattn-cuda-f64" and "seconds" in r]
-    checks = {"riemattn-cuda-f64 produced results": bool(cuda_rows),
-              "riemattn-cuda-f64 meets its error target at every B": bool(cuda_rows) and all(
+    key = "riemattn-cuda-rodas4" if STIFF else "riemattn-cuda-f64"
+    cuda_rows = [r for r in results if r["contender"] == key and "seconds" in r]
+    checks = {f"{key} produced results": bool(cuda_rows),
+              f"{key} meets its error target at every B": bool(cuda_rows) and all(
                   r["meets_target"] for r in cuda_rows)}
+    ratio = gpu_stiff.speedup(results) if STIFF else None
+    if ratio is not None:  # issue 56's target, where both engines were measured at B = 10^4
+        print(f"\ncompiled-cpu-rodas4 / riemattn-cuda-rodas4 at B = {gpu_stiff.SPEEDUP_B}: {ratio:.2f}x")
+        checks[f"rodas4 on the GPU >= {gpu_stiff.SPEEDUP:g}x the CPU engine at B = {gpu_stiff.SPEEDUP_B}"] = bool(
+            ratio >= gpu_stiff.SPEEDUP)
     print("\nchecks: " + "; ".join(f"{k}: {'PASS' if v else 'FAIL'}" for k, v in checks.items()))
     print(f"total {time.time() - start:.1f} s")
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump(dict(gpu=gpu, packages=pk, T=T, smoke=args.smoke, results=results, checks=checks), fh,
-                      indent=1)
+            json.dump(dict(gpu=gpu, packages=pk, T=T, smoke=args.smoke, stiff=STIFF, results=results,
+                           checks=checks), fh, indent=1)
     return 0 if all(checks.values()) else 1
 
 

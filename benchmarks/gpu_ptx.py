@@ -1,8 +1,10 @@
 """Proxy figures of the CUDA engine's kernels without a GPU: registers, stack, spills, SASS of the step loop.
 
 For each kernel the engine generates (the generic kernels, those specialised to the hemisphere
-ensemble's shape -- 10 tokens on S^2, 2 heads -- with the state in global columns, and those
-generated per method and field configuration, ``riemattn.solvers.compiled.cuda._gen``), compiled to PTX for sm_90 (H100) by numba-cuda
+ensemble's shape -- 10 tokens on S^2, 2 heads -- with the state in global columns, those
+generated per method and field configuration, ``riemattn.solvers.compiled.cuda._gen``, and the
+rodas4 kernel, ``riemattn.solvers.compiled.cuda._ros``, on USA at beta = 9 with the same 10 tokens
+on S^2: ``gen-rodas4-f64``), compiled to PTX for sm_90 (H100) by numba-cuda
 without a device (``riemattn.solvers.compiled.cuda._ptx.kernels_ptx``), assembled by ``ptxas -v``
 (registers, stack frame, spill bytes) and disassembled by ``nvdisasm``: the SASS instructions of
 the kernel and of its step loop (the largest loop of its control-flow graph,
@@ -50,6 +52,14 @@ def _hemisphere_ints():
     return pack_field(ra.AttentionField(hemisphere_heads()), (16,) + SHAPE[:2]).ints
 
 
+def _usa_ints():
+    """The packed configuration of USA at beta = 9 on the same shape (the stiff ensembles' field)."""
+    import riemattn as ra
+    from riemattn.solvers.compiled._kernel import pack_field
+
+    return pack_field(ra.usa(9.0, SHAPE[1]), (16,) + SHAPE[:2]).ints
+
+
 def cases():
     """name -> (description, function returning the kernel's PTX) for every kernel the engine generates."""
     from riemattn.solvers.compiled.cuda import _ptx
@@ -73,6 +83,9 @@ def cases():
         out[f"gen-{method}-{tag}"] = (f"generated for {method} and the hemisphere field ({kind}), {tag}",
                                       lambda m=method, k=kind, dt=dt: _ptx.generated_ptx(m, ints, dtype=dt,
                                                                                          which=(k,))[k])
+    usa = _usa_ints()  # USA at beta = 9 (the stiff ensembles): the difference form, autonomous
+    out["gen-rodas4-f64"] = (f"generated for rodas4 and USA beta = 9 on {SHAPE[:2]} (adaptive, difference form), f64",
+                             lambda: _ptx.generated_ptx("rodas4", usa, which=("adaptive",), diff=True)["adaptive"])
     out["gen-dopri5-f64-loops"] = ("generated for dopri5, the number of tokens at run time (_gen.UNROLL = False)",
                                    lambda: _ptx.generated_ptx("dopri5", ints, which=("adaptive",),
                                                               unroll=False)["adaptive"])

@@ -6,7 +6,8 @@ compiled engine's ``pack_field``), reads the stepper's arrays (the compiled engi
 :func:`~riemattn.solvers.compiled._tables.method`), launches one kernel for the whole batch -- the
 kernel generated for the method and the field's configuration
 (:mod:`riemattn.solvers.compiled.cuda._gen`: literal tableau, state in per-thread local arrays,
-the (B, n) layout in and out; only the outputs are allocated), else, for shapes too large for
+the (B, n) layout in and out; only the outputs are allocated; :mod:`._ros` for rodas4 and rodas4p,
+tokens of l d <= 64 numbers, float64), else, for shapes too large for
 local memory, the older kernels (:mod:`._fast`, :mod:`riemattn.solvers.compiled.cuda._loop`: state
 in global columns, the trajectory as the last axis, transposed to and from on the device) -- and
 builds the same :class:`~riemattn.solvers.integrate.Trajectory` as the other engines. What crosses
@@ -23,7 +24,7 @@ from ...._backend import is_torch
 from ....errors import UnsupportedByEngine
 
 #: the steppers the CUDA engine runs (exactly these classes, as the compiled engine's SUPPORTED)
-STEPPERS = ("rk4", "dopri5", "dop853")
+STEPPERS = ("rk4", "dopri5", "dop853", "rodas4", "rodas4p")
 #: threads per block of the kernels at large batches (:func:`threads_per_block`)
 THREADS = 128
 SIM_ENV = "NUMBA_ENABLE_CUDASIM"
@@ -74,6 +75,10 @@ def unsupported(field, step, y0, *, saveat, save_fn, events, progress, dense_out
         why.append(f"the stepper {getattr(step, 'name', step)!r} (cuda: {', '.join(STEPPERS)})")
     elif step.adaptive and saveat is None:
         why.append("every accepted step of a single trajectory (no saveat): pass saveat")
+    if name in ("rodas4", "rodas4p") and len(y0.shape) >= 2:  # the Rosenbrock kernels' limit on l d
+        from ._ros import unsupported as ros_unsupported
+
+        why += ros_unsupported(name, int(y0.shape[-2]), int(y0.shape[-1]), False)
     if save_fn is not None:
         why.append("a save_fn")
     if events:
@@ -101,7 +106,7 @@ def _dtype(y0, precision):
 def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_steps, pack, precision=None):
     """Integrate on the GPU (every argument already validated by integrate)."""
     from .. import _tables
-    from . import _gen, _host
+    from . import _gen, _host, _ros
 
     batch = tuple(y0.shape[:-2])
     l, d = (int(v) for v in y0.shape[-2:])
@@ -110,6 +115,8 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     torch_in = is_torch(y0)
     m = _tables.method(step.name)
     gen = _gen.kernels(step.name, pack.ints, dtype == np.float32)  # state in local arrays, constants folded
+    if step.name in _ros.METHODS:  # the Rosenbrock kernels (generated too; float64, l d <= _ros.MAX_N)
+        gen = _ros_kernels(field, step.name, pack, l, d, dtype)
     rows = gen is not None  # the generated kernels take and give the (B, n) layout; the older ones (n, B)
     stream = _host.stream_for(y0)  # every copy and launch of the call on it; one wait, at the end
     try:
@@ -217,6 +224,20 @@ def _run(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps,
         t=times, y=y, nfev=int(nfev.max(initial=0)), n_steps=int(n_steps.max(initial=0)),
         n_rejected=int(n_rej.max(initial=0)), success=bool(ok.all()), message=message(status, t_fail, None),
         per_trajectory=pt, stepper=step.name, engine="cuda")
+
+
+def _ros_kernels(field, name, pack, l, d, dtype):
+    """The Rosenbrock kernel for this call (the difference form where the compiled engine uses it),
+    or UnsupportedByEngine naming why not."""
+    from ....dynamics._tangent import applies
+    from ....dynamics.kernels import _kernel_layout as lay
+    from . import _ros
+
+    why = _ros.unsupported(name, l, d, dtype == np.float32, max(int(pack.ints[lay.H]), 1))
+    if why:
+        raise UnsupportedByEngine("engine='cuda' cannot run this call: " + "; ".join(why)
+                                  + ". Use engine='compiled' or 'numpy' (or 'auto').")
+    return _ros.kernels(name, pack.ints, False, bool(pack.autonomous), bool(applies(field, np.ones((1, l, d)))))
 
 
 def _state(y0, B, n, dtype, torch_in, rows, stream):
