@@ -73,6 +73,26 @@ def initial_step(order, flat, t0, t1, y0, f0, rtol, atol, b, ints, floats, per, 
     return min(min(100 * h0, h1), t1 - t0)
 
 
+@cuda.jit(device=True)
+def next_step_size(ctrl, alpha, k, accept, finite, en, h, h_try, last, rejected_prev, err_prev):
+    """(the next step size, the error kept for the next PI step) after an attempt with error norm
+    ``en``: the PI controller of ``riemattn.solvers.core._loops.run_adaptive`` on an accepted step
+    (no growth after a rejection, at most ``facmax``), ``safety en^(-1/k)`` (at least ``facmin``) on
+    a rejected one. Shared by the explicit loop (:func:`adaptive_rows`) and the Rosenbrock loop
+    (:mod:`riemattn.solvers.compiled.cuda._rosloop`)."""
+    pi_beta, safety, facmin, facmax, err_floor = ctrl[0], ctrl[1], ctrl[2], ctrl[3], ctrl[6]
+    if accept:
+        if en > 0:
+            grow = safety * en ** (-alpha) * err_prev ** pi_beta
+        else:
+            grow = facmax
+        grow = max(grow, facmin)
+        grow = min(grow, 1.0) if rejected_prev else min(grow, facmax)
+        return (max(h, h_try) if last else h_try) * grow, max(en, err_floor)
+    shrink = max(safety * en ** (-1.0 / k), facmin) if (finite and en > 1.0) else facmin
+    return h_try * shrink, err_prev
+
+
 @cuda.jit
 def adaptive_kernel(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, atol, h_first, max_steps, ints,
                     floats, per_all, W, Y, K, Kx, Fd, X1, X2, Yn, Er, E3, K1, Kn, U, R, Rn, saveat, saved, stats,
@@ -106,9 +126,8 @@ def adaptive_rows(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, ato
     reach) and ``stats[:, b]``, ``t_fail_out[b]`` at the end."""
     n = l * d
     kind, s, k, fsal = mi[0], mi[1], mi[3], mi[4] != 0
-    pi_beta, safety, facmin, facmax = ctrl[0], ctrl[1], ctrl[2], ctrl[3]
-    last_rtol, under_rtol, err_floor = ctrl[4], ctrl[5], ctrl[6]
-    alpha = 1.0 / k - 0.75 * pi_beta
+    last_rtol, under_rtol = ctrl[4], ctrl[5]
+    alpha = 1.0 / k - 0.75 * ctrl[0]  # ctrl[0]: the PI controller's beta
     nfev = 0
     n_steps = 0
     n_rej = 0
@@ -188,17 +207,7 @@ def adaptive_rows(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, ato
                     for p in range(n):
                         put(saved, nxt, p, b, u[p])
                 nxt += 1
-            if en > 0:  # the PI controller of riemattn.solvers.core._loops.run_adaptive
-                grow = safety * en ** (-alpha) * err_prev ** pi_beta
-            else:
-                grow = facmax
-            grow = max(grow, facmin)
-            grow = min(grow, 1.0) if rejected_prev else min(grow, facmax)
-            h = (max(h, h_try) if last else h_try) * grow
-            err_prev = max(en, err_floor)
-        else:
-            shrink = max(safety * en ** (-1.0 / k), facmin) if (finite and en > 1.0) else facmin
-            h = h_try * shrink
+        h, err_prev = next_step_size(ctrl, alpha, k, accept, finite, en, h, h_try, last, rejected_prev, err_prev)
         rejected_prev = not accept
         nonfinite_prev = not finite
         if accept:

@@ -16,7 +16,7 @@ import math
 from numba import cuda
 
 from ._field import rhs
-from ._loop import NON_FINITE, REACHED, RUNNING, MAX_STEPS, UNDERFLOW, initial_step, put
+from ._loop import NON_FINITE, REACHED, RUNNING, MAX_STEPS, UNDERFLOW, initial_step, next_step_size, put
 from ._steps import rms_norm
 
 #: False in a probe kernel without the saving code (as _loop.SAVES)
@@ -43,9 +43,8 @@ def ros_rows(mi, ctrl, flat, t0, t1, rtol, atol, h_row, max_steps, ints, floats,
     ``stats[:, b]`` = (nfev, n_steps, n_rejected, status) and ``t_fail_out[b]``."""
     n = N
     k, fsal = mi[3], mi[4] != 0
-    pi_beta, safety, facmin, facmax = ctrl[0], ctrl[1], ctrl[2], ctrl[3]
-    last_rtol, under_rtol, err_floor = ctrl[4], ctrl[5], ctrl[6]
-    alpha = 1.0 / k - 0.75 * pi_beta
+    last_rtol, under_rtol = ctrl[4], ctrl[5]
+    alpha = 1.0 / k - 0.75 * ctrl[0]  # ctrl[0]: the PI controller's beta
     nfev = 0
     n_steps = 0
     n_rej = 0
@@ -107,17 +106,7 @@ def ros_rows(mi, ctrl, flat, t0, t1, rtol, atol, h_row, max_steps, ints, floats,
                     for p in range(n):
                         put(saved, nxt, p, b, u[p])
                 nxt += 1
-            if en > 0:  # the PI controller of riemattn.solvers.core._loops.run_adaptive
-                grow = safety * en ** (-alpha) * err_prev ** pi_beta
-            else:
-                grow = facmax
-            grow = max(grow, facmin)
-            grow = min(grow, 1.0) if rejected_prev else min(grow, facmax)
-            h = (max(h, h_try) if last else h_try) * grow
-            err_prev = max(en, err_floor)
-        else:
-            shrink = max(safety * en ** (-1.0 / k), facmin) if (finite and en > 1.0) else facmin
-            h = h_try * shrink
+        h, err_prev = next_step_size(ctrl, alpha, k, accept, finite, en, h, h_try, last, rejected_prev, err_prev)
         rejected_prev = not accept
         nonfinite_prev = not finite
         if accept:
