@@ -50,6 +50,10 @@ SCRIPT = textwrap.dedent(r"""
     from riemattn.experiments._papers import hemisphere_heads
     from riemattn.dynamics.schedules import PiecewiseConstantHeads
     from riemattn.solvers.compiled.cuda import _fast, _gen
+    from riemattn.solvers.compiled._kernel import pack_field
+    from riemattn.dynamics.kernels import _kernel_layout as lay
+    SLOTS = ("MANIFOLD", "MASK", "NORM", "RESCALED", "BETA_LOC", "P_KIND", "P_LOC", "P_HEADS", "U_KIND", "U_LOC",
+             "U_HEADS")
     rng = np.random.default_rng(7)
 
     def tokens(shape):
@@ -69,6 +73,8 @@ SCRIPT = textwrap.dedent(r"""
             _gen.MAX_LOCAL = limit
             diff_older = float(np.abs(a.y - o.y).max())
         c = ra.integrate(field, y0, span, stepper, engine="compiled", **kw)
+        ints = pack_field(field, tuple(np.shape(yc))).ints
+        slots = {k: int(ints[getattr(lay, k)]) for k in SLOTS}
         pa, pc = a.per_trajectory, c.per_trajectory
         nan = np.isnan(np.asarray(c.y))  # the slots a stopped trajectory does not reach: NaN in both
         print(json.dumps(dict(name=name, diff=float(np.abs(a.y - c.y)[~nan].max()), t_equal=bool(np.array_equal(a.t, c.t)),
@@ -78,7 +84,7 @@ SCRIPT = textwrap.dedent(r"""
                                   np.array_equal(pa.nfev, pc.nfev) and np.array_equal(pa.n_steps, pc.n_steps)
                                   and np.array_equal(pa.n_rejected, pc.n_rejected)),
                               status_equal=bool(np.array_equal(pa.status, pc.status)), success=bool(a.success),
-                              specialised=specialised, generated=generated, diff_older=diff_older)))
+                              specialised=specialised, generated=generated, diff_older=diff_older, slots=slots)))
 
     hemi = hemisphere_heads()
     beta = np.array([0.5, 1.0, 2.0])
@@ -87,12 +93,15 @@ SCRIPT = textwrap.dedent(r"""
              ra.AttentionField(hemi, beta=beta), tokens((3, 4, 3)), (0.0, 0.5), st, rtol=1e-6, atol=1e-6,
              saveat=[0.0, 0.13, 0.5], older=st == "dopri5")
     P = rng.normal(size=(2, 1, 3, 3))
-    U = rng.normal(size=(1, 3, 3))
-    case("dop853 per-trajectory P, causal softmax", ra.AttentionField(P, U, mask="causal", normalization="softmax"),
+    U = rng.normal(size=(2, 1, 3, 3))
+    case("dop853 per-trajectory P and U, causal softmax", ra.AttentionField(P, U, mask="causal", normalization="softmax"),
          tokens((2, 5, 3)), (0.0, 1.0), "dop853", rtol=1e-7, atol=1e-7, saveat=[0.3, 1.0])
-    case("dopri5 one trajectory, first_step", ra.AttentionField(hemi), tokens((1, 4, 3)), (0.0, 0.4), "dopri5",
+    case("dopri5 one trajectory, first_step, scalar U", ra.AttentionField(hemi, 1.5 * np.eye(3)[None]),
+         tokens((1, 4, 3)), (0.0, 0.4), "dopri5",
          rtol=1e-5, atol=1e-5, saveat=[0.4], first_step=0.05)
-    case("rk4 batch saveat", ra.AttentionField(hemi, beta=np.array([1.0, 3.0, 0.2, 1.5])), tokens((4, 3, 3)),
+    Usteps = PiecewiseConstantHeads([0.0, 0.2], rng.normal(size=(2, 2, 3, 3)) / 2)
+    case("rk4 batch saveat, piecewise-constant U", ra.AttentionField(hemi, Usteps, beta=np.array([1.0, 3.0, 0.2, 1.5])),
+         tokens((4, 3, 3)),
          (0.0, 0.5), "rk4", dt=0.1, saveat=[0.0, 0.25, 0.5])
     case("rk4 single trajectory, every step", ra.AttentionField(hemi), tokens((3, 3)), (0.0, 0.3), "rk4", dt=0.1)
     W = np.diag([2.0, 1.0, 0.5])
@@ -101,7 +110,8 @@ SCRIPT = textwrap.dedent(r"""
          ell.manifold.projection(rng.normal(size=(2, 4, 3))), (0.0, 0.6), "dopri5", rtol=1e-6, atol=1e-6,
          saveat=[0.0, 0.31, 0.6])
     steps = PiecewiseConstantHeads([0.0, 0.25], rng.normal(size=(2, 1, 3, 3)))
-    case("dop853 piecewise-constant P, per-trajectory beta", ra.AttentionField(steps, beta=np.array([1.0, 2.0])),
+    case("dop853 piecewise-constant P, time-varying U, per-trajectory beta",
+         ra.AttentionField(steps, hemi, beta=np.array([1.0, 2.0])),
          tokens((2, 3, 3)), (0.0, 0.5), "dop853", rtol=1e-7, atol=1e-7, saveat=[0.2, 0.5])
     case("dopri5 float32", ra.AttentionField(hemi), tokens((2, 4, 3)), (0.0, 0.3), "dopri5", dtype=np.float32,
          rtol=1e-4, atol=1e-4, saveat=[0.3])
@@ -155,6 +165,36 @@ def test_simulator_runs_every_case(simulated):
         older = "fast" in r["name"] or "generic" in r["name"]
         assert (r["generated"] == 0) == older, r
         assert (r["specialised"] == 1) == ("fast" in r["name"]), r
+
+
+def _values(prefix):
+    """Every value of the kernel layout's constants named ``prefix*`` (riemattn.dynamics.kernels._kernel_layout)."""
+    from riemattn.dynamics.kernels import _kernel_layout as lay
+
+    return {v for k, v in vars(lay).items() if k.startswith(prefix) and isinstance(v, int)}
+
+
+def test_generated_kernel_cases_cover_every_option_the_engine_accepts(simulated):
+    """Enumerated, not listed: each value of each option of the packed field that the CUDA engine
+    runs (every manifold, mask, normalization, rescaling, location of beta and the weights, head
+    kind of P and U -- read from the kernel layout's constants, so a kind added there needs a case
+    here) is run by at least one generated-kernel case, and P and U with one and with several heads."""
+    from riemattn.dynamics.kernels import _kernel_layout as lay
+
+    seen: dict = {}
+    for r in simulated:
+        if r["generated"]:
+            for k, v in r["slots"].items():
+                seen.setdefault(k, set()).add(v)
+    # flat space: the compiled kernels' pack refuses the attention field on it (MAN_FLAT is the layer-norm
+    # placements' state), so does the CUDA engine (test_unsupported_calls_are_named)
+    domains = dict(MANIFOLD=_values("MAN_") - {lay.MAN_FLAT}, MASK=_values("MASK_"), NORM=_values("NORM_"), RESCALED={0, 1},
+                   BETA_LOC=_values("LOC_"), P_LOC=_values("LOC_"), U_LOC=_values("LOC_"),
+                   P_KIND=_values("SRC_") - {lay.SRC_IDENTITY}, U_KIND=_values("SRC_"))
+    for slot, values in domains.items():
+        assert values <= seen[slot], (slot, sorted(values - seen[slot]))
+    for slot in ("P_HEADS", "U_HEADS"):
+        assert 1 in seen[slot] and max(seen[slot]) > 1, (slot, seen[slot])
 
 
 def test_generated_kernels_compute_what_the_older_ones_do(simulated):
@@ -249,6 +289,30 @@ def test_unsupported_calls_are_named():
     why, _ = unsupported(ra.layernorm(field, "pre"), get_stepper("dopri5"), y0, saveat=np.array([1.0]),
                          save_fn=None, events=(), progress=False, dense_output=False)
     assert any("layer-norm" in w for w in why)
+    flat = ra.AttentionField(np.eye(3)[None], W="flat")  # the compiled kernels' pack refuses it: so does cuda
+    why, pack = unsupported(flat, get_stepper("dopri5"), y0, saveat=np.array([1.0]), save_fn=None, events=(),
+                            progress=False, dense_output=False)
+    assert pack is None and any("flat space" in w for w in why) and not any(w.endswith(".") for w in why), why
+
+
+def test_a_refusal_names_the_engines_that_can_run_the_call(monkeypatch):
+    """One sentence per reason, and the advice of an engine that runs the call: the compiled engine
+    only where it can pack the field (dispatch with a GPU assumed: the refusal comes before any
+    device work)."""
+    from riemattn.solvers.compiled.cuda import _engine
+    from riemattn.solvers.steppers import get_stepper
+
+    monkeypatch.setattr(_engine, "why_not", lambda: None)
+    y0 = np.tile(np.eye(3)[None], (2, 1, 1))
+    args = (0.0, 1.0, None, 1e-6, 1e-6, None, np.array([1.0]), 100, (), None, False, False)
+    with pytest.raises(UnsupportedByEngine) as flat:
+        _engine.dispatch(ra.AttentionField(np.eye(3)[None], W="flat"), get_stepper("dopri5"), y0, *args)
+    msg = str(flat.value)
+    assert "flat space" in msg and "'compiled'" not in msg and "engine='numpy'" in msg and ".." not in msg, msg
+    with pytest.raises(UnsupportedByEngine) as heun:
+        _engine.dispatch(ra.AttentionField(np.eye(3)[None]), get_stepper("heun"), y0, *args)
+    msg = str(heun.value)
+    assert "'heun'" in msg and "engine='compiled' or 'numpy'" in msg and ".." not in msg, msg
 
 
 @needs_numba_cuda

@@ -91,7 +91,8 @@ def unsupported(field, step, y0, *, saveat, save_fn, events, progress, dense_out
     try:
         pack = pack_field(field, tuple(y0.shape))
     except UnsupportedByEngine as exc:
-        why.append(str(exc).replace("the compiled engine", "the CUDA engine"))
+        # the compiled engine's reason without its advice (dispatch gives the advice for this engine)
+        why.append(str(exc).split("; use engine=")[0].rstrip(".").replace("the compiled engine", "the CUDA engine"))
     if pack is not None and (int(pack.ints[lay.KIND]) != lay.KIND_ATTENTION or int(pack.ints[lay.PLACEMENT])):
         why.append("the circle form and the layer-norm placements (cuda: the attention field itself)")
     return why, pack
@@ -316,8 +317,9 @@ def dispatch(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_st
     why, pack = unsupported(field, step, y0, saveat=saveat, save_fn=save_fn, events=events, progress=progress,
                             dense_output=dense_output)
     if why:
+        other = "engine='compiled' or 'numpy'" if pack is not None else "engine='numpy'"  # no pack: nor compiled
         raise UnsupportedByEngine("engine='cuda' cannot run this call: " + "; ".join(why)
-                                  + ". Use engine='compiled' or 'numpy' (or 'auto').")
+                                  + f". Use {other} (or 'auto').")
     kw = dict(dt=dt, rtol=rtol, atol=atol, first_step=first_step, saveat=saveat, max_steps=max_steps, pack=pack,
               precision=precision)
     if is_torch(y0) and y0.device.index is not None:  # the tensor's GPU runs it (numba's current device)
