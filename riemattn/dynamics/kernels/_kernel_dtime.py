@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 
-from ._kernel_attention import apply_W, heads_rate, jit, norm_scale, offsets, source, tangent_rows
+from ._kernel_attention import apply_W, jit, norm_scale, offsets, source, tangent_rows
+from ._kernel_heads import heads_rate
 from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, MAN_FLAT, MANIFOLD, MASK, MASK_CAUSAL, P_HEADS,
                              P_KIND, P_LOC, P_OFF, P_TERMS, PL_POST, PLACEMENT, SRC_SINES, U_HEADS, U_KIND,
                              U_LOC, U_OFF, U_TERMS)

@@ -1,0 +1,92 @@
+"""The head matrices of a packed field at t (private; the sources of :mod:`._kernel_layout`).
+
+:func:`heads_at` (M(t)) and :func:`heads_rate` (dM/dt) read one source, P or U, of kind
+``SRC_CONST``, ``SRC_SINES`` or ``SRC_STEPS``; :func:`load_heads` loads both of a pack at t
+(beta, its scale of P, the ``SRC_SCALAR`` / ``SRC_IDENTITY`` cases) -- the one loader of the
+generic CPU kernel (``_kernel_attention.forward``), the streamed kernel (``_kernel_stream``) and
+the CUDA field (``riemattn.solvers.compiled.cuda._fast.make_rhs``).
+
+These functions are compiled twice: by numba for the CPU and, from their Python bodies, by
+numba-cuda as device functions (``riemattn.solvers.compiled.cuda._field.device_functions``), where
+the per-trajectory data is the trajectory's row itself and a device function may return only an
+array it was passed. So they take the source arrays already resolved by the caller (through
+``source``, whichever its compilation), write the matrices into the arrays they are given and
+return scalars only.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ._kernel_cache import jit
+from ._kernel_layout import BETA_OFF, P_OFF, P_TERMS, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_OFF, U_TERMS
+
+
+@jit
+def heads_at(t, kind, src, off, nh, terms, d, scale, out, oo):
+    """out[oo:oo + nh d d] = scale M(t) for a source of kind SRC_CONST, SRC_SINES or SRC_STEPS."""
+    m = nh * d * d
+    if kind == SRC_SINES:
+        a_off = off + m
+        w_off = a_off + terms * m
+        for e in range(m):
+            out[oo + e] = src[off + e]
+        for k in range(terms):
+            w = math.sin(src[w_off + k] * t + src[w_off + terms + k])
+            base = a_off + k * m
+            for e in range(m):
+                out[oo + e] += w * src[base + e]
+        for e in range(m):
+            out[oo + e] *= scale
+        return
+    base = off
+    if kind == SRC_STEPS:
+        k = 0
+        for j in range(1, terms):
+            if src[off + j] <= t:
+                k = j
+            else:
+                break
+        base = off + terms + k * m
+    for e in range(m):
+        out[oo + e] = scale * src[base + e]
+
+
+@jit
+def heads_rate(t, kind, src, off, nh, terms, d, scale, out, oo):
+    """out[oo:oo + nh d d] = scale dM/dt (0 unless SRC_SINES)."""
+    m = nh * d * d
+    for e in range(m):
+        out[oo + e] = 0.0
+    if kind != SRC_SINES:
+        return
+    a_off = off + m
+    w_off = a_off + terms * m
+    for k in range(terms):
+        w = scale * src[w_off + k] * math.cos(src[w_off + k] * t + src[w_off + terms + k])
+        base = a_off + k * m
+        for e in range(m):
+            out[oo + e] += w * src[base + e]
+
+
+@jit
+def load_heads(t, ints, srcB, srcP, srcU, pk, uk, hP, hU, rescaled, d, outP, oP, outU, oU):
+    """P(t) (times beta unless ``rescaled``) into outP[oP:], U(t) into outU[oU:], for the pack
+    ``ints`` whose beta, P and U live in the arrays srcB, srcP, srcU (each ``source(ints[*_LOC],
+    ...)``), of kinds pk, uk with hP, hU heads (``ints[P_KIND]``, ... or their compile-time values).
+    Returns (cP, cU, beta, pscale): the factors c of a scalar P (times pscale) and U (``SRC_SCALAR``,
+    M = c I; nothing written then, nor for U = I), beta, and P's scale (1 for the rescaled scores,
+    whose beta is applied to the scores, else beta)."""
+    beta = srcB[ints[BETA_OFF]]
+    pscale = 1.0 if rescaled else beta
+    cP = 0.0
+    if pk == SRC_SCALAR:
+        cP = pscale * srcP[ints[P_OFF]]
+    else:
+        heads_at(t, pk, srcP, ints[P_OFF], hP, ints[P_TERMS], d, pscale, outP, oP)
+    cU = 0.0
+    if uk == SRC_SCALAR:
+        cU = srcU[ints[U_OFF]]
+    elif uk != SRC_IDENTITY:
+        heads_at(t, uk, srcU, ints[U_OFF], hU, ints[U_TERMS], d, 1.0, outU, oU)
+    return cP, cU, beta, pscale
