@@ -1,7 +1,7 @@
 """The head matrices of a packed field at t (private; the sources of :mod:`._kernel_layout`).
 
 :func:`heads_at` (M(t)) and :func:`heads_rate` (dM/dt) read one source, P or U, of kind
-``SRC_CONST``, ``SRC_SINES`` or ``SRC_STEPS``; :func:`load_heads` loads both of a pack at t
+``SRC_CONST``, ``SRC_SINES``, ``SRC_ROWSINES`` (the row-separable sines, compact) or ``SRC_STEPS``; :func:`load_heads` loads both of a pack at t
 (beta, its scale of P, the ``SRC_SCALAR`` / ``SRC_IDENTITY`` cases) -- the one loader of the
 generic CPU kernel (``_kernel_attention.forward``), the streamed kernel (``_kernel_stream``) and
 the CUDA field (``riemattn.solvers.compiled.cuda._fast.make_rhs``).
@@ -19,13 +19,44 @@ from __future__ import annotations
 import math
 
 from ._kernel_cache import jit
-from ._kernel_layout import BETA_OFF, P_OFF, P_TERMS, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_OFF, U_TERMS
+from ._kernel_layout import (BETA_OFF, P_OFF, P_TERMS, SRC_IDENTITY, SRC_ROWSINES, SRC_SCALAR, SRC_SINES, SRC_STEPS,
+                             U_OFF, U_TERMS)
 
 
+# SRC_ROWSINES has the values of SRC_SINES. Entry e of row rho: the dense form computes
+# v = B_e, then v += w_k A_k,e for k = 0..K-1 (w_k = sin(omega_k t + phi_k)), then v *= scale;
+# the compact form v = B_e (+0.0 when B is not stored: all its entries are +0.0), v += w_k* A_k*,e
+# for the one term k* on row rho (if any), v *= scale. The other terms add w_k A_k,e = w_k (+-0) =
+# +-0 exactly (|w_k| <= 1), and in IEEE arithmetic x + (+-0) = x for every x but -0 (-0 + +0 = +0),
+# also as a fused multiply-add (the GPU's contraction of both forms' v += w A). The running value is
+# -0 only while it is B_e = -0 (a nonzero sum that cancels is +0 under rounding to nearest), so the
+# two forms agree bit for bit where B has no -0.0 entry, and otherwise may differ only in the sign
+# of such a zero. (A w_k that is NaN -- omega_k t + phi_k overflowing to inf -- makes every entry
+# NaN in the dense form, row rho_k's in the compact one.) The rates likewise: both start at +0.0
+# and add the same w'_k A_k*,e, bit for bit. tests/dynamics/test_kernel_heads.py checks both.
 @jit
 def heads_at(t, kind, src, off, nh, terms, d, scale, out, oo):
-    """out[oo:oo + nh d d] = scale M(t) for a source of kind SRC_CONST, SRC_SINES or SRC_STEPS."""
+    """out[oo:oo + nh d d] = scale M(t) for a source of kind SRC_CONST, SRC_SINES, SRC_ROWSINES or
+    SRC_STEPS."""
     m = nh * d * d
+    if kind == SRC_ROWSINES:  # B (or 0), then each term's row; _kernel_layout for the layout
+        o = off + 1
+        if src[off] != 0.0:
+            for e in range(m):
+                out[oo + e] = src[o + e]
+            o += m
+        else:
+            for e in range(m):
+                out[oo + e] = 0.0
+        for k in range(terms):
+            w = math.sin(src[o + k] * t + src[o + terms + k])
+            base = oo + int(src[o + 2 * terms + k]) * d
+            rk = o + 3 * terms + k * d
+            for c in range(d):
+                out[base + c] += w * src[rk + c]
+        for e in range(m):
+            out[oo + e] *= scale
+        return
     if kind == SRC_SINES:
         a_off = off + m
         w_off = a_off + terms * m
@@ -54,10 +85,19 @@ def heads_at(t, kind, src, off, nh, terms, d, scale, out, oo):
 
 @jit
 def heads_rate(t, kind, src, off, nh, terms, d, scale, out, oo):
-    """out[oo:oo + nh d d] = scale dM/dt (0 unless SRC_SINES)."""
+    """out[oo:oo + nh d d] = scale dM/dt (0 unless SRC_SINES or SRC_ROWSINES)."""
     m = nh * d * d
     for e in range(m):
         out[oo + e] = 0.0
+    if kind == SRC_ROWSINES:
+        o = off + 1 + (m if src[off] != 0.0 else 0)
+        for k in range(terms):
+            w = scale * src[o + k] * math.cos(src[o + k] * t + src[o + terms + k])
+            base = oo + int(src[o + 2 * terms + k]) * d
+            rk = o + 3 * terms + k * d
+            for c in range(d):
+                out[base + c] += w * src[rk + c]
+        return
     if kind != SRC_SINES:
         return
     a_off = off + m
@@ -67,6 +107,12 @@ def heads_rate(t, kind, src, off, nh, terms, d, scale, out, oo):
         base = a_off + k * m
         for e in range(m):
             out[oo + e] += w * src[base + e]
+
+
+@jit
+def smooth(kind):
+    """Whether a source of this kind varies smoothly in t (dM/dt from :func:`heads_rate`)."""
+    return kind == SRC_SINES or kind == SRC_ROWSINES
 
 
 @jit

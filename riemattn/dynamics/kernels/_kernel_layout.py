@@ -15,7 +15,13 @@ Head-matrix sources (P and U), ``*_KIND``:
 - ``SRC_SINES`` (:class:`~riemattn.dynamics.schedules.TimeVaryingHeads`, ``terms`` = K):
   B (heads d d), A (K heads d d), omega (K), phi (K);
 - ``SRC_STEPS`` (:class:`~riemattn.dynamics.schedules.PiecewiseConstantHeads`, ``terms`` = m):
-  times (m), stacks (m heads d d).
+  times (m), stacks (m heads d d);
+- ``SRC_ROWSINES`` (a row-separable ``TimeVaryingHeads``, ``terms`` = K: each A_k nonzero on
+  one row of one head, no two terms on the same row -- M_eta(t) = D_eta(t) P'_eta, the hemisphere
+  ensemble's heads; terms with A_k = 0 left out): a flag (1.0: B follows, 0.0: B has only +0.0
+  entries and is not stored), [B (heads d d)], omega (K), phi (K), the row rho_k = eta d + r of
+  each term (K, as floats), its row of A_k (K d). The same values as ``SRC_SINES``
+  (``_kernel_heads.heads_at``).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ MAN_SPHERE, MAN_ELLIPSOID, MAN_FLAT = 0, 1, 2
 MASK_FULL, MASK_CAUSAL = 0, 1
 NORM_PAPER, NORM_SOFTMAX, NORM_MEAN = 0, 1, 2
 LOC_FLOATS, LOC_PER = 0, 1
-SRC_IDENTITY, SRC_CONST, SRC_SCALAR, SRC_SINES, SRC_STEPS = 0, 1, 2, 3, 4
+SRC_IDENTITY, SRC_CONST, SRC_SCALAR, SRC_SINES, SRC_STEPS, SRC_ROWSINES = 0, 1, 2, 3, 4, 5
 MODEL_SA, MODEL_USA = 0, 1
 PL_POST, PL_PRE, PL_PERI, PL_NGPT, PL_MIX = 0, 1, 2, 3, 4
 #: operations of kernels.evaluate

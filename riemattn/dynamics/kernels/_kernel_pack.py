@@ -137,8 +137,13 @@ def _source(builder: _Builder, heads, name: str, hM: int, d: int, ints, slots):
             _unsupported(f"a TimeVaryingHeads {name} of shapes B {B.shape}, A {A.shape}")
         if B.ndim == 2:
             B, A = B[None], A[:, None]
-        ints[kind_s], ints[terms_s] = K.SRC_SINES, n_terms
         lead = np.broadcast_shapes(B.shape[:-3], A.shape[1:-3])
+        rows = _separable_rows(A, hM, d) if ROW_SEPARABLE else None
+        if rows is not None:
+            ints[kind_s] = K.SRC_ROWSINES
+            ints[terms_s], ints[loc_s], ints[off_s] = _pack_rowsines(builder, B, A, omega, phi, rows, lead, hM, d, name)
+            return False
+        ints[kind_s], ints[terms_s] = K.SRC_SINES, n_terms
         if not lead:  # one schedule for every trajectory: B, A, omega, phi
             ints[loc_s], ints[off_s] = builder.add_shared(np.concatenate([B.ravel(), A.ravel(), omega, phi]))
         else:  # one B_b and A_{k,b} per trajectory (batch axes of B and A), then omega, phi
@@ -157,6 +162,43 @@ def _source(builder: _Builder, heads, name: str, hM: int, d: int, ints, slots):
         return False  # depends on t (its time derivative is 0 between the breaks)
     _unsupported(f"a callable {name}(t) of type {type(fn).__name__}",
                  " (only TimeVaryingHeads and PiecewiseConstantHeads run compiled)")
+
+
+#: pack row-separable TimeVaryingHeads as SRC_ROWSINES (False: always SRC_SINES; the tests compare both)
+ROW_SEPARABLE = True
+
+
+def _separable_rows(A, hM: int, d: int):
+    """For a TimeVaryingHeads' A (K, ..., heads, d, d): the (term, row eta d + r) pairs of its terms
+    (terms with A_k = 0 left out) when each A_k is nonzero on one row of one head (over every
+    trajectory) and no two terms share a row, else None (the dense SRC_SINES)."""
+    if A.shape[-3] != hM:
+        return None
+    touched = (A != 0).reshape((A.shape[0], -1, hM * d, d)).any(axis=(1, 3))  # (K, heads d): term k on row rho
+    if np.any(touched.sum(axis=1) > 1) or np.any(touched.sum(axis=0) > 1):
+        return None
+    return [(k, int(np.flatnonzero(tk)[0])) for k, tk in enumerate(touched) if tk.any()]
+
+
+def _pack_rowsines(builder: _Builder, B, A, omega, phi, rows, lead, hM: int, d: int, name: str):
+    """SRC_ROWSINES (layout in _kernel_layout): returns (terms, loc, off)."""
+    ks = np.array([k for k, _ in rows], dtype=np.intp)
+    rho = np.array([r for _, r in rows], dtype=np.intp)
+    A_rows = np.broadcast_to(A, A.shape[:1] + lead + (hM, d, d)).reshape(A.shape[:1] + lead + (hM * d, d))
+    R = A_rows[ks, ..., rho, :]  # (K', lead..., d): term k's row rho_k
+    has_B = bool(np.any(B != 0) or np.any(np.signbit(B)))  # omitted only when every entry is +0.0
+    flag = np.array([1.0 if has_B else 0.0])
+    tail = np.concatenate([omega[ks], phi[ks], rho.astype(float)])
+    if not lead:  # one schedule for every trajectory
+        parts = [flag] + ([B.ravel()] if has_B else []) + [tail, R.ravel()]
+        loc, off = builder.add_shared(np.concatenate(parts))
+        return len(rows), loc, off
+    Bb = np.broadcast_to(B, lead + (hM, d, d)).reshape(lead + (hM * d * d,))  # one B_b and rows per trajectory
+    parts = [np.broadcast_to(flag, lead + (1,))] + ([Bb] if has_B else [])
+    parts += [np.broadcast_to(tail, lead + tail.shape), np.moveaxis(R, 0, len(lead)).reshape(lead + (-1,))]
+    row = np.concatenate(parts, axis=-1)
+    loc, off = builder.add_per(row, row.shape[-1:], name)
+    return len(rows), loc, off
 
 
 def _breaks(field) -> np.ndarray:
