@@ -11,7 +11,6 @@ Jacobian and its time derivative are bit-identical too (the same operations on t
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import riemattn as ra
 from riemattn.dynamics import kernels as kk
@@ -132,11 +131,18 @@ def test_only_row_separable_heads_pack_compact():
     assert kind(shared_row) == K.SRC_SINES
     dense = rng.normal(size=(2, h, d, d))
     assert kind(dense) == K.SRC_SINES
-    # per-trajectory A: term 0 on row 1 in one trajectory and row 2 in another is two rows
-    per = np.zeros((1, 2, h, d, d))
-    per[0, 0, 0, 1, 0], per[0, 1, 0, 2, 0] = 1.0, 1.0
-    tv = TimeVaryingHeads(np.zeros((2, h, d, d)), per, np.ones(1), np.zeros(1))
-    assert int(kk.pack_field(ra.AttentionField(tv), (2, 4, d)).ints[K.P_KIND]) == K.SRC_SINES
+    assert kind(one_row[:1]) == K.SRC_SINES  # separable, but one term reads fewer numbers dense
+    # per-trajectory A: term 0 on row 1 in one trajectory and row 2 in the other is on two rows
+    per = np.zeros((2, 2, h, d, d))
+    per[0, 0, 0, 1, 0], per[0, 1, 0, 1, 1], per[1, :, 1, 0, 2] = 1.0, 2.0, 3.0
+
+    def kind_per(A):
+        tv = TimeVaryingHeads(np.zeros((2, h, d, d)), A, np.ones(2), np.zeros(2))
+        return int(kk.pack_field(ra.AttentionField(tv), (2, 4, d)).ints[K.P_KIND])
+
+    assert kind_per(per) == K.SRC_ROWSINES
+    per[0, 1, 0, 1, 1], per[0, 1, 0, 2, 1] = 0.0, 2.0
+    assert kind_per(per) == K.SRC_SINES
 
 
 def test_rowsines_rate_is_the_central_difference(monkeypatch):

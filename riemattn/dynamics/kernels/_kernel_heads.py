@@ -25,35 +25,38 @@ from ._kernel_layout import (BETA_OFF, P_OFF, P_TERMS, SRC_IDENTITY, SRC_ROWSINE
 
 # SRC_ROWSINES has the values of SRC_SINES. Entry e of row rho: the dense form computes
 # v = B_e, then v += w_k A_k,e for k = 0..K-1 (w_k = sin(omega_k t + phi_k)), then v *= scale;
-# the compact form v = B_e (+0.0 when B is not stored: all its entries are +0.0), v += w_k* A_k*,e
-# for the one term k* on row rho (if any), v *= scale. The other terms add w_k A_k,e = w_k (+-0) =
-# +-0 exactly (|w_k| <= 1), and in IEEE arithmetic x + (+-0) = x for every x but -0 (-0 + +0 = +0),
-# also as a fused multiply-add (the GPU's contraction of both forms' v += w A). The running value is
-# -0 only while it is B_e = -0 (a nonzero sum that cancels is +0 under rounding to nearest), so the
-# two forms agree bit for bit where B has no -0.0 entry, and otherwise may differ only in the sign
-# of such a zero. (A w_k that is NaN -- omega_k t + phi_k overflowing to inf -- makes every entry
-# NaN in the dense form, row rho_k's in the compact one.) The rates likewise: both start at +0.0
-# and add the same w'_k A_k*,e, bit for bit. tests/dynamics/test_kernel_heads.py checks both.
+# the compact form v = B_e (+0.0 when B is not stored: all its entries are +0.0), v += w_rho P'_e
+# (P'_e = A_k*,e for the one term k* on row rho, w_rho = w_k*; a row without a term has omega =
+# phi = 0 and P' = 0: w_rho P'_e = +0), v *= scale. Every other product is w_k A_k,e = w_k (+-0) =
+# +-0 exactly (|w_k| <= 1), and in IEEE arithmetic x + (+-0) = x for every x but -0 (-0 + +0 =
+# +0), also as a fused multiply-add (the GPU's contraction of both forms' v += w A). The running
+# value is -0 only while it is B_e = -0 (a nonzero sum that cancels is +0 under rounding to
+# nearest), so the two forms agree bit for bit where B has no -0.0 entry, and otherwise may differ
+# only in the sign of such a zero. (A w_k that is NaN -- omega_k t + phi_k overflowing to inf --
+# makes every entry NaN in the dense form, row rho's in the compact one.) The rates likewise: both
+# start at +0.0 and add the same w'_k A_k*,e (and +-0), bit for bit. The loops run over the heads
+# d rows, not over data-dependent indices, and whether B is stored is the pack's ``terms``: with
+# the sizes and the pack's ints fixed at compile time (the generated CUDA kernels) every index is a
+# constant and the branch folds.
 @jit
 def heads_at(t, kind, src, off, nh, terms, d, scale, out, oo):
     """out[oo:oo + nh d d] = scale M(t) for a source of kind SRC_CONST, SRC_SINES, SRC_ROWSINES or
     SRC_STEPS."""
     m = nh * d * d
-    if kind == SRC_ROWSINES:  # B (or 0), then each term's row; _kernel_layout for the layout
-        o = off + 1
-        if src[off] != 0.0:
+    if kind == SRC_ROWSINES:  # [B (terms = 1)], omega, phi (nh d), P' (nh d d); _kernel_layout
+        n = nh * d
+        o = off
+        if terms != 0:
             for e in range(m):
                 out[oo + e] = src[o + e]
             o += m
         else:
             for e in range(m):
                 out[oo + e] = 0.0
-        for k in range(terms):
-            w = math.sin(src[o + k] * t + src[o + terms + k])
-            base = oo + int(src[o + 2 * terms + k]) * d
-            rk = o + 3 * terms + k * d
+        for r in range(n):
+            w = math.sin(src[o + r] * t + src[o + n + r])
             for c in range(d):
-                out[base + c] += w * src[rk + c]
+                out[oo + r * d + c] += w * src[o + 2 * n + r * d + c]
         for e in range(m):
             out[oo + e] *= scale
         return
@@ -90,13 +93,12 @@ def heads_rate(t, kind, src, off, nh, terms, d, scale, out, oo):
     for e in range(m):
         out[oo + e] = 0.0
     if kind == SRC_ROWSINES:
-        o = off + 1 + (m if src[off] != 0.0 else 0)
-        for k in range(terms):
-            w = scale * src[o + k] * math.cos(src[o + k] * t + src[o + terms + k])
-            base = oo + int(src[o + 2 * terms + k]) * d
-            rk = o + 3 * terms + k * d
+        n = nh * d
+        o = off + (m if terms != 0 else 0)
+        for r in range(n):
+            w = scale * src[o + r] * math.cos(src[o + r] * t + src[o + n + r])
             for c in range(d):
-                out[base + c] += w * src[rk + c]
+                out[oo + r * d + c] += w * src[o + 2 * n + r * d + c]
         return
     if kind != SRC_SINES:
         return

@@ -16,12 +16,12 @@ Head-matrix sources (P and U), ``*_KIND``:
   B (heads d d), A (K heads d d), omega (K), phi (K);
 - ``SRC_STEPS`` (:class:`~riemattn.dynamics.schedules.PiecewiseConstantHeads`, ``terms`` = m):
   times (m), stacks (m heads d d);
-- ``SRC_ROWSINES`` (a row-separable ``TimeVaryingHeads``, ``terms`` = K: each A_k nonzero on
-  one row of one head, no two terms on the same row -- M_eta(t) = D_eta(t) P'_eta, the hemisphere
-  ensemble's heads; terms with A_k = 0 left out): a flag (1.0: B follows, 0.0: B has only +0.0
-  entries and is not stored), [B (heads d d)], omega (K), phi (K), the row rho_k = eta d + r of
-  each term (K, as floats), its row of A_k (K d). The same values as ``SRC_SINES``
-  (``_kernel_heads.heads_at``).
+- ``SRC_ROWSINES`` (a row-separable ``TimeVaryingHeads``: each A_k nonzero on one row of one
+  head, no two terms on the same row -- M_eta(t) = B_eta + D_eta(t) P'_eta, D diagonal, the
+  hemisphere ensemble's heads; packed so where it reads fewer numbers; ``terms`` = 1 when B is
+  stored, 0 when all its entries are +0.0 and it is not): [B (heads d d)], omega (heads d), phi
+  (heads d), P' (heads d d): row r of head eta has the sine and the row of A_k of its term k (0
+  without one). The same values as ``SRC_SINES`` (``_kernel_heads.heads_at``).
 """
 
 from __future__ import annotations
