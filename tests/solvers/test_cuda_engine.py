@@ -6,10 +6,11 @@
   agree with the compiled CPU engine to rounding, step for step (equal counts of evaluations,
   steps and rejections: the same decisions), for every supported stepper, saveat with points
   inside steps (dense output), per-trajectory beta and weights, batches of 1-4, float32, every
-  normalization, mask, head kind and manifold the engine runs. Every case runs the kernels generated
-  per method and field configuration (riemattn.solvers.compiled.cuda._gen) but the fallback cases
-  (the older kernels: the field fused, ``_fast``; the generic ones); one case runs both the generated
-  and the older kernel and finds the same numbers.
+  normalization, mask, head kind (the compact row-separable sines too) and manifold the engine
+  runs. Every case runs the kernels generated per method and field configuration
+  (riemattn.solvers.compiled.cuda._gen) but the fallback cases (the older kernels: the field
+  fused, ``_fast``; the generic ones); one case runs both the generated and the older kernel and
+  finds the same numbers.
 * The kernels compile to PTX for sm_90 (H100) without a device, where libNVVM is installed: the
   generic ones and those specialised to one shape (the field fused, scratch in local memory). The
   generated kernels' PTX and SASS: tests/solvers/test_cuda_ptx.py.
@@ -48,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = textwrap.dedent(r"""
     import json, numpy as np, riemattn as ra
     from riemattn.experiments._papers import hemisphere_heads
-    from riemattn.dynamics.schedules import PiecewiseConstantHeads
+    from riemattn.dynamics.schedules import PiecewiseConstantHeads, TimeVaryingHeads
     from riemattn.solvers.compiled.cuda import _fast, _gen
     from riemattn.solvers.compiled._kernel import pack_field
     from riemattn.dynamics.kernels import _kernel_layout as lay
@@ -122,6 +123,16 @@ SCRIPT = textwrap.dedent(r"""
          tokens((2, 3, 3)), (0.0, 0.3), "rk4", dt=0.1, saveat=[0.0, 0.3])
     case("dopri5 max_steps reached (later slots NaN)", ra.AttentionField(hemi, beta=np.array([1.0, 8.0])),
          tokens((2, 4, 3)), (0.0, 2.0), "dopri5", rtol=1e-9, atol=1e-9, saveat=[0.0, 0.01, 1.0, 2.0], max_steps=6)
+    rs = np.random.default_rng(11)  # row-separable sines (SRC_ROWSINES) with B: P per trajectory, U shared
+    A = np.zeros((3, 2, 1, 3, 3))
+    for k, r in enumerate((2, 0, 1)):
+        A[k, :, 0, r] = rs.normal(size=(2, 3))
+    A2 = np.zeros((2, 1, 3, 3))
+    A2[0, 0, 1], A2[1, 0, 0] = rs.normal(size=3), rs.normal(size=3)
+    sepP = TimeVaryingHeads(rs.normal(size=(2, 1, 3, 3)) / 2, A, rs.uniform(0.5, 3, 3), rs.uniform(-3, 3, 3))
+    sepU = TimeVaryingHeads(rs.normal(size=(1, 3, 3)) / 2, A2, rs.uniform(0.5, 3, 2), rs.uniform(-3, 3, 2))
+    case("dopri5 row-separable sines P per trajectory and U, with B", ra.AttentionField(sepP, sepU),
+         tokens((2, 3, 3)), (0.0, 0.4), "dopri5", rtol=1e-6, atol=1e-6, saveat=[0.2, 0.4])
     _gen.UNROLL = False  # the loops over tokens kept (the number of tokens at run time): the same arithmetic
     case("dop853 generated with loops (UNROLL = False), ellipsoid", ell, ell.manifold.projection(
          rng.normal(size=(2, 4, 3))), (0.0, 0.3), "dop853", rtol=1e-6, atol=1e-6, saveat=[0.1, 0.3], older=True)
@@ -152,7 +163,7 @@ def simulated():
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
-N_CASES = 18
+N_CASES = 19
 
 
 def test_simulator_runs_every_case(simulated):

@@ -39,10 +39,10 @@ from __future__ import annotations
 import math
 
 from ._kernel_cache import jit
-from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, LOC_PER, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX, NORM,
-                             NORM_MEAN, NORM_PAPER, OP_LIFTED_JAC, OP_RHS_DIFF, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS,
-                             RESCALED, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, SRC_STEPS, U_HEADS,
-                             U_KIND, U_LOC, U_OFF, U_TERMS, W_OFF)
+from ._kernel_heads import heads_at, heads_rate, load_heads  # noqa: F401 -- heads_at, heads_rate: re-exported
+from ._kernel_layout import (BETA_LOC, D, H, LOC_PER, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX, NORM, NORM_MEAN,
+                             NORM_PAPER, OP_LIFTED_JAC, OP_RHS_DIFF, P_HEADS, P_KIND, P_LOC, RESCALED, SRC_IDENTITY,
+                             SRC_SCALAR, U_HEADS, U_KIND, U_LOC, W_OFF)
 from .._softmax import RESCALED_ROUNDING
 from ._kernel_rows import mean_rows, normalize_row, scores, softmax_rows, transposed_cols, transposed_rows, weighted_rows
 
@@ -55,53 +55,6 @@ def source(loc, floats, per, b):
     if loc == LOC_PER:
         return per[b if per.shape[0] > 1 else 0]
     return floats
-
-
-@jit
-def heads_at(t, kind, src, off, nh, terms, d, scale, out, oo):
-    """out[oo:oo + nh d d] = scale M(t) for a source of kind SRC_CONST, SRC_SINES or SRC_STEPS."""
-    m = nh * d * d
-    if kind == SRC_SINES:
-        a_off = off + m
-        w_off = a_off + terms * m
-        for e in range(m):
-            out[oo + e] = src[off + e]
-        for k in range(terms):
-            w = math.sin(src[w_off + k] * t + src[w_off + terms + k])
-            base = a_off + k * m
-            for e in range(m):
-                out[oo + e] += w * src[base + e]
-        for e in range(m):
-            out[oo + e] *= scale
-        return
-    base = off
-    if kind == SRC_STEPS:
-        k = 0
-        for j in range(1, terms):
-            if src[off + j] <= t:
-                k = j
-            else:
-                break
-        base = off + terms + k * m
-    for e in range(m):
-        out[oo + e] = scale * src[base + e]
-
-
-@jit
-def heads_rate(t, kind, src, off, nh, terms, d, scale, out, oo):
-    """out[oo:oo + nh d d] = scale dM/dt (0 unless SRC_SINES)."""
-    m = nh * d * d
-    for e in range(m):
-        out[oo + e] = 0.0
-    if kind != SRC_SINES:
-        return
-    a_off = off + m
-    w_off = a_off + terms * m
-    for k in range(terms):
-        w = scale * src[w_off + k] * math.cos(src[w_off + k] * t + src[w_off + terms + k])
-        base = a_off + k * m
-        for e in range(m):
-            out[oo + e] += w * src[base + e]
 
 
 @jit
@@ -174,21 +127,11 @@ def forward(op, t, y, b, ints, floats, per, w, l, d):
     need_q = op == OP_LIFTED_JAC
     h = ints[H]
     oP, oU, odP, odU, opy, oq, ou, ofh, odfh, oA, odA, of, oWy, oWf, oyn, odf, orow, oc = offsets(l, d, h)
-    beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
     rescaled = ints[RESCALED] != 0  # scores beta (y_i^T P y_j - 1): beta not folded into P
-    pscale = 1.0 if rescaled else beta
     pk, uk, hP, hU = ints[P_KIND], ints[U_KIND], ints[P_HEADS], ints[U_HEADS]
-    srcP = source(ints[P_LOC], floats, per, b)
-    cP = 0.0
-    if pk == SRC_SCALAR:
-        cP = pscale * srcP[ints[P_OFF]]
-    else:
-        heads_at(t, pk, srcP, ints[P_OFF], hP, ints[P_TERMS], d, pscale, w, oP)
-    cU = 0.0
-    if uk == SRC_SCALAR:
-        cU = source(ints[U_LOC], floats, per, b)[ints[U_OFF]]
-    elif uk != SRC_IDENTITY:
-        heads_at(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], d, 1.0, w, oU)
+    cP, cU, beta, pscale = load_heads(t, ints, source(ints[BETA_LOC], floats, per, b),
+                                      source(ints[P_LOC], floats, per, b), source(ints[U_LOC], floats, per, b),
+                                      pk, uk, hP, hU, rescaled, d, w, oP, w, oU)
     causal = ints[MASK] == MASK_CAUSAL
     mean = ints[NORM] == NORM_MEAN
     s = norm_scale(ints)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 
-from ._kernel_attention import apply_W, heads_rate, jit, norm_scale, offsets, source, tangent_rows
+from ._kernel_attention import apply_W, jit, norm_scale, offsets, source, tangent_rows
+from ._kernel_heads import heads_rate, smooth
 from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, L, MAN_FLAT, MANIFOLD, MASK, MASK_CAUSAL, P_HEADS,
-                             P_KIND, P_LOC, P_OFF, P_TERMS, PL_POST, PLACEMENT, SRC_SINES, U_HEADS, U_KIND,
+                             P_KIND, P_LOC, P_OFF, P_TERMS, PL_POST, PLACEMENT, U_HEADS, U_KIND,
                              U_LOC, U_OFF, U_TERMS)
 
 
@@ -29,7 +30,7 @@ def dtime_start(x, ints, floats, w, out):
     The caller then runs ``forward`` at out (not called from here: see kernels.evaluate) and
     :func:`dtime_finish`."""
     l, d, h = ints[L], ints[D], ints[H]
-    if ints[P_KIND] != SRC_SINES and ints[U_KIND] != SRC_SINES:
+    if not (smooth(ints[P_KIND]) or smooth(ints[U_KIND])):
         for m in range(l * d):
             out[m] = 0.0
         return False
@@ -61,9 +62,10 @@ def dtime_finish(t, b, ints, floats, per, w, out):
     yn = out
     beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
     hP, hU = ints[P_HEADS], ints[U_HEADS]
-    if pk == SRC_SINES:
+    ps, us = smooth(pk), smooth(uk)
+    if ps:
         heads_rate(t, pk, source(ints[P_LOC], floats, per, b), ints[P_OFF], hP, ints[P_TERMS], d, beta, w, odP)
-    if uk == SRC_SINES:
+    if us:
         heads_rate(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], d, 1.0, w, odU)
     causal = ints[MASK] == MASK_CAUSAL
     s = norm_scale(ints)
@@ -74,7 +76,7 @@ def dtime_finish(t, b, ints, floats, per, w, out):
         Ae, dAe, ue = oA + e * l * l, odA + e * l * l, ou + e * l * d
         for i in range(l):
             jmax = i + 1 if causal else l
-            if pk == SRC_SINES:  # dA_ij = A_ij (dS_ij - s sum_m A_im dS_im)
+            if ps:  # dA_ij = A_ij (dS_ij - s sum_m A_im dS_im)
                 tot = 0.0
                 for j in range(jmax):
                     acc = 0.0
@@ -92,7 +94,7 @@ def dtime_finish(t, b, ints, floats, per, w, out):
                     for j in range(jmax):
                         acc += w[dAe + i * l + j] * w[ue + j * d + a]
                     w[odf + i * d + a] += acc
-            if uk == SRC_SINES:  # A_ij U'_eta y_j
+            if us:  # A_ij U'_eta y_j
                 for a in range(d):
                     acc = 0.0
                     for j in range(jmax):

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import math
 
-from ._kernel_attention import heads_at, norm_scale, source
+from ._kernel_attention import norm_scale, source
 from ._kernel_cache import jit
+from ._kernel_heads import heads_at
 from ._kernel_layout import (BETA_LOC, BETA_OFF, D, H, KIND, KIND_ATTENTION, L, MAN_SPHERE, MANIFOLD, MASK,
                              MASK_FULL, NORM, NORM_MEAN, P_HEADS, P_KIND, P_LOC, P_OFF, P_TERMS, PL_POST,
                              PLACEMENT, RESCALED, SRC_CONST, SRC_IDENTITY, SRC_SCALAR, SRC_SINES, U_KIND,

@@ -62,9 +62,10 @@ from __future__ import annotations
 import math
 
 from ._kernel_attention import apply_W, jit, offsets, source
+from ._kernel_heads import smooth
 from ._kernel_layout import (D, H, L, LN_ALPHA_LOC, LN_ALPHA_OFF, LN_SWITCH_OFF, MAN_FLAT, MANIFOLD,
                              OP_RHS, OP_TIME_DERIVATIVE, P_KIND, PL_MIX, PL_NGPT, PL_PERI, PL_POST, PL_PRE,
-                             PLACEMENT, SRC_SINES, U_KIND, W_OFF)
+                             PLACEMENT, U_KIND, W_OFF)
 
 
 @jit
@@ -118,7 +119,7 @@ def ln_start(op, y, ints, floats, w):
     smoothly in t (dG/dt = 0)."""
     l, d, h = ints[L], ints[D], ints[H]
     ox, orr, ona = ln_offsets(l, d, h)
-    if op == OP_TIME_DERIVATIVE and ints[P_KIND] != SRC_SINES and ints[U_KIND] != SRC_SINES:
+    if op == OP_TIME_DERIVATIVE and not (smooth(ints[P_KIND]) or smooth(ints[U_KIND])):
         return -1
     keep = ints[PLACEMENT] == PL_NGPT and op != OP_TIME_DERIVATIVE
     for i in range(l):

@@ -15,7 +15,13 @@ Head-matrix sources (P and U), ``*_KIND``:
 - ``SRC_SINES`` (:class:`~riemattn.dynamics.schedules.TimeVaryingHeads`, ``terms`` = K):
   B (heads d d), A (K heads d d), omega (K), phi (K);
 - ``SRC_STEPS`` (:class:`~riemattn.dynamics.schedules.PiecewiseConstantHeads`, ``terms`` = m):
-  times (m), stacks (m heads d d).
+  times (m), stacks (m heads d d);
+- ``SRC_ROWSINES`` (a row-separable ``TimeVaryingHeads``: each A_k nonzero on one row of one
+  head, no two terms on the same row -- M_eta(t) = B_eta + D_eta(t) P'_eta, D diagonal, the
+  hemisphere ensemble's heads; packed so where it reads fewer numbers; ``terms`` = 1 when B is
+  stored, 0 when all its entries are +0.0 and it is not): [B (heads d d)], omega (heads d), phi
+  (heads d), P' (heads d d): row r of head eta has the sine and the row of A_k of its term k (0
+  without one). The same values as ``SRC_SINES`` (``_kernel_heads.heads_at``).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ MAN_SPHERE, MAN_ELLIPSOID, MAN_FLAT = 0, 1, 2
 MASK_FULL, MASK_CAUSAL = 0, 1
 NORM_PAPER, NORM_SOFTMAX, NORM_MEAN = 0, 1, 2
 LOC_FLOATS, LOC_PER = 0, 1
-SRC_IDENTITY, SRC_CONST, SRC_SCALAR, SRC_SINES, SRC_STEPS = 0, 1, 2, 3, 4
+SRC_IDENTITY, SRC_CONST, SRC_SCALAR, SRC_SINES, SRC_STEPS, SRC_ROWSINES = 0, 1, 2, 3, 4, 5
 MODEL_SA, MODEL_USA = 0, 1
 PL_POST, PL_PRE, PL_PERI, PL_NGPT, PL_MIX = 0, 1, 2, 3, 4
 #: operations of kernels.evaluate

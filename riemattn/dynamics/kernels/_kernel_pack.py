@@ -137,8 +137,15 @@ def _source(builder: _Builder, heads, name: str, hM: int, d: int, ints, slots):
             _unsupported(f"a TimeVaryingHeads {name} of shapes B {B.shape}, A {A.shape}")
         if B.ndim == 2:
             B, A = B[None], A[:, None]
-        ints[kind_s], ints[terms_s] = K.SRC_SINES, n_terms
         lead = np.broadcast_shapes(B.shape[:-3], A.shape[1:-3])
+        term = _separable_rows(A, hM, d) if ROW_SEPARABLE else None
+        # compact where it reads fewer numbers: [h d d] + 2 h d + h d d against (1 + K) h d d + 2 K
+        if term is not None and hM * d * (2 + d) < n_terms * (hM * d * d + 2):
+            ints[kind_s] = K.SRC_ROWSINES
+            ints[terms_s], ints[loc_s], ints[off_s] = _pack_rowsines(builder, B, A, omega, phi, term, lead, hM, d,
+                                                                     name)
+            return False
+        ints[kind_s], ints[terms_s] = K.SRC_SINES, n_terms
         if not lead:  # one schedule for every trajectory: B, A, omega, phi
             ints[loc_s], ints[off_s] = builder.add_shared(np.concatenate([B.ravel(), A.ravel(), omega, phi]))
         else:  # one B_b and A_{k,b} per trajectory (batch axes of B and A), then omega, phi
@@ -157,6 +164,46 @@ def _source(builder: _Builder, heads, name: str, hM: int, d: int, ints, slots):
         return False  # depends on t (its time derivative is 0 between the breaks)
     _unsupported(f"a callable {name}(t) of type {type(fn).__name__}",
                  " (only TimeVaryingHeads and PiecewiseConstantHeads run compiled)")
+
+
+#: pack row-separable TimeVaryingHeads as SRC_ROWSINES (False: always SRC_SINES; the tests compare both)
+ROW_SEPARABLE = True
+
+
+def _separable_rows(A, hM: int, d: int):
+    """For a TimeVaryingHeads' A (K, ..., heads, d, d): the term on each row eta d + r (-1: none;
+    terms with A_k = 0 left out) when each A_k is nonzero on one row of one head (over every
+    trajectory) and no two terms share a row, else None (the dense SRC_SINES)."""
+    if A.shape[-3] != hM or A.shape[0] == 0:  # (no term: the dense form reads B only)
+        return None
+    touched = (A != 0).reshape((A.shape[0], -1, hM * d, d)).any(axis=(1, 3))  # (K, heads d): term k on row rho
+    if np.any(touched.sum(axis=1) > 1) or np.any(touched.sum(axis=0) > 1):
+        return None
+    term = np.full(hM * d, -1)
+    for k, rho in zip(*np.nonzero(touched)):
+        term[rho] = k
+    return term
+
+
+def _pack_rowsines(builder: _Builder, B, A, omega, phi, term, lead, hM: int, d: int, name: str):
+    """SRC_ROWSINES (layout in _kernel_layout): returns (terms, loc, off), terms 1 when B is stored.
+    Rows without a term: omega = phi = 0, P' = 0."""
+    on = term >= 0
+    k = np.where(on, term, 0)
+    w = np.where(on, omega[k], 0.0)
+    p = np.where(on, phi[k], 0.0)
+    A_rows = np.broadcast_to(A, A.shape[:1] + lead + (hM, d, d)).reshape(A.shape[:1] + lead + (hM * d, d))
+    rho = np.arange(hM * d)
+    Pp = np.where(on.reshape((-1,) + (1,) * (len(lead) + 1)), A_rows[k, ..., rho, :], 0.0)  # (heads d, lead..., d): row rho of its term
+    Pp = np.moveaxis(Pp, 0, len(lead)).reshape(lead + (-1,))  # lead + (heads d d,): P', C order
+    has_B = bool(np.any(B != 0) or np.any(np.signbit(B)))  # omitted only when every entry is +0.0
+    Bb = np.broadcast_to(B, lead + (hM, d, d)).reshape(lead + (hM * d * d,))
+    sines = np.concatenate([w, p])
+    parts = ([Bb] if has_B else []) + [np.broadcast_to(sines, lead + sines.shape), Pp]
+    data = np.concatenate(parts, axis=-1)
+    if not lead:  # one schedule for every trajectory
+        return int(has_B), *builder.add_shared(data)
+    return int(has_B), *builder.add_per(data, data.shape[-1:], name)  # one B_b, P'_b per trajectory
 
 
 def _breaks(field) -> np.ndarray:

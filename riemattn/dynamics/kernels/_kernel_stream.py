@@ -45,13 +45,14 @@ import math
 import numba
 import numpy as np
 
-from ._kernel_attention import heads_at, norm_scale, rows_times, source, tangent_rows
+from ._kernel_attention import norm_scale, rows_times, source, tangent_rows
 from ._kernel_cache import njit
+from ._kernel_heads import load_heads
 from ._kernel_layernorm import ln_block
-from ._kernel_layout import (BETA_LOC, BETA_OFF, H, KIND, KIND_ATTENTION, MAN_FLAT, MANIFOLD, MASK, MASK_CAUSAL,
+from ._kernel_layout import (BETA_LOC, H, KIND, KIND_ATTENTION, MAN_FLAT, MANIFOLD, MASK, MASK_CAUSAL,
                              MEAN_DIRECT_MAX, NORM, NORM_MEAN, OP_BLOCK, OP_RHS, OP_RHS_DIFF, OP_UPDATE, P_HEADS,
-                             P_KIND, P_LOC, P_OFF, P_TERMS, PL_POST, PLACEMENT, RESCALED, SRC_IDENTITY, SRC_SCALAR,
-                             STREAM_TILES, U_HEADS, U_KIND, U_LOC, U_OFF, U_TERMS)
+                             P_KIND, P_LOC, PL_POST, PLACEMENT, RESCALED, SRC_IDENTITY, SRC_SCALAR,
+                             STREAM_TILES, U_HEADS, U_KIND, U_LOC)
 from ._kernel_rows import EXP_FAST_MAX
 from ._kernel_simd import v_exp_row, v_fill, v_rowmaxmin
 from ._kernel_stream_simd import v_scores, v_wsum1, v_wsum2, v_wsum3, v_wsum4
@@ -98,19 +99,11 @@ def evaluate_streamed(op, t, y, b, ints, floats, per, work, out):
     dd = d * d
     oP, oU = 0 * h, h * dd
     ou, of = 2 * h * dd, 2 * h * dd + n
-    beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
     pk, uk, hP, hU = ints[P_KIND], ints[U_KIND], ints[P_HEADS], ints[U_HEADS]
-    srcP = source(ints[P_LOC], floats, per, b)
-    cP = 0.0
-    if pk == SRC_SCALAR:
-        cP = beta * srcP[ints[P_OFF]]
-    else:
-        heads_at(t, pk, srcP, ints[P_OFF], hP, ints[P_TERMS], d, beta, work, oP)
-    cU = 0.0
-    if uk == SRC_SCALAR:
-        cU = source(ints[U_LOC], floats, per, b)[ints[U_OFF]]
-    elif uk != SRC_IDENTITY:
-        heads_at(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], d, 1.0, work, oU)
+    # (not the rescaled form, stream_supported: P's scale is beta)
+    cP, cU, beta, pscale = load_heads(t, ints, source(ints[BETA_LOC], floats, per, b),
+                                      source(ints[P_LOC], floats, per, b), source(ints[U_LOC], floats, per, b),
+                                      pk, uk, hP, hU, ints[RESCALED] != 0, d, work, oP, work, oU)
     causal = ints[MASK] == MASK_CAUSAL
     mean = ints[NORM] == NORM_MEAN
     s = norm_scale(ints)

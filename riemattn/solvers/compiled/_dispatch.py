@@ -156,7 +156,8 @@ def pays(pack, step, batch_size) -> bool:
         return True  # size (2026-11-29, SA on S^2, one evaluation: 256 tokens ~0.11 ms against the NumPy
         # field's 0.25 ms and its engine's ~0.2-0.5 ms a step; 1000: 1.6 against 6.4-21 ms; 4000: 25 against
         # 400-640 ms; benchmarks/large_n.py)
-    timed = any(int(pack.ints[k]) in (lay.SRC_SINES, lay.SRC_STEPS) for k in (lay.P_KIND, lay.U_KIND))
+    timed = any(int(pack.ints[k]) in (lay.SRC_SINES, lay.SRC_ROWSINES, lay.SRC_STEPS)
+                for k in (lay.P_KIND, lay.U_KIND))
     attention = int(pack.ints[lay.KIND]) == lay.KIND_ATTENTION
     if work(pack, batch_size) <= (TIMED_WORK if timed and attention else EXPLICIT_WORK):
         return True

@@ -39,10 +39,9 @@ import types
 import numpy as np
 from numba import cuda, float32, float64
 
-from ....dynamics.kernels._kernel_layout import (BETA_LOC, BETA_OFF, D, MANIFOLD, MAN_FLAT, MASK, MASK_CAUSAL,
-                                                 MEAN_DIRECT_MAX, NORM, NORM_MEAN, P_HEADS, P_KIND, P_LOC, P_OFF,
-                                                 P_TERMS, RESCALED, SRC_IDENTITY, SRC_SCALAR, U_HEADS, U_KIND, U_LOC,
-                                                 U_OFF, U_TERMS)
+from ....dynamics.kernels._kernel_layout import (BETA_LOC, D, MANIFOLD, MAN_FLAT, MASK, MASK_CAUSAL, MEAN_DIRECT_MAX,
+                                                 NORM, NORM_MEAN, P_HEADS, P_KIND, P_LOC, RESCALED, SRC_IDENTITY,
+                                                 SRC_SCALAR, U_HEADS, U_KIND, U_LOC)
 from ....dynamics._softmax import RESCALED_ROUNDING
 from . import _field, _loop, _steps
 
@@ -83,8 +82,8 @@ def make_rhs(l, d, h, is32, options=None):
     CAST = np.float32 if is32 else np.float64  # constants and accumulators in the state's dtype
     INV_L = CAST(1.0 / l)
     L_, D_, H_ = l, d, h
-    heads_at, norm_scale, tangent_rows, source = (_field._DEV["heads_at"], _field._DEV["norm_scale"],
-                                                  _field._DEV["tangent_rows"], _field.source)
+    load_heads, norm_scale, tangent_rows, source = (_field._DEV["load_heads"], _field._DEV["norm_scale"],
+                                                    _field._DEV["tangent_rows"], _field.source)
 
     @cuda.jit(device=True)
     def rhs(t, y, b, ints, floats, per, w, out):
@@ -99,24 +98,14 @@ def make_rhs(l, d, h, is32, options=None):
         wv = cuda.local.array(N, DT)
         for m in range(N):
             yl[m] = y[m]
-        beta = source(ints[BETA_LOC], floats, per, b)[ints[BETA_OFF]]
         rescaled = RESC_ != 0 if FIX else ints[RESCALED] != 0
-        pscale = 1.0 if rescaled else beta
         if FIX:
             pk, uk, hP, hU = PK_, UK_, HP_, HU_
         else:
             pk, uk, hP, hU = ints[P_KIND], ints[U_KIND], ints[P_HEADS], ints[U_HEADS]
-        srcP = source(ints[P_LOC], floats, per, b)
-        cP = 0.0
-        if pk == SRC_SCALAR:
-            cP = pscale * srcP[ints[P_OFF]]
-        else:
-            heads_at(t, pk, srcP, ints[P_OFF], hP, ints[P_TERMS], D_, pscale, Pl, 0)
-        cU = 0.0
-        if uk == SRC_SCALAR:
-            cU = source(ints[U_LOC], floats, per, b)[ints[U_OFF]]
-        elif uk != SRC_IDENTITY:
-            heads_at(t, uk, source(ints[U_LOC], floats, per, b), ints[U_OFF], hU, ints[U_TERMS], D_, 1.0, Ul, 0)
+        cP, cU, beta, pscale = load_heads(t, ints, source(ints[BETA_LOC], floats, per, b),
+                                          source(ints[P_LOC], floats, per, b), source(ints[U_LOC], floats, per, b),
+                                          pk, uk, hP, hU, rescaled, D_, Pl, 0, Ul, 0)
         causal = MASK_ == MASK_CAUSAL if FIX else ints[MASK] == MASK_CAUSAL
         nrm = NORM_ if FIX else ints[NORM]
         s = S_FIXED if FIX else CAST(norm_scale(ints))

@@ -36,7 +36,7 @@ from ....dynamics.kernels._kernel_layout import D, H, L, LOC_PER, MAN_ELLIPSOID,
 
 #: the kernel functions compiled from their CPU sources (each calls only functions of this list
 #: and :func:`source`)
-SHARED = ("heads_at", "offsets", "norm_scale", "apply_W", "rows_times", "forward", "tangent_rows")
+SHARED = ("heads_at", "load_heads", "offsets", "norm_scale", "apply_W", "rows_times", "forward", "tangent_rows")
 
 
 @cuda.jit(device=True)
@@ -48,18 +48,23 @@ def source(loc, floats, per_row, b):
 
 
 def device_functions(module, names, extra):
-    """CUDA device versions of the jitted functions ``names`` of ``module``: each function's
-    Python body (``dispatcher.py_func``) with its module's globals, in which the functions of
-    ``names`` are replaced by their device versions and those of ``extra`` (a dict of device
-    functions) by those (so that device code calls device code)."""
-    glob = dict(vars(module))
-    glob.update(extra)
+    """CUDA device versions of the jitted functions ``names`` of ``module`` (defined there or
+    imported into it): each function's Python body (``dispatcher.py_func``) with the globals of the
+    module that defines it, in which the functions of ``names`` are replaced by their device
+    versions and those of ``extra`` (a dict of device functions) by those (so that device code
+    calls device code)."""
+    globs = {}  # the defining modules' globals, one copy each (id of the original: the copy)
     out = {}
     for name in names:
         py = getattr(module, name).py_func
+        glob = globs.get(id(py.__globals__))
+        if glob is None:
+            glob = globs[id(py.__globals__)] = dict(py.__globals__)
+            glob.update(extra)
         fn = types.FunctionType(py.__code__, glob, py.__name__, py.__defaults__, py.__closure__)
         out[name] = cuda.jit(device=True)(fn)
-    glob.update(out)
+    for glob in globs.values():
+        glob.update(out)
     return out
 
 
