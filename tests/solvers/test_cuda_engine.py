@@ -106,13 +106,15 @@ SCRIPT = textwrap.dedent(r"""
          (0.0, 0.5), "rk4", dt=0.1, saveat=[0.0, 0.25, 0.5])
     case("rk4 single trajectory, every step", ra.AttentionField(hemi), tokens((3, 3)), (0.0, 0.3), "rk4", dt=0.1)
     W = np.diag([2.0, 1.0, 0.5])
-    ell = ra.AttentionField(hemi, rng.normal(size=(1, 3, 3)) / 2, W=W, mask="causal", normalization="mean", beta=0.8)
-    case("dopri5 ellipsoid, causal mean, time-varying P and constant U", ell,
+    # a time-varying P whose terms are not row-separable: the dense SRC_SINES kind (hemi packs compact)
+    dense = TimeVaryingHeads(rng.normal(size=(1, 3, 3)) / 2, rng.normal(size=(2, 1, 3, 3)) / 2, [3.0, 5.0], [0.0, 0.5])
+    ell = ra.AttentionField(dense, rng.normal(size=(1, 3, 3)) / 2, W=W, mask="causal", normalization="mean", beta=0.8)
+    case("dopri5 ellipsoid, causal mean, time-varying P (dense) and constant U", ell,
          ell.manifold.projection(rng.normal(size=(2, 4, 3))), (0.0, 0.6), "dopri5", rtol=1e-6, atol=1e-6,
          saveat=[0.0, 0.31, 0.6])
     steps = PiecewiseConstantHeads([0.0, 0.25], rng.normal(size=(2, 1, 3, 3)))
-    case("dop853 piecewise-constant P, time-varying U, per-trajectory beta",
-         ra.AttentionField(steps, hemi, beta=np.array([1.0, 2.0])),
+    case("dop853 piecewise-constant P, time-varying U (dense), per-trajectory beta",
+         ra.AttentionField(steps, dense, beta=np.array([1.0, 2.0])),
          tokens((2, 3, 3)), (0.0, 0.5), "dop853", rtol=1e-7, atol=1e-7, saveat=[0.2, 0.5])
     case("dopri5 float32", ra.AttentionField(hemi), tokens((2, 4, 3)), (0.0, 0.3), "dopri5", dtype=np.float32,
          rtol=1e-4, atol=1e-4, saveat=[0.3])
