@@ -106,7 +106,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     from .. import _tables
     from .._engine import fixed_grid, saved_layout
     from ...core._trajectory import PerTrajectory, Trajectory  # not integrate: it imports the engines
-    from . import _fast, _gen, _loop
+    from . import _fast, _gen, _loop, _warp
 
     batch = tuple(y0.shape[:-2])
     l, d = (int(v) for v in y0.shape[-2:])
@@ -114,12 +114,16 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     dtype = _dtype(y0, precision)
     torch_in = is_torch(y0)
     m = _tables.method(step.name)
-    gen = _gen.kernels(step.name, pack.ints, dtype == np.float32)  # state in local arrays, constants folded
+    lanes = _warp.select(step.name, pack.ints, dtype == np.float32, B)  # small batches: a lane per token (_warp)
+    # else a thread per trajectory, state in local arrays, constants folded (_gen)
+    gen = lanes[:2] if lanes is not None else _gen.kernels(step.name, pack.ints, dtype == np.float32)
     rows = gen is not None  # the generated kernels take and give the (B, n) layout; the older ones (n, B)
     y_start, Y, _keep = _state(y0, B, n, dtype, torch_in, rows)
     floats, per = (cuda.to_device(np.ascontiguousarray(a, dtype=np.float64)) for a in (pack.floats, pack.per))
     threads = threads_per_block(B)
     blocks = (B + threads - 1) // threads
+    if lanes is not None:  # one warp per block, G = 32 // l trajectories per warp
+        blocks, threads = lanes[2]
     new = lambda *shape: cuda.device_array(shape, dtype=dtype)  # noqa: E731 (uninitialised: written first)
     if gen is None:  # the older kernels: the field fused where the shape allows, the state in global columns
         ints = cuda.to_device(np.ascontiguousarray(pack.ints, dtype=np.int64))
