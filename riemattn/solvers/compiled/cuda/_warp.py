@@ -25,7 +25,7 @@ lanes of a warp, G = 32 // l trajectories per warp (lanes G l .. 31 idle; one wa
   same controller, acceptance, last-step rule, statuses, saving rule and dense outputs), compiled
   with l = 1 -- each lane's arrays are one token -- and the functions it calls bound to the lane
   versions: the step is :func:`._gen.step_source` (literal coefficients printed from the compiled
-  engine's Method record), the field is :func:`make_rhs`, the norms and the initial step reduce
+  engine's Method record), the field is :func:`._warp_parts.make_rhs`, the norms and the initial step reduce
   across the trajectory's lanes, ``put`` saves the lane's token.
 
 The field's configuration, the tableau and the sizes are folded at compile time as in ``_gen``;
@@ -50,8 +50,8 @@ from .. import _tables
 from . import _fast, _field, _gen, _loop, _steps, _warp_parts
 
 #: Trajectories below which the lanes form runs. Reasoning (to be replaced by the crossover
-#: ``benchmarks/gpu_ensemble.py --only riemattn-cuda-f64,riemattn-cuda-f64-lanes`` measures on a
-#: GPU; none was lent): a thread per trajectory fills the card only when B reaches S, the
+#: ``benchmarks/gpu_ensemble.py --only riemattn-cuda-f64-lanes,riemattn-cuda-f64-threads`` measures
+#: on a GPU; none was lent): a thread per trajectory fills the card only when B reaches S, the
 #: trajectories at which its time stops being flat in B -- ~10^4 on an H100 (the one-thread sketch:
 #: 0.10 s at B = 16, 0.16 s at 10^4, 1.2 s at 10^5; ``SATURATION`` of the benchmark). The lanes
 #: form runs l threads per trajectory, so it is flat only up to ~S / l and then grows linearly, at
@@ -63,7 +63,8 @@ LANES_BELOW = 4096
 #: None: chosen by B (:func:`select`); "lanes" or "threads" forces the form (else $RIEMATTN_CUDA_FORM)
 FORM = None
 ENV = "RIEMATTN_CUDA_FORM"
-#: the most numbers of local memory per lane, and bytes of static shared memory per block (a warp)
+#: the most numbers of local memory per lane, and bytes of shared memory per block (a warp; 48 kB: the
+#: dynamic shared memory a launch gets without opting in)
 MAX_LOCAL = 2048
 MAX_SHARED = 48 * 1024
 _CACHE: dict = {}
