@@ -335,6 +335,82 @@ def test_lanes_form_is_chosen_by_batch_size(monkeypatch):
     assert not _warp.fits("dop853", wide) and _warp.select("dop853", wide, False, 4) is None
 
 
+# The lanes form's reductions alone (riemattn.solvers.compiled.cuda._warp_parts), under the simulator:
+# 8 trajectories of 4 tokens (d = 3) fill a warp; token 1 of trajectory 1 (lane 5) has an infinite
+# component. Printed: the sums, the RMS norm and the fixed-step loop's finiteness, per lane.
+LANE_PARTS = textwrap.dedent(r"""
+    import json, math, numpy as np
+    from numba import cuda, float64
+    from riemattn.solvers.compiled.cuda import _warp_parts as wp
+    L, D = 4, 3
+    sync = wp._syncblock
+    group_sums = wp.make_reductions(L, D, sync)
+    rms_norm = wp.make_norms(L, D, group_sums, None, None)[0]
+
+    @cuda.jit(device=True)
+    def inner(A, bb, c, e, s, adaptive, flat, t, y, h, K, has_k1, b, ints, floats, per, w, x, X, r, y_new, r_new,
+              err, l, d):
+        for a in range(D):
+            y_new[a] = 1.0 + 0.25 * a + cuda.laneid / 7.0
+        if cuda.laneid == 5:
+            y_new[2] = math.inf
+        return 4
+
+    step = wp.uniform_step(inner, group_sums, D)
+
+    @cuda.jit
+    def kernel(terms, sums, norms, finite):
+        lane = cuda.laneid
+        u = cuda.local.array(D, float64)
+        y = cuda.local.array(D, float64)
+        y_new = cuda.local.array(D, float64)
+        err = cuda.local.array(D, float64)
+        for a in range(D):
+            u[a] = terms[lane, a]
+            y[a] = 1.0
+            err[a] = 1e-7 * (a + 1) * (lane + 1)
+        su, sv = group_sums(u, u)
+        sums[lane] = su
+        step(u, u, u, u, 0, False, False, 0.0, y, 0.1, u, False, 0, u, u, u, u, u, u, u, y_new, u, u, 1, D)
+        ok = 1
+        for a in range(D):
+            if not math.isfinite(y_new[a]):
+                ok = 0
+        finite[lane] = ok
+        norms[lane] = rms_norm(err, y, y_new, 1e-6, 1e-6, D)
+
+    terms = np.random.default_rng(0).uniform(0.0, 1.0, (32, D)) * 10.0 ** np.arange(-8, 8, 0.5)[:, None]
+    sums, norms, finite = np.zeros(32), np.zeros(32), np.zeros(32, dtype=np.int64)
+    kernel[1, 32, 0, 8 * 8 * 2 * L * D](terms, sums, norms, finite)
+    print(json.dumps(dict(terms=terms.tolist(), sums=sums.tolist(), norms=norms.tolist(), finite=finite.tolist())))
+""")
+
+
+@needs_numba_cuda
+def test_lanes_sum_in_the_compiled_engines_order_and_agree_on_non_finite_steps():
+    """Every lane of a trajectory gets the sum of its n = l d terms added in component order (the
+    compiled engine's loop: the same number, to the bit, over terms spanning 16 decades, where
+    another order rounds differently); an infinite component in one token makes the RMS error norm
+    NaN and the fixed-step loop's step non-finite in every lane of that trajectory and of no other
+    (so all lanes of a trajectory take the same decision)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", LANE_PARTS], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.splitlines()[-1])
+    terms = np.array(r["terms"])
+    for g in range(8):
+        seq = 0.0
+        for v in terms[4 * g:4 * g + 4].ravel():  # token-major, component order
+            seq += v
+        assert all(r["sums"][lane] == seq for lane in range(4 * g, 4 * g + 4)), (g, seq, r["sums"])
+    assert np.sum(terms[:4].ravel()[::-1]) != r["sums"][0]  # the order matters for these terms
+    assert r["finite"] == [0 if 4 <= lane < 8 else 1 for lane in range(32)], r["finite"]
+    norms = np.array(r["norms"])
+    assert np.isnan(norms[4:8]).all() and np.isfinite(np.delete(norms, range(4, 8))).all(), norms
+    assert all(len(set(norms[4 * g:4 * g + 4])) == 1 for g in (0, 2, 3, 4, 5, 6, 7)), norms
+
+
 def test_auto_never_picks_cuda_for_numpy_input():
     field = ra.AttentionField(np.eye(3)[None])
     y0 = np.tile(np.eye(3)[None], (2, 1, 1))
