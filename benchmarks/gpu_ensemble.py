@@ -23,7 +23,7 @@ Contenders, each in a FRESH subprocess (so each pays its own compilation, report
   32 // l trajectories per warp, or a thread per trajectory. ``riemattn-cuda-f64`` chooses by B
   (lanes below ``_warp.LANES_BELOW``); these two measure the crossover that constant should be, printed
   after the table (``crossover``). Run: ``python benchmarks/gpu_ensemble.py --only
-  riemattn-cuda-f64-lanes,riemattn-cuda-f64-threads --sizes 16,256,1024,4096,16384,65536``.
+  riemattn-cuda-f64-lanes,riemattn-cuda-f64-threads --sizes 16,256,1024,3000,8192,65536``.
 
 Equal measured error: in each process, for each method, the loosest tolerance of a ladder whose
 error on the 16 reference trajectories is <= the target (1e-9 in float64, 1e-5 in float32) is found

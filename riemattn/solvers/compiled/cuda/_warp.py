@@ -51,15 +51,17 @@ from . import _fast, _field, _gen, _loop, _steps, _warp_parts
 
 #: Trajectories below which the lanes form runs. Reasoning (to be replaced by the crossover
 #: ``benchmarks/gpu_ensemble.py --only riemattn-cuda-f64-lanes,riemattn-cuda-f64-threads`` measures
-#: on a GPU; none was lent): a thread per trajectory fills the card only when B reaches S, the
-#: trajectories at which its time stops being flat in B -- ~10^4 on an H100 (the one-thread sketch:
-#: 0.10 s at B = 16, 0.16 s at 10^4, 1.2 s at 10^5; ``SATURATION`` of the benchmark). The lanes
-#: form runs l threads per trajectory, so it is flat only up to ~S / l and then grows linearly, at
-#: a cost per trajectory c >= 1 times the one-thread form's (each lane recomputes the heads at t
-#: and adds the n terms of every norm; 32 - G l lanes idle), while its flat time is ~c / l of the
-#: one-thread form's. The two meet at B ~ S / c: with c between 1 and 3, between 3000 and 10^4.
-#: 4096 is the lower half of that range (the one-thread form wins where the estimate is unsure).
-LANES_BELOW = 4096
+#: on a GPU; none was lent). A thread per trajectory takes a time T1 flat in B until the card is
+#: full, from S ~ 10^4 trajectories on an H100 (the one-thread sketch: 0.10 s at B = 16, 0.16 s at
+#: 10^4, 1.2 s at 10^5), then ~T1 B / S. The lanes form spends k = 32 / (32 // l) threads per
+#: trajectory (10.7 for l = 10) and c times the work per trajectory, so it is flat at ~T1 c / k up
+#: to ~S / k, then ~T1 c B / S: the two meet at B* = S / c. c from the proxy figures (sm_90,
+#: dopri5, hemisphere): the lanes step loop has 11.5k SASS instructions for 3 trajectories, the
+#: thread loop 24.6k for 32, so 5x the instructions per trajectory -- roughly an upper bound on c, as the
+#: thread loop's instructions include 1900 local loads and stores (spills) per pass, dearer than the
+#: lanes' register arithmetic; take c between 2 and 5, B* between 2000 and 5000. 3000, near the
+#: geometric middle, loses at most ~1.6x at either end of that range.
+LANES_BELOW = 3000
 #: None: chosen by B (:func:`select`); "lanes" or "threads" forces the form (else $RIEMATTN_CUDA_FORM)
 FORM = None
 ENV = "RIEMATTN_CUDA_FORM"
