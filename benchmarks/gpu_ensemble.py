@@ -18,6 +18,12 @@ Contenders, each in a FRESH subprocess (so each pays its own compilation, report
 - ``riemattn-cuda-f64-loops`` (only with ``--only``): the CUDA engine's generated kernels with their
   loops over tokens kept (``_gen.UNROLL = False``: fewer instructions and spills, local loads and
   stores in loops; docs/performance.md, proxy figures), to decide which form is faster.
+- ``riemattn-cuda-f64-lanes`` / ``riemattn-cuda-f64-threads`` (only with ``--only``): the CUDA engine
+  with its form forced at every B (``riemattn.solvers.compiled.cuda._warp.FORM``): a lane per token,
+  32 // l trajectories per warp, or a thread per trajectory. ``riemattn-cuda-f64`` chooses by B
+  (lanes below ``_warp.LANES_BELOW``); these two measure the crossover that constant should be, printed
+  after the table (``crossover``). Run: ``python benchmarks/gpu_ensemble.py --only
+  riemattn-cuda-f64-lanes,riemattn-cuda-f64-threads --sizes 16,256,1024,3000,8192,65536``.
 
 Equal measured error: in each process, for each method, the loosest tolerance of a ladder whose
 error on the 16 reference trajectories is <= the target (1e-9 in float64, 1e-5 in float32) is found
@@ -33,8 +39,9 @@ skipped when its predicted time exceeds the time left: ``t_last * max(1, B / max
 SATURATION))`` (GPU time is flat in B until the card fills, then linear); a contender is started
 only with 20 s left. ``--smoke``: T =
 0.2, B in (2, 4), 4 references, one repeat; without a GPU the CUDA engine runs under numba-cuda's simulator
-(the script's logic, on a CPU). ``--out PATH``: the results as JSON. Exit status 1 when the
-riemattn CUDA engine produced no result or missed its error target.
+(the script's logic, on a CPU). ``--out PATH``: the results as JSON. Exit status 1 when a
+riemattn CUDA engine f64 contender that ran (``riemattn-cuda-f64`` by default) produced no result or
+missed its error target.
 
 ``--stiff``: the stiff ensemble instead (``benchmarks/gpu_stiff.py``: USA at beta = 9, 10 tokens on
 S^2 near random poles, T = 1): ``riemattn-cuda-rodas4`` against ``compiled-cpu-rodas4`` (the compiled
@@ -69,10 +76,11 @@ TARGET = {"float64": 1e-9, "float32": 1e-5}
 LADDER = {"float64": (1e-8, 1e-9, 1e-10, 1e-11, 1e-12), "float32": (1e-4, 1e-5, 1e-6, 1e-7)}
 CONTENDERS = ("riemattn-cuda-f64", "diffrax-dopri5", "riemattn-cuda-f32", "riemattn-torch-cuda", "torchdiffeq-dopri5")
 #: run only when named in --only: the generated kernels with their loops over tokens kept (_gen.UNROLL = False)
-EXTRA = ("riemattn-cuda-f64-loops",)
+#: and the two forms forced at every B (_warp.FORM: a lane per token, a thread per trajectory)
+EXTRA = ("riemattn-cuda-f64-loops", "riemattn-cuda-f64-lanes", "riemattn-cuda-f64-threads")
 #: relative shares of the time budget (the CUDA engine's f64 process times two methods)
 SHARE = {"riemattn-cuda-f64": 2.0, "riemattn-cuda-f32": 1.5, "riemattn-torch-cuda": 1.0, "diffrax-dopri5": 1.0,
-         "torchdiffeq-dopri5": 1.0}
+         "torchdiffeq-dopri5": 1.0, "riemattn-cuda-f64-lanes": 2.0, "riemattn-cuda-f64-threads": 2.0}
 #: trajectories below which a GPU's time hardly grows with B (for the skip prediction)
 SATURATION = 10_000
 #: seconds a child may run past its deadline before the parent kills it
@@ -153,6 +161,10 @@ def child(args):
             from riemattn.solvers.compiled.cuda import _gen
 
             _gen.UNROLL = False
+        if name.endswith(("-lanes", "-threads")):  # the form forced at every B
+            from riemattn.solvers.compiled.cuda import _warp
+
+            _warp.FORM = name.rsplit("-", 1)[1]
         for share, method in ((0.5, "dop853"), (1.0, "dopri5")):
             _sweep(name, method, dtype, _cuda_runner(method, dtype, T), ref, sizes, deadline, args.repeat, share)
         if deadline - time.time() < 30:
@@ -376,6 +388,27 @@ def table(results):
     return "\n".join(lines)
 
 
+def crossover(results):
+    """Lines comparing the two forced forms (``-lanes`` / ``-threads``) per method and B: the time ratio
+    and the smallest B at which a thread per trajectory is at least as fast (the crossover that
+    ``_warp.LANES_BELOW`` should be); [] when they were not both run."""
+    times = {}
+    for r in results:
+        if r["contender"] in ("riemattn-cuda-f64-lanes", "riemattn-cuda-f64-threads") and "seconds" in r:
+            times.setdefault((r["method"], r["B"]), {})[r["contender"].rsplit("-", 1)[1]] = r["seconds"]
+    lines = []
+    for method in sorted({m for m, _ in times}):
+        pairs = sorted((B, t) for (m, B), t in times.items() if m == method and len(t) == 2)
+        if not pairs:
+            continue
+        ratios = ", ".join(f"B = {B}: {t['threads'] / t['lanes']:.2f}" for B, t in pairs)
+        cross = next((B for B, t in pairs if t["threads"] <= t["lanes"]), None)
+        lines.append(f"{method}: threads / lanes time {ratios}; " + (
+            f"a thread per trajectory at least as fast from B = {cross}" if cross is not None
+            else "lanes faster at every B measured"))
+    return lines
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="write the results as JSON here")
@@ -458,11 +491,20 @@ def main(argv=None):
         print(f"{name}: {time.time() - t0:.1f} s", flush=True)
     os.remove(ref_path)
     print("\n" + table(results))
-    key = "riemattn-cuda-rodas4" if STIFF else "riemattn-cuda-f64"
-    cuda_rows = [r for r in results if r["contender"] == key and "seconds" in r]
-    checks = {f"{key} produced results": bool(cuda_rows),
-              f"{key} meets its error target at every B": bool(cuda_rows) and all(
-                  r["meets_target"] for r in cuda_rows)}
+    cross = None if STIFF else crossover(results)
+    if cross:
+        sim = " -- simulator times, not a GPU's: the logic only" if args.smoke and gpu is None else ""
+        print(f"\ncrossover (riemattn.solvers.compiled.cuda._warp.LANES_BELOW){sim}: " + "; ".join(cross))
+    checks = {}
+    ran = [n for n, _, _ in todo]  # the CUDA engine's contenders run (riemattn-cuda-f64 by default)
+    keys = ["riemattn-cuda-rodas4"] if STIFF else [
+        n for n in ("riemattn-cuda-f64", "riemattn-cuda-f64-lanes", "riemattn-cuda-f64-threads") if n in ran] or [
+        "riemattn-cuda-f64"]
+    for key in keys:
+        cuda_rows = [r for r in results if r["contender"] == key and "seconds" in r]
+        checks[f"{key} produced results"] = bool(cuda_rows)
+        checks[f"{key} meets its error target at every B"] = bool(cuda_rows) and all(
+            r["meets_target"] for r in cuda_rows)
     ratio = gpu_stiff.speedup(results) if STIFF else None
     if ratio is not None:  # issue 56's target, where both engines were measured at B = 10^4
         print(f"\ncompiled-cpu-rodas4 / riemattn-cuda-rodas4 at B = {gpu_stiff.SPEEDUP_B}: {ratio:.2f}x")
@@ -473,7 +515,7 @@ def main(argv=None):
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(dict(gpu=gpu, packages=pk, T=T, smoke=args.smoke, stiff=STIFF, results=results,
-                           checks=checks), fh, indent=1)
+                           checks=checks, crossover=cross), fh, indent=1)
     return 0 if all(checks.values()) else 1
 
 

@@ -2,16 +2,17 @@
 
 For each kernel the engine generates (the generic kernels, those specialised to the hemisphere
 ensemble's shape -- 10 tokens on S^2, 2 heads -- with the state in global columns, those
-generated per method and field configuration, ``riemattn.solvers.compiled.cuda._gen``, and the
-rodas4 kernel, ``riemattn.solvers.compiled.cuda._ros``, on USA at beta = 9 with the same 10 tokens
-on S^2: ``gen-rodas4-f64``), compiled to PTX for sm_90 (H100) by numba-cuda
+generated per method and field configuration, ``riemattn.solvers.compiled.cuda._gen``, the lanes
+form for small batches, a lane per token, ``riemattn.solvers.compiled.cuda._warp``: ``gen-lanes-*``,
+and the rodas4 kernel, ``riemattn.solvers.compiled.cuda._ros``, on USA at beta = 9 with the same 10
+tokens on S^2: ``gen-rodas4-f64``), compiled to PTX for sm_90 (H100) by numba-cuda
 without a device (``riemattn.solvers.compiled.cuda._ptx.kernels_ptx``), assembled by ``ptxas -v``
 (registers, stack frame, spill bytes) and disassembled by ``nvdisasm``: the SASS instructions of
 the kernel and of its step loop (the largest loop of its control-flow graph,
 ``riemattn.solvers.compiled.cuda._sass``), and the step loop's local (LDL/STL) and global
 (LDG/STG) memory instructions and its generic ones (LD/ST: numba-cuda's strided array views, whose
-address space the compiler does not know: global columns in the generic kernels), with the global
-stores outside it (final statistics).
+address space the compiler does not know: global columns in the generic kernels) and shared ones
+(LDS/STS: the lanes form's tiles and sums), with the global stores outside it (final statistics).
 
 These are static figures, not times: fewer instructions and no local or global traffic in the
 loop are what a kernel needs to run at the card's speed (issue 56), but only a GPU measures that
@@ -89,6 +90,12 @@ def cases():
     out["gen-dopri5-f64-loops"] = ("generated for dopri5, the number of tokens at run time (_gen.UNROLL = False)",
                                    lambda: _ptx.generated_ptx("dopri5", ints, which=("adaptive",),
                                                               unroll=False)["adaptive"])
+    for method, kind, dt, tag in (("dopri5", "adaptive", np.float64, "f64"), ("dop853", "adaptive", np.float64, "f64"),
+                                  ("rk4", "fixed", np.float64, "f64"), ("dopri5", "adaptive", np.float32, "f32")):
+        out[f"gen-lanes-{method}-{tag}"] = (f"lanes form (a lane per token, _warp) for {method} and the hemisphere "
+                                            f"field ({kind}), {tag}",
+                                            lambda m=method, k=kind, dt=dt: _ptx.generated_ptx(
+                                                m, ints, dtype=dt, which=(k,), lanes=True)[k])
     return out
 
 
@@ -112,13 +119,13 @@ def measure(name, make_ptx, cc=(9, 0)):
 def table(rows):
     """The rows as a markdown table."""
     head = ("| kernel | regs | stack B | spill st/ld B | SASS | step loop | LDL | STL | LDG | STG | LD/ST generic "
-            "| STG outside | ptxas s |")
-    lines = [head, "|" + "---|" * 13]
+            "| LDS/STS | STG outside | ptxas s |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         g = lambda k: str(r.get(k, ""))  # noqa: E731
         lines.append(f"| {r['name']} | {g('registers')} | {g('stack')} | {g('spill_stores')}/{g('spill_loads')} | "
                      f"{g('instructions')} | {g('loop')} | {g('LDL')} | {g('STL')} | {g('LDG')} | {g('STG')} | "
-                     f"{g('LD')}/{g('ST')} | {g('STG_outside')} | {g('ptxas_s')} |")
+                     f"{g('LD')}/{g('ST')} | {g('LDS')}/{g('STS')} | {g('STG_outside')} | {g('ptxas_s')} |")
     return "\n".join(lines)
 
 

@@ -11,6 +11,13 @@
   (riemattn.solvers.compiled.cuda._gen) but the fallback cases (the older kernels: the field
   fused, ``_fast``; the generic ones); one case runs both the generated and the older kernel and
   finds the same numbers.
+* The lanes form (riemattn.solvers.compiled.cuda._warp: a lane per token, 32 // l trajectories per
+  warp) under the simulator against the compiled engine, for each stepper, with idle lanes and a
+  batch that is not a multiple of the trajectories per warp: its sums over a trajectory's
+  components are added in the compiled engine's order (each lane adds the n terms of the shared
+  row), so the tolerance is the thread-per-trajectory kernels' (exp/sin ulps carried by the flow)
+  and the counts are equal; two cases find the generated thread-per-trajectory kernel's numbers
+  exactly. The rule that chooses the form: test_lanes_form_is_chosen_by_batch_size.
 * The kernels compile to PTX for sm_90 (H100) without a device, where libNVVM is installed: the
   generic ones and those specialised to one shape (the field fused, scratch in local memory). The
   generated kernels' PTX and SASS: tests/solvers/test_cuda_ptx.py.
@@ -50,26 +57,31 @@ SCRIPT = textwrap.dedent(r"""
     import json, numpy as np, riemattn as ra
     from riemattn.experiments._papers import hemisphere_heads
     from riemattn.dynamics.schedules import PiecewiseConstantHeads, TimeVaryingHeads
-    from riemattn.solvers.compiled.cuda import _fast, _gen
+    from riemattn.solvers.compiled.cuda import _fast, _gen, _warp
     from riemattn.solvers.compiled._kernel import pack_field
     from riemattn.dynamics.kernels import _kernel_layout as lay
     SLOTS = ("MANIFOLD", "MASK", "NORM", "RESCALED", "BETA_LOC", "P_KIND", "P_LOC", "P_HEADS", "U_KIND", "U_LOC",
              "U_HEADS")
     rng = np.random.default_rng(7)
+    _warp.FORM = "threads"  # a thread per trajectory unless a case asks for the lanes form
 
     def tokens(shape):
         y = rng.uniform(-0.5, 0.5, shape)
         return y / np.linalg.norm(y, axis=-1, keepdims=True)
 
-    def case(name, field, y0, span, stepper, dtype=None, older=False, **kw):
+    def case(name, field, y0, span, stepper, dtype=None, older=False, lanes=False, **kw):
         yc = y0 if dtype is None else y0.astype(dtype)  # (float32 tokens: projected, in float64, on entry)
         _fast._CACHE.clear()
         _gen._CACHE.clear()
+        _warp._CACHE.clear()
+        _warp.FORM = "lanes" if lanes else "threads"
         a = ra.integrate(field, yc, span, stepper, engine="cuda", project=dtype is not None, **kw)
-        specialised, generated = len(_fast._CACHE), len(_gen._CACHE)
+        specialised, generated, warp = len(_fast._CACHE), len(_gen._CACHE), len(_warp._CACHE)
+        _warp.FORM = "threads"
         diff_older = None
-        if older:  # the same call on the older kernels (_fast: state in global columns): the same operations
-            limit, _gen.MAX_LOCAL = _gen.MAX_LOCAL, 0
+        if older:  # the same call on the older kernels (_fast: state in global columns), or, for the lanes
+            # form, on the generated thread-per-trajectory kernel: the same operations
+            limit, _gen.MAX_LOCAL = _gen.MAX_LOCAL, (_gen.MAX_LOCAL if lanes else 0)
             o = ra.integrate(field, yc, span, stepper, engine="cuda", **kw)
             _gen.MAX_LOCAL = limit
             diff_older = float(np.abs(a.y - o.y).max())
@@ -85,7 +97,8 @@ SCRIPT = textwrap.dedent(r"""
                                   np.array_equal(pa.nfev, pc.nfev) and np.array_equal(pa.n_steps, pc.n_steps)
                                   and np.array_equal(pa.n_rejected, pc.n_rejected)),
                               status_equal=bool(np.array_equal(pa.status, pc.status)), success=bool(a.success),
-                              specialised=specialised, generated=generated, diff_older=diff_older, slots=slots)))
+                              specialised=specialised, generated=generated, lanes=warp, diff_older=diff_older,
+                              slots=slots)))
 
     hemi = hemisphere_heads()
     beta = np.array([0.5, 1.0, 2.0])
@@ -151,6 +164,31 @@ SCRIPT = textwrap.dedent(r"""
              ell.manifold.projection(rng.normal(size=(2, 4, 3))), (0.0, 0.4), st, rtol=1e-6, atol=1e-6,
              saveat=[0.0, 0.17, 0.4])
     case("rk4 generic kernels", ra.AttentionField(hemi), tokens((2, 3, 3)), (0.0, 0.3), "rk4", dt=0.1)
+    _fast.MAX_LOCAL, _gen.MAX_LOCAL = 4096, 8192
+    # the lanes form (_warp): a lane per token, 32 // l trajectories per warp, idle lanes and trajectories
+    case("dopri5 lanes, hemisphere 10 tokens, beta per trajectory, saveat inside steps, B = 4 (3 + 1 per warp)",
+         ra.AttentionField(hemi, beta=np.array([0.5, 1.0, 2.0, 1.5])), tokens((4, 10, 3)), (0.0, 0.3), "dopri5",
+         rtol=1e-6, atol=1e-6, saveat=[0.0, 0.07, 0.3], lanes=True, older=True)
+    case("dop853 lanes, hemisphere, saveat inside steps", ra.AttentionField(hemi, beta=np.array([0.5, 2.0, 1.0])),
+         tokens((3, 4, 3)), (0.0, 0.5), "dop853", rtol=1e-6, atol=1e-6, saveat=[0.0, 0.13, 0.5], lanes=True,
+         older=True)
+    case("rk4 lanes, batch saveat", ra.AttentionField(hemi, beta=np.array([1.0, 3.0, 0.2])), tokens((3, 3, 3)),
+         (0.0, 0.5), "rk4", dt=0.1, saveat=[0.0, 0.25, 0.5], lanes=True)
+    case("dopri5 lanes, ellipsoid, causal mean, time-varying P and constant U", ell,
+         ell.manifold.projection(rng.normal(size=(2, 4, 3))), (0.0, 0.6), "dopri5", rtol=1e-6, atol=1e-6,
+         saveat=[0.0, 0.31, 0.6], lanes=True)
+    case("dop853 lanes, piecewise-constant P, per-trajectory beta", ra.AttentionField(steps, beta=np.array([1.0, 2.0])),
+         tokens((2, 3, 3)), (0.0, 0.3), "dop853", rtol=1e-6, atol=1e-6, saveat=[0.2, 0.3], lanes=True)
+    case("dopri5 lanes, float32", ra.AttentionField(hemi), tokens((2, 4, 3)), (0.0, 0.3), "dopri5", dtype=np.float32,
+         rtol=1e-4, atol=1e-4, saveat=[0.3], lanes=True)
+    case("dopri5 lanes, USA rescaled (scalar P, mean)", ra.usa(4.0, 3, rescaled=True), tokens((2, 4, 3)), (0.0, 0.4),
+         "dopri5", rtol=1e-6, atol=1e-6, saveat=[0.2, 0.4], lanes=True)
+    case("rk4 lanes, two constant heads P and U, softmax", ra.AttentionField(
+         rng.normal(size=(2, 3, 3)) / 2, rng.normal(size=(2, 3, 3)) / 2, normalization="softmax"),
+         tokens((2, 3, 3)), (0.0, 0.3), "rk4", dt=0.1, saveat=[0.0, 0.3], lanes=True)
+    case("dopri5 lanes, max_steps reached (later slots NaN)", ra.AttentionField(hemi, beta=np.array([1.0, 8.0])),
+         tokens((2, 4, 3)), (0.0, 2.0), "dopri5", rtol=1e-9, atol=1e-9, saveat=[0.0, 0.01, 1.0, 2.0], max_steps=6,
+         lanes=True)
 """)
 
 
@@ -165,7 +203,7 @@ def simulated():
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
-N_CASES = 19
+N_CASES = 28
 
 
 def test_simulator_runs_every_case(simulated):
@@ -173,11 +211,13 @@ def test_simulator_runs_every_case(simulated):
     steppers = {r["name"].split()[0] for r in simulated}
     assert steppers == {"rk4", "dopri5", "dop853"}
     # the generated kernels (riemattn.solvers.compiled.cuda._gen) ran every case but the fallbacks: the
-    # older kernels with the field fused (_fast) and the generic ones
+    # older kernels with the field fused (_fast) and the generic ones, and the lanes form (_warp)
     for r in simulated:
-        older = "fast" in r["name"] or "generic" in r["name"]
-        assert (r["generated"] == 0) == older, r
+        older, lanes = "fast" in r["name"] or "generic" in r["name"], "lanes" in r["name"]
+        assert (r["generated"] == 0) == (older or lanes), r
         assert (r["specialised"] == 1) == ("fast" in r["name"]), r
+        assert r["lanes"] == int(lanes), r
+    assert sum("lanes" in r["name"] for r in simulated) == 9
 
 
 def _values(prefix):
@@ -213,9 +253,12 @@ def test_generated_kernel_cases_cover_every_option_the_engine_accepts(simulated)
 def test_generated_kernels_compute_what_the_older_ones_do(simulated):
     """The generated dopri5 kernel (literal tableau, state in local arrays), the generated dop853 one
     with its loops kept (UNROLL = False), and the older kernel with the state in global columns: the
-    same operations in the same order, hence the same numbers."""
+    same operations in the same order, hence the same numbers. The lanes form (dopri5 on 10 tokens,
+    B = 4; dop853) against the generated thread-per-trajectory kernel: each lane computes its row of
+    the fused field with the same operations, and every sum over the components (the norms, the
+    initial step) is added in the same order, hence the same numbers too."""
     rows = [r for r in simulated if r["diff_older"] is not None]
-    assert len(rows) == 2 and all(r["diff_older"] == 0.0 for r in rows), rows
+    assert len(rows) == 4 and all(r["diff_older"] == 0.0 for r in rows), rows
 
 
 @pytest.mark.parametrize("k", range(N_CASES))
@@ -336,6 +379,118 @@ def test_block_size_gives_every_multiprocessor_work():
     assert threads_per_block(10_000, sms=132) == 64  # 128 would give 79 blocks for 132 SMs; 64 gives 157
     assert threads_per_block(16, sms=132) == 32  # one warp
     assert threads_per_block(1000, sms=0) == 128  # no count known (the simulator): the default
+
+
+@needs_numba_cuda
+def test_lanes_form_is_chosen_by_batch_size(monkeypatch):
+    """A thread per trajectory by default (FORM = "threads": the lanes form has not run on a GPU);
+    FORM = "auto": below LANES_BELOW trajectories (and 2 <= l <= 32, the sizes fitting) a lane per
+    token, else a thread per trajectory; $RIEMATTN_CUDA_FORM overrides FORM; anything else is named;
+    the launch is one warp per block, ceil(B / G) blocks for G = 32 // l trajectories per warp."""
+    from riemattn.experiments._papers import hemisphere_heads
+    from riemattn.solvers.compiled._kernel import pack_field
+    from riemattn.solvers.compiled.cuda import _warp
+
+    monkeypatch.delenv(_warp.ENV, raising=False)
+    assert _warp.FORM == "threads" and _warp.form(16, 10) == "threads"
+    monkeypatch.setattr(_warp, "FORM", "auto")
+    below = _warp.LANES_BELOW
+    assert _warp.form(16, 10) == "lanes" and _warp.form(below - 1, 10) == "lanes"
+    assert _warp.form(below, 10) == "threads" and _warp.form(10**6, 10) == "threads"
+    assert _warp.form(16, 33) == "threads" and _warp.form(16, 1) == "threads"
+    monkeypatch.setenv(_warp.ENV, "lanes")
+    assert _warp.form(10**6, 10) == "lanes"
+    monkeypatch.setattr(_warp, "FORM", "threads")
+    monkeypatch.setenv(_warp.ENV, "auto")
+    assert _warp.form(16, 10) == "lanes"
+    monkeypatch.setenv(_warp.ENV, "sideways")
+    with pytest.raises(ValueError, match="'lanes', 'threads' or 'auto'"):
+        _warp.form(16, 10)
+    monkeypatch.delenv(_warp.ENV)
+    monkeypatch.setattr(_warp, "FORM", "auto")
+    ints = pack_field(ra.AttentionField(hemisphere_heads()), (16, 10, 3)).ints
+    picked = _warp.select("dopri5", ints, False, 16)
+    assert picked is not None and picked[2] == (6, 32)  # 3 trajectories per warp: 6 warps for 16
+    assert _warp.select("dopri5", ints, False, below) is None
+    assert _warp.select("heun", ints, False, 16) is None  # no generated step for it
+    wide = pack_field(ra.AttentionField(np.eye(40)[None] / 40), (4, 8, 40)).ints  # 40 x 40 heads per lane
+    assert not _warp.fits("dop853", wide) and _warp.select("dop853", wide, False, 4) is None
+
+
+# The lanes form's reductions alone (riemattn.solvers.compiled.cuda._warp_parts), under the simulator:
+# 8 trajectories of 4 tokens (d = 3) fill a warp; token 1 of trajectory 1 (lane 5) has an infinite
+# component. Printed: the sums, the RMS norm and the fixed-step loop's finiteness, per lane.
+LANE_PARTS = textwrap.dedent(r"""
+    import json, math, numpy as np
+    from numba import cuda, float64
+    from riemattn.solvers.compiled.cuda import _warp_parts as wp
+    L, D = 4, 3
+    sync = wp._syncblock
+    group_sums = wp.make_reductions(L, D, sync)
+    rms_norm = wp.make_norms(L, D, group_sums, None, None)[0]
+
+    @cuda.jit(device=True)
+    def inner(A, bb, c, e, s, adaptive, flat, t, y, h, K, has_k1, b, ints, floats, per, w, x, X, r, y_new, r_new,
+              err, l, d):
+        for a in range(D):
+            y_new[a] = 1.0 + 0.25 * a + cuda.laneid / 7.0
+        if cuda.laneid == 5:
+            y_new[2] = math.inf
+        return 4
+
+    step = wp.uniform_step(inner, group_sums, D)
+
+    @cuda.jit
+    def kernel(terms, sums, norms, finite):
+        lane = cuda.laneid
+        u = cuda.local.array(D, float64)
+        y = cuda.local.array(D, float64)
+        y_new = cuda.local.array(D, float64)
+        err = cuda.local.array(D, float64)
+        for a in range(D):
+            u[a] = terms[lane, a]
+            y[a] = 1.0
+            err[a] = 1e-7 * (a + 1) * (lane + 1)
+        su, sv = group_sums(u, u)
+        sums[lane] = su
+        step(u, u, u, u, 0, False, False, 0.0, y, 0.1, u, False, 0, u, u, u, u, u, u, u, y_new, u, u, 1, D)
+        ok = 1
+        for a in range(D):
+            if not math.isfinite(y_new[a]):
+                ok = 0
+        finite[lane] = ok
+        norms[lane] = rms_norm(err, y, y_new, 1e-6, 1e-6, D)
+
+    terms = np.random.default_rng(0).uniform(0.0, 1.0, (32, D)) * 10.0 ** np.arange(-8, 8, 0.5)[:, None]
+    sums, norms, finite = np.zeros(32), np.zeros(32), np.zeros(32, dtype=np.int64)
+    kernel[1, 32, 0, 8 * 8 * 2 * L * D](terms, sums, norms, finite)
+    print(json.dumps(dict(terms=terms.tolist(), sums=sums.tolist(), norms=norms.tolist(), finite=finite.tolist())))
+""")
+
+
+@needs_numba_cuda
+def test_lanes_sum_in_the_compiled_engines_order_and_agree_on_non_finite_steps():
+    """Every lane of a trajectory gets the sum of its n = l d terms added in component order (the
+    compiled engine's loop: the same number, to the bit, over terms spanning 16 decades, where
+    another order rounds differently); an infinite component in one token makes the RMS error norm
+    NaN and the fixed-step loop's step non-finite in every lane of that trajectory and of no other
+    (so all lanes of a trajectory take the same decision)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", LANE_PARTS], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.splitlines()[-1])
+    terms = np.array(r["terms"])
+    for g in range(8):
+        seq = 0.0
+        for v in terms[4 * g:4 * g + 4].ravel():  # token-major, component order
+            seq += v
+        assert all(r["sums"][lane] == seq for lane in range(4 * g, 4 * g + 4)), (g, seq, r["sums"])
+    assert np.sum(terms[:4].ravel()[::-1]) != r["sums"][0]  # the order matters for these terms
+    assert r["finite"] == [0 if 4 <= lane < 8 else 1 for lane in range(32)], r["finite"]
+    norms = np.array(r["norms"])
+    assert np.isnan(norms[4:8]).all() and np.isfinite(np.delete(norms, range(4, 8))).all(), norms
+    assert all(len(set(norms[4 * g:4 * g + 4])) == 1 for g in (0, 2, 3, 4, 5, 6, 7)), norms
 
 
 def test_auto_never_picks_cuda_for_numpy_input():

@@ -20,6 +20,9 @@ kernel (10 tokens on S^2, two time-varying heads, float64, sm_90) -- the figures
   The bounds are the measured figures plus 10 % (a change that keeps more in local memory fails
   here) and the local traffic in the loop below the older kernel's.
 
+The lanes form of the same problem (a lane per token, :mod:`riemattn.solvers.compiled.cuda._warp`):
+:func:`test_lanes_kernel_keeps_its_state_in_registers`.
+
 Skipped without numba-cuda, libNVVM or ptxas (numba-cuda's cu12 extra); the SASS checks also
 without nvdisasm (``nvidia-cuda-nvdisasm``; all three are in the test extra; or set
 ``RIEMATTN_NVDISASM``). Slow: the kernel and the probe compiled and assembled (~1 min).
@@ -103,6 +106,52 @@ def test_step_loop_local_and_global_traffic_bounded(figures):
     assert local <= 1.1 * MEASURED["local"] and local < OLDER_LOCAL, real
     assert real["LDG"] <= 1.1 * MEASURED["LDG"], real
     assert np.isfinite(real["loop"]) and real["loop"] < real["instructions"], real
+
+
+# Measured with ptxas 12.9 (benchmarks/gpu_ptx.py gen-lanes-dopri5-f64). LDG was 255 before the compact
+# row-separable heads (SRC_ROWSINES, which the hemisphere heads pack to) were merged: their loads are
+# straight-line, h d rows of (omega, phi, a row of P') per evaluation, where the dense form's sat in
+# loops over the terms (fewer in the code, K times more executed): 297 since.
+LANES_MEASURED = dict(spill_stores=64, spill_loads=56, local=14, LDG=297)
+
+
+@pytest.fixture(scope="module")
+def lanes_figures(tmp_path_factory):
+    why = _tools()
+    if why:
+        pytest.skip(why)
+    from riemattn.experiments._papers import hemisphere_heads
+    from riemattn.solvers.compiled._kernel import pack_field
+    from riemattn.solvers.compiled.cuda import _ptx
+
+    ints = pack_field(ra.AttentionField(hemisphere_heads()), (16, 10, 3)).ints
+    ptx = _ptx.generated_ptx("dopri5", ints, which=("adaptive",), lanes=True)["adaptive"]
+    cubin = str(tmp_path_factory.mktemp("ptx") / "lanes_dopri5.cubin")
+    row = _ptx.assemble(ptx, (9, 0), cubin)
+    if _ptx.tool("nvdisasm") is not None:
+        row.update(_ptx.step_loop(_ptx.sass(cubin)))
+    return row, ptx
+
+
+def test_lanes_kernel_keeps_its_state_in_registers(lanes_figures):
+    """The lanes form (riemattn.solvers.compiled.cuda._warp) of the same problem: a lane holds one
+    token (d = 3 components of the state and of each stage: 7 stages, y, y_new, x, X, err, k1,
+    k_next, u = 15 x 3 float64 = 360 B), so what the thread-per-trajectory kernel keeps in local
+    memory (above: 3.5 kB of stack, ~1900 local loads and stores in the loop) fits the registers.
+    Measured with ptxas 12.9: 255 registers, 64 B stack, 64 B spill stores, 56 B spill loads, 9 LDL
+    and 5 STL in the step loop (the register allocator's overflow at the limit), 255 LDG (the heads'
+    weights, read by each lane at each evaluation, and the save times). The bounds are those figures
+    plus 10 %; the stage input goes through shared memory (STS/LDS in the loop, bar.warp.sync in the
+    PTX), never through generic loads or stores."""
+    row, ptx = lanes_figures
+    assert row["spill_stores"] <= 1.1 * LANES_MEASURED["spill_stores"], row
+    assert row["spill_loads"] <= 1.1 * LANES_MEASURED["spill_loads"], row
+    assert "bar.warp.sync" in ptx and "ld.shared" in ptx and "st.shared" in ptx
+    if "loop" not in row:
+        pytest.skip("nvdisasm not found (pip install nvidia-cuda-nvdisasm, or set RIEMATTN_NVDISASM)")
+    assert row["LDL"] + row["STL"] <= 1.1 * LANES_MEASURED["local"], row
+    assert row["LDG"] <= 1.1 * LANES_MEASURED["LDG"], row
+    assert row["LD"] == 0 and row["ST"] == 0 and row["LDS"] > 0 and row["STS"] > 0, row
 
 
 SASS = """

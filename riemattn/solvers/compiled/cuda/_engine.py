@@ -107,7 +107,7 @@ def _dtype(y0, precision):
 def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_steps, pack, precision=None):
     """Integrate on the GPU (every argument already validated by integrate)."""
     from .. import _tables
-    from . import _gen, _host, _ros
+    from . import _gen, _host, _ros, _warp
 
     batch = tuple(y0.shape[:-2])
     l, d = (int(v) for v in y0.shape[-2:])
@@ -115,20 +115,22 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     dtype = _dtype(y0, precision)
     torch_in = is_torch(y0)
     m = _tables.method(step.name)
-    gen = _gen.kernels(step.name, pack.ints, dtype == np.float32)  # state in local arrays, constants folded
+    lanes = _warp.select(step.name, pack.ints, dtype == np.float32, B)  # small batches: a lane per token (_warp)
+    # else a thread per trajectory, state in local arrays, constants folded (_gen)
+    gen = lanes[:2] if lanes is not None else _gen.kernels(step.name, pack.ints, dtype == np.float32)
     if step.name in _ros.METHODS:  # the Rosenbrock kernels (generated too; float64, l d <= _ros.MAX_N)
         gen = _ros_kernels(field, step.name, pack, l, d, dtype)
     rows = gen is not None  # the generated kernels take and give the (B, n) layout; the older ones (n, B)
     stream = _host.stream_for(y0)  # every copy and launch of the call on it; one wait, at the end
     try:
         return _run(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, pack, batch, l, d, B, n,
-                    dtype, torch_in, m, gen, rows, stream)
+                    dtype, torch_in, m, gen, rows, stream, None if lanes is None else lanes[2])
     finally:
         stream.synchronize()  # also after an error: the pinned buffers are reused by the next call
 
 
 def _run(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps, pack, batch, l, d, B, n, dtype,
-         torch_in, m, gen, rows, stream):
+         torch_in, m, gen, rows, stream, launch):
     from numba import cuda
 
     from ....dynamics.kernels import _kernel_layout as lay
@@ -142,6 +144,8 @@ def _run(field, step, y0, t0, t1, dt, rtol, atol, first_step, saveat, max_steps,
     floats, per = _host.packed(field, pack, stream)  # cached per field and device
     threads = threads_per_block(B)
     blocks = (B + threads - 1) // threads
+    if launch is not None:  # the lanes form: one warp per block, G = 32 // l trajectories per warp
+        blocks, threads = launch
     new = lambda *shape: cuda.device_array(shape, dtype=dtype, stream=stream)  # noqa: E731 (written first)
     if gen is None:  # the older kernels: the field fused where the shape allows, the state in global columns
         ints = cuda.to_device(np.ascontiguousarray(pack.ints, dtype=np.int64), stream=stream)

@@ -143,20 +143,23 @@ def step_loop(text):
 
 
 def generated_ptx(name, ints, cc=(9, 0), dtype=np.float64, which=("adaptive", "fixed"), saves=True,
-                  unroll=None, autonomous=True, diff=False) -> dict:
+                  unroll=None, autonomous=True, diff=False, lanes=False) -> dict:
     """PTX of the kernels generated for the stepper ``name`` and the field configuration ``ints``
     (:mod:`._gen`; :mod:`._ros` for rodas4, rodas4p: adaptive only, with the pack's ``autonomous`` and
     the difference form ``diff``): {"adaptive": str, "fixed": str} (the kinds in ``which``);
-    ``saves=False``: the probe without the saving code; ``unroll``: as :func:`._gen.kernels`."""
+    ``saves=False``: the probe without the saving code; ``unroll``: as :func:`._gen.kernels`;
+    ``lanes``: the lanes form (:mod:`._warp`: a lane per token; the same arguments)."""
     from numba import cuda, typeof
 
-    from . import _ros
-    from ._gen import kernels
+    from . import _gen, _ros, _warp
 
+    is32 = np.dtype(dtype) == np.float32
     if name in _ros.METHODS:
-        adaptive, fixed = _ros.kernels(name, ints, np.dtype(dtype) == np.float32, autonomous, diff, saves)
+        adaptive, fixed = _ros.kernels(name, ints, is32, autonomous, diff, saves)
+    elif lanes:
+        adaptive, fixed = _warp.kernels(name, ints, is32, saves)
     else:
-        adaptive, fixed = kernels(name, ints, np.dtype(dtype) == np.float32, saves, unroll)
+        adaptive, fixed = _gen.kernels(name, ints, is32, saves, unroll)
     f, z = (lambda *s: np.zeros(s)), (lambda *s: np.zeros(s, dtype=dtype))
     fl, i64 = np.float64(0.0), (lambda *s: np.zeros(s, dtype=np.int64))
     sigs = {"adaptive": (adaptive, (fl, fl, fl, fl, fl, np.int64(1), f(2), f(1, 1), z(2, 2), f(2), z(2, 2, 2),

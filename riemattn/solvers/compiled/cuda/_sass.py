@@ -17,7 +17,8 @@ import sys
 _INSN = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(.*?)\s*;")
 _LABEL = re.compile(r"^(\.L_x_\d+|\$[^:\s]+):\s*$")
 _TARGET = re.compile(r"`\(([^)]+)\)")
-_MEM = ("LDL", "STL", "LDG", "STG", "LD", "ST")  # LD/ST: generic (the space known at run time only)
+_MEM = ("LDL", "STL", "LDG", "STG", "LD", "ST", "LDS", "STS")  # LD/ST: generic (the space known at run time
+#                                                             only); LDS/STS: shared memory
 
 
 def _entry_lines(text):
@@ -136,7 +137,8 @@ def _count(insns):
 
 def largest_loop(text):
     """{"instructions" (the entry function, subroutines excluded), "loop" (its largest loop's),
-    "LDL", "STL", "LDG", "STG", "LD", "ST" (generic), "calls" (in that loop), "STG_outside" (STG of the entry outside it)}."""
+    "LDL", "STL", "LDG", "STG", "LD", "ST" (generic), "LDS", "STS" (shared), "calls" (in that loop), "STG_outside"
+    (STG of the entry outside it)}."""
     blocks = _blocks(_entry_lines(text))
     main = []  # the entry function's blocks: up to the first out-of-line subroutine
     for label, insns in blocks:
