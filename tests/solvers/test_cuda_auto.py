@@ -11,6 +11,7 @@
   per-trajectory beta whose trajectories switch at different times or not at all, with a first
   step; max_steps reached after the switch.
 * float32 and tokens of l d > 64 numbers raise UnsupportedByEngine naming why.
+* The kernel compiles to PTX for sm_90 and assembles (ptxas), where the tools are installed.
 """
 
 from __future__ import annotations
@@ -226,3 +227,40 @@ def test_unsupported_names_auto_and_the_size_limit():
     assert why == [], why
     # DOPRI5's 7 stages on top of the Rosenbrock kernel's local memory
     assert _ros.local_size(8, 8, 1, "auto") == _ros.local_size(8, 8, 1) + 7 * 64
+
+
+def _ptx_tools():
+    if not _numba_cuda():
+        return "numba-cuda is not installed"
+    try:
+        from numba.cuda.cudadrv import nvrtc, nvvm
+
+        nvvm.NVVM()
+        nvrtc.get_supported_ccs()
+    except Exception as exc:  # noqa: BLE001 -- the toolkit's wheels are not installed: say so
+        return f"libNVVM or NVRTC is not available: {exc}"
+    from riemattn.solvers.compiled.cuda._ptx import tool
+
+    return None if tool("ptxas") else "ptxas not found (pip install nvidia-cuda-nvcc-cu12)"
+
+
+@pytest.mark.slow
+def test_auto_kernel_compiles_and_assembles_for_sm90(tmp_path):
+    """The simulator runs Python: the device compiler's typing (the Rosenbrock step's (nfev, |J|_inf),
+    the signal of either mode) is checked here (~18 s to PTX and SASS)."""
+    why = _ptx_tools()
+    if why:
+        pytest.skip(why)
+    from riemattn.solvers.compiled._kernel import pack_field
+    from riemattn.solvers.compiled.cuda import _ptx
+
+    ints = pack_field(ra.usa(9.0, 3), (16, 2, 3)).ints  # 2 tokens: the smallest kernel
+    ptx = _ptx.generated_ptx("auto", ints, which=("adaptive",), diff=True)["adaptive"]
+    assert ".target sm_90" in ptx and ".entry" in ptx and "auto_kernel" in ptx
+    # both generated steps, both dense outputs, the stiffness test and the device LU are in the kernel
+    for name in ("rk_step", "ros_step", "dopri5_dense", "ros_dense", "explicit_signal", "lu_factor", "update_jacobian"):
+        assert name in ptx, name
+    row = _ptx.assemble(ptx, (9, 0), str(tmp_path / "auto.cubin"))
+    assert 0 < row["registers"] <= 255, row
+    # DOPRI5's 7 stages, the 6 RODAS stages and the (6, 6) matrix are per-thread local memory
+    assert row["stack"] >= (7 + 6 + 6) * 6 * 8, row

@@ -1,4 +1,4 @@
-"""The CUDA engine's Rosenbrock kernels (``rodas4``, ``rodas4p``), generated per (method, field configuration) (private).
+"""The CUDA engine's Rosenbrock kernels (``rodas4``, ``rodas4p``, ``auto``), generated per (method, field configuration) (private).
 
 One thread per trajectory runs the compiled engine's Rosenbrock solve
 (:func:`riemattn.solvers.compiled._rosenbrock.ros_step` inside
@@ -25,8 +25,9 @@ trajectory in ``cuda.local.array`` of compile-time size, as the explicit kernels
   UnsupportedByEngine naming the size and the limit);
 * the loop is :func:`riemattn.solvers.compiled.cuda._rosloop.ros_rows` (the same initial step, PI
   controller, acceptance, last-step rule, statuses, saving with ``ros_dense``), compiled with the
-  generated step bound to its names. float64 only: the solve's limit ``h gamma eps |J|_inf`` is
-  float64's.
+  generated step bound to its names; for ``auto`` it is :func:`._autoloop.auto_rows` (the
+  switch, with DOPRI5's generated step too: :mod:`riemattn.solvers.compiled.cuda._autoloop`).
+  float64 only: the solve's limit ``h gamma eps |J|_inf`` is float64's.
 """
 
 from __future__ import annotations
