@@ -9,7 +9,9 @@
   beyond DOPRI5's stability bound), with saveat inside an explicit and inside a stiff step;
   hemisphere heads (time-varying, not stiff: the counts are DOPRI5's, it stays explicit);
   per-trajectory beta whose trajectories switch at different times or not at all, with a first
-  step; max_steps reached after the switch.
+  step; max_steps reached after the switch; slots in the step that decides the switch and in the
+  first stiff one; a trajectory that goes stiff, explicit again and stiff again (the NumPy engine's
+  AutoSwitch records the mode of every attempt).
 * float32 and tokens of l d > 64 numbers raise UnsupportedByEngine naming why.
 * The kernel compiles to PTX for sm_90 and assembles (ptxas), where the tools are installed.
 """
@@ -63,6 +65,24 @@ SCRIPT = textwrap.dedent(r"""
                             dopri5_steps=len(e.t) - 1))
         return out
 
+    def modes(field, y0, span, **kw):
+        # the NumPy engine's AutoSwitch (the algorithm the compiled engine mirrors), one trajectory: every
+        # attempted step as (t, h, the mode that takes it: StepResult.state's), and the steps
+        from riemattn.solvers.stiff import auto
+        log, step = [], auto.AutoSwitch.step
+        one = lambda v: float(np.asarray(v, dtype=float).reshape(-1)[0])  # noqa: E731
+
+        def logged(self, field, t, y, h, k1=None, state=None):
+            log.append((one(t), one(h), 0 if state is None else int(one(state[..., 0]))))
+            return step(self, field, t, y, h, k1, state)
+
+        auto.AutoSwitch.step = logged
+        try:
+            sol = ra.integrate(field, y0, span, "auto", engine="numpy", **kw)
+        finally:
+            auto.AutoSwitch.step = step
+        return log, int(sol.n_steps)
+
     def case(name, field, y0, span, fields=None, **kw):
         _ros._CACHE.clear()
         a = ra.integrate(field, y0, span, "auto", engine="cuda", **kw)
@@ -83,6 +103,8 @@ SCRIPT = textwrap.dedent(r"""
         if fields is not None:
             rec = {k: v for k, v in kw.items() if k in ("rtol", "atol", "first_step")}
             row["records"] = records(fields, y0, span, **rec)
+        if "switches back" in name:
+            row["attempts"], row["numpy_steps"] = modes(field, y0, span, **kw)
         print(json.dumps(row), flush=True)
 
     def raises(name, *args, **kw):
@@ -113,11 +135,15 @@ SCRIPT = textwrap.dedent(r"""
     t, i = np.array(rec["t"]), rec["leave"]
     case("the switching step: slots in the last explicit and the first stiff step", usa9, y_switch[:1], (0.0, 0.3),
          rtol=1e-6, atol=1e-6, saveat=[0.5 * (t[i - 3] + t[i - 2]), 0.5 * (t[i - 2] + t[i - 1]), 0.3])
+    y_back = np.array([1.0, 0.0, 0.0]) + np.random.default_rng(5).normal(size=(1, 4, 3))
+    case("switches back: USA beta = 9, spread tokens, stiff, explicit at t ~ 0.386, stiff again", usa9,
+         y_back / np.linalg.norm(y_back, axis=-1, keepdims=True), (0.0, 0.45), rtol=1e-6, atol=1e-6,
+         saveat=[0.2, 0.388, 0.45])
     y32 = near_pole(2, 3).astype(np.float32)
     raises("float32", usa9, y32, (0.0, 0.1), "auto", saveat=[0.1], project=True)
     raises("l d = 66", ra.usa(9.0, 3), near_pole(1, 22), (0.0, 0.1), "auto", saveat=[0.1])
 """)
-N_CASES = 5
+N_CASES = 6
 EPS = np.finfo(float).eps
 
 
@@ -264,3 +290,23 @@ def test_auto_kernel_compiles_and_assembles_for_sm90(tmp_path):
     assert 0 < row["registers"] <= 255, row
     # DOPRI5's 7 stages, the 6 RODAS stages and the (6, 6) matrix are per-thread local memory
     assert row["stack"] >= (7 + 6 + 6) * 6 * 8, row
+
+
+def test_a_trajectory_switches_back_and_forth(simulated):
+    """USA at beta = 9 from spread tokens: stiff after ~0.013, explicit again at ~0.386 (h |J|_inf < 0.6
+    for 15 attempts), stiff again at ~0.391 -- the NumPy engine's AutoSwitch, whose steps the compiled
+    engine takes (equal counts), records the mode of every attempt; the slot at 0.388 lies inside an
+    explicit step of the interlude, the one at 0.2 inside a stiff step (the dense output of each)."""
+    r = simulated[0][5]
+    assert r["numpy_steps"] == r["steps"][0], r["numpy_steps"]
+    att = r["attempts"]
+    mode = [m for _, _, m in att]
+    phases = [mode[0]] + [b for a, b in zip(mode, mode[1:]) if a != b]
+    assert phases == [0, 1, 0, 1], phases
+
+    def taking(slot):  # the mode of the accepted step holding the slot (the last attempt from t <= slot)
+        t, h, m = [a for a in att if a[0] <= slot][-1]
+        assert t < slot < t + h
+        return m
+
+    assert taking(0.388) == 0 and taking(0.2) == 1
