@@ -6,7 +6,7 @@ compiled engine's ``pack_field``), reads the stepper's arrays (the compiled engi
 :func:`~riemattn.solvers.compiled._tables.method`), launches one kernel for the whole batch -- the
 kernel generated for the method and the field's configuration
 (:mod:`riemattn.solvers.compiled.cuda._gen`: literal tableau, state in per-thread local arrays,
-the (B, n) layout in and out; only the outputs are allocated; :mod:`._ros` for rodas4 and rodas4p,
+the (B, n) layout in and out; only the outputs are allocated; :mod:`._ros` for rodas4, rodas4p and auto,
 tokens of l d <= 64 numbers, float64), else, for shapes too large for
 local memory, the older kernels (:mod:`._fast`, :mod:`riemattn.solvers.compiled.cuda._loop`: state
 in global columns, the trajectory as the last axis, transposed to and from on the device) -- and
@@ -24,7 +24,7 @@ from ...._backend import is_torch
 from ....errors import UnsupportedByEngine
 
 #: the steppers the CUDA engine runs (exactly these classes, as the compiled engine's SUPPORTED)
-STEPPERS = ("rk4", "dopri5", "dop853", "rodas4", "rodas4p")
+STEPPERS = ("rk4", "dopri5", "dop853", "rodas4", "rodas4p", "auto")
 #: threads per block of the kernels at large batches (:func:`threads_per_block`)
 THREADS = 128
 SIM_ENV = "NUMBA_ENABLE_CUDASIM"
@@ -75,7 +75,7 @@ def unsupported(field, step, y0, *, saveat, save_fn, events, progress, dense_out
         why.append(f"the stepper {getattr(step, 'name', step)!r} (cuda: {', '.join(STEPPERS)})")
     elif step.adaptive and saveat is None:
         why.append("every accepted step of a single trajectory (no saveat): pass saveat")
-    if name in ("rodas4", "rodas4p") and len(y0.shape) >= 2:  # the Rosenbrock kernels' limit on l d
+    if name in ("rodas4", "rodas4p", "auto") and len(y0.shape) >= 2:  # the Rosenbrock kernels' limit on l d
         from ._ros import unsupported as ros_unsupported
 
         why += ros_unsupported(name, int(y0.shape[-2]), int(y0.shape[-1]), False)
@@ -118,7 +118,7 @@ def run(field, step, y0, t0, t1, *, dt, rtol, atol, first_step, saveat, max_step
     lanes = _warp.select(step.name, pack.ints, dtype == np.float32, B)  # small batches: a lane per token (_warp)
     # else a thread per trajectory, state in local arrays, constants folded (_gen)
     gen = lanes[:2] if lanes is not None else _gen.kernels(step.name, pack.ints, dtype == np.float32)
-    if step.name in _ros.METHODS:  # the Rosenbrock kernels (generated too; float64, l d <= _ros.MAX_N)
+    if step.name in _ros.METHODS:  # the Rosenbrock and auto kernels (generated too; float64, l d <= _ros.MAX_N)
         gen = _ros_kernels(field, step.name, pack, l, d, dtype)
     rows = gen is not None  # the generated kernels take and give the (B, n) layout; the older ones (n, B)
     stream = _host.stream_for(y0)  # every copy and launch of the call on it; one wait, at the end

@@ -145,7 +145,7 @@ def step_loop(text):
 def generated_ptx(name, ints, cc=(9, 0), dtype=np.float64, which=("adaptive", "fixed"), saves=True,
                   unroll=None, autonomous=True, diff=False, lanes=False) -> dict:
     """PTX of the kernels generated for the stepper ``name`` and the field configuration ``ints``
-    (:mod:`._gen`; :mod:`._ros` for rodas4, rodas4p: adaptive only, with the pack's ``autonomous`` and
+    (:mod:`._gen`; :mod:`._ros` for rodas4, rodas4p, auto: adaptive only, with the pack's ``autonomous`` and
     the difference form ``diff``): {"adaptive": str, "fixed": str} (the kinds in ``which``);
     ``saves=False``: the probe without the saving code; ``unroll``: as :func:`._gen.kernels`;
     ``lanes``: the lanes form (:mod:`._warp`: a lane per token; the same arguments)."""

@@ -1,4 +1,4 @@
-"""The CUDA engine's Rosenbrock kernels (``rodas4``, ``rodas4p``), generated per (method, field configuration) (private).
+"""The CUDA engine's Rosenbrock kernels (``rodas4``, ``rodas4p``, ``auto``), generated per (method, field configuration) (private).
 
 One thread per trajectory runs the compiled engine's Rosenbrock solve
 (:func:`riemattn.solvers.compiled._rosenbrock.ros_step` inside
@@ -25,8 +25,9 @@ trajectory in ``cuda.local.array`` of compile-time size, as the explicit kernels
   UnsupportedByEngine naming the size and the limit);
 * the loop is :func:`riemattn.solvers.compiled.cuda._rosloop.ros_rows` (the same initial step, PI
   controller, acceptance, last-step rule, statuses, saving with ``ros_dense``), compiled with the
-  generated step bound to its names. float64 only: the solve's limit ``h gamma eps |J|_inf`` is
-  float64's.
+  generated step bound to its names; for ``auto`` it is :func:`._autoloop.auto_rows` (the
+  switch, with DOPRI5's generated step too: :mod:`riemattn.solvers.compiled.cuda._autoloop`).
+  float64 only: the solve's limit ``h gamma eps |J|_inf`` is float64's.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ from ....dynamics.kernels import _kernel_attention as _src
 from ....dynamics.kernels._kernel_layout import D, H, L, MAN_FLAT, OP_LIFTED_JAC, OP_RHS_DIFF, work_length
 from ...stiff.rosenbrock import DT_FACTOR
 from .. import _rosenbrock, _tables
-from . import _fast, _field, _gen, _loop, _rosloop, _steps
+from . import _autoloop, _fast, _field, _gen, _loop, _rosloop, _steps
 
-#: the Rosenbrock steppers with generated kernels
-METHODS = ("rodas4", "rodas4p")
+#: the Rosenbrock steppers with generated kernels (``auto``: the explicit/stiff switch, :mod:`._autoloop`)
+METHODS = ("rodas4", "rodas4p", "auto")
 #: the largest l d the Rosenbrock kernels take: the (n, n) matrix is 4096 numbers (32 kB) per thread
 MAX_N = 64
 #: the most numbers of per-thread local memory (:func:`local_size`; 256 kB, half the 512 kB a CUDA
@@ -56,21 +57,22 @@ def unsupported(name, l, d, is32, h=1):
     if l * d > MAX_N:
         why.append(f"{name} for tokens of l d = {l} x {d} = {l * d} numbers (cuda: l d <= {MAX_N}, the dense "
                    f"(l d)^2 Jacobian and its LU in per-thread local memory)")
-    elif local_size(l, d, h) > MAX_LOCAL:
-        why.append(f"{name} for {l} x {d} tokens and {h} heads: {local_size(l, d, h)} numbers of per-thread local "
+    elif local_size(l, d, h, name) > MAX_LOCAL:
+        why.append(f"{name} for {l} x {d} tokens and {h} heads: {local_size(l, d, h, name)} numbers of per-thread local "
                    f"memory (cuda: at most {MAX_LOCAL})")
     if is32:
         why.append(f"{name} in float32 (cuda: float64 only; the solve's limit h gamma eps |J|_inf is float64's)")
     return why
 
 
-def local_size(l, d, h):
+def local_size(l, d, h, name="rodas4"):
     """Numbers of per-thread local memory of the Rosenbrock kernel (the fused field's, the Jacobian's
-    scratch, the matrix, the stages and the loop's vectors)."""
+    scratch, the matrix, the stages and the loop's vectors; ``auto``: DOPRI5's 7 stages too)."""
     n = l * d
     ints = np.zeros(max(L, D, H) + 1, dtype=np.int64)
     ints[L], ints[D], ints[H] = l, d, h
-    return _fast.local_size(l, d, h) + work_length(ints) + n * n + n + 6 * n + 11 * n + 2 * l
+    extra = 7 * n if name == "auto" else 0
+    return _fast.local_size(l, d, h) + work_length(ints) + n * n + n + 6 * n + 11 * n + 2 * l + extra
 
 
 def _sum(coefs, row, p="p"):
@@ -136,7 +138,7 @@ def step_source(m, autonomous, diff):
               "            err[p] = math.inf",
               "    evaluate(t + 1.0 * h, y_new, b, ints, floats, per, w, k_next)",
               "    nfev += 1",
-              "    return nfev"]
+              "    return nfev, jn"]
     return "\n".join(lines) + "\n"
 
 
@@ -220,6 +222,8 @@ def _build(name, ints, autonomous, diff, saves):
                 evaluate=evaluate, jac=jac, **steps, **lu)
     step = _device(step_source(m, autonomous, diff), "ros_step", glob)
     dense = _device(dense_source(m), "ros_dense", glob)
+    if name == "auto":  # the explicit/stiff switch: DOPRI5's generated step and this Rosenbrock step
+        return _autoloop.build(m, INTS, l, d, flat, work_length(INTS), rhs, step, dense, saves)
     init = _field.device_functions(_loop, ("initial_step",), dict(steps, rhs=rhs))
     rows = _field.device_functions(_rosloop, ("ros_rows",), dict(steps, rhs=rhs, ros_step=step, ros_dense=dense,
                                                                  SAVES=saves, put=_gen.put, N=l * d, **init))

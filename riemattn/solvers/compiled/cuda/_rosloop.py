@@ -81,8 +81,9 @@ def ros_rows(mi, ctrl, flat, t0, t1, rtol, atol, h_row, max_steps, ints, floats,
         last = h_try >= remaining - last_rtol * max(1.0, abs(t1))
         if last:
             h_try = remaining
-        nfev += ros_step(t, y, h_try, k1, has_k1, b, ints, floats, per, w, JM, piv, Us, Ft, F0, x, X, r, x1, y_new,
-                         r_new, err, k_next)
+        nf, jn = ros_step(t, y, h_try, k1, has_k1, b, ints, floats, per, w, JM, piv, Us, Ft, F0, x, X, r, x1, y_new,
+                          r_new, err, k_next)  # (|J|_inf: auto's stiffness test, _autoloop)
+        nfev += nf
         en = rms_norm(err, y, y_new, rtol, atol, n)
         finite = math.isfinite(en)
         if finite:
