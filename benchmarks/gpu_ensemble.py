@@ -45,9 +45,9 @@ missed its error target.
 
 ``--stiff``: the stiff ensemble instead (``benchmarks/gpu_stiff.py``: USA at beta = 9, 10 tokens on
 S^2 near random poles, T = 1): ``riemattn-cuda-rodas4`` against ``compiled-cpu-rodas4`` (the compiled
-engine on every core) at equal measured error (target 1e-7), sizes 16, 10^4, 10^5; the check of
+engine on every core), and ``riemattn-cuda-auto`` against ``compiled-cpu-auto`` (the switch) at equal measured error (target 1e-7), sizes 16, 10^4, 10^5; the check of
 issue 56's target (GPU >= 5x the CPU engine at B = 10^4) where both are measured there. With
-``--smoke`` it runs under the simulator without a GPU (T = 0.2, B in (2, 4)).
+``--smoke`` it runs under the simulator without a GPU (T = 0.2, B in (1, 2), 2 references).
 
 Run: ``python benchmarks/gpu_ensemble.py --out gpu.json`` (GPU figures: docs/performance.md,
 "GPU ensembles"); ``python benchmarks/gpu_ensemble.py --stiff --out stiff.json``.
@@ -151,9 +151,9 @@ def child(args):
     name = args.contender
     deadline = args.deadline
     sizes = [int(s) for s in args.sizes.split(",")]
-    if name in gpu_stiff.CONTENDERS:  # --stiff: rodas4 on the GPU and on the CPU engine
-        engine = "cuda" if name.startswith("riemattn-cuda") else "compiled"
-        return _sweep(name, "rodas4", "float64", gpu_stiff.runner(engine, T, len(ref)), ref, sizes, deadline,
+    if name in gpu_stiff.CONTENDERS:  # --stiff: rodas4 and auto on the GPU and on the CPU engine
+        engine, stepper = ("cuda" if name.startswith("riemattn-cuda") else "compiled"), gpu_stiff.method(name)
+        return _sweep(name, stepper, "float64", gpu_stiff.runner(engine, T, len(ref), stepper), ref, sizes, deadline,
                       args.repeat)
     if name.startswith("riemattn-cuda"):
         dtype = "float32" if "f32" in name else "float64"
@@ -360,7 +360,8 @@ def plan(pk, gpu, smoke):
     torch_gpu = pk.get("torch.cuda") is True
     rows = []
     if STIFF:
-        return [("riemattn-cuda-rodas4", cuda_ok, why_cuda), ("compiled-cpu-rodas4", True, None)]
+        return [(n, cuda_ok, why_cuda) if n.startswith("riemattn-cuda") else (n, True, None)
+                for n in gpu_stiff.CONTENDERS]
     for name in CONTENDERS + EXTRA:
         if name.startswith("riemattn-cuda"):
             rows.append((name, cuda_ok, why_cuda))
@@ -432,8 +433,10 @@ def main(argv=None):
         return child(args)
     start = time.time()
     deadline = start + args.budget_seconds
-    T, sizes, repeat, n_ref = (0.2, "2,4", 1, 4) if args.smoke else (1.0 if STIFF else 10.0, args.sizes,
-                                                                      args.repeat, N_REF)
+    # --stiff --smoke: B in (1, 2), 2 references -- numba's simulator runs the Rosenbrock kernel's threads
+    # slowly together (rodas4, rtol 1e-5, T = 0.2: B = 2 in 1.7 s, B = 4 in 77 s, measured on 2 cores)
+    T, sizes, repeat, n_ref = ((0.2, "1,2" if STIFF else "2,4", 1, 2 if STIFF else 4) if args.smoke
+                               else (1.0 if STIFF else 10.0, args.sizes, args.repeat, N_REF))
     pk, gpu = environment()
     print(f"GPU: {gpu or 'none found'}")
     print("packages: " + ", ".join(f"{k} {'yes' if v is True else v if v else 'no'}" for k, v in pk.items()))
@@ -497,7 +500,7 @@ def main(argv=None):
         print(f"\ncrossover (riemattn.solvers.compiled.cuda._warp.LANES_BELOW){sim}: " + "; ".join(cross))
     checks = {}
     ran = [n for n, _, _ in todo]  # the CUDA engine's contenders run (riemattn-cuda-f64 by default)
-    keys = ["riemattn-cuda-rodas4"] if STIFF else [
+    keys = [n for n in gpu_stiff.CONTENDERS if n.startswith("riemattn-cuda") and n in ran] if STIFF else [
         n for n in ("riemattn-cuda-f64", "riemattn-cuda-f64-lanes", "riemattn-cuda-f64-threads") if n in ran] or [
         "riemattn-cuda-f64"]
     for key in keys:

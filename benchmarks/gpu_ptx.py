@@ -5,7 +5,8 @@ ensemble's shape -- 10 tokens on S^2, 2 heads -- with the state in global column
 generated per method and field configuration, ``riemattn.solvers.compiled.cuda._gen``, the lanes
 form for small batches, a lane per token, ``riemattn.solvers.compiled.cuda._warp``: ``gen-lanes-*``,
 and the rodas4 kernel, ``riemattn.solvers.compiled.cuda._ros``, on USA at beta = 9 with the same 10
-tokens on S^2: ``gen-rodas4-f64``), compiled to PTX for sm_90 (H100) by numba-cuda
+tokens on S^2: ``gen-rodas4-f64``, and the auto kernel on the same: ``gen-auto-f64``), compiled to
+PTX for sm_90 (H100) by numba-cuda
 without a device (``riemattn.solvers.compiled.cuda._ptx.kernels_ptx``), assembled by ``ptxas -v``
 (registers, stack frame, spill bytes) and disassembled by ``nvdisasm``: the SASS instructions of
 the kernel and of its step loop (the largest loop of its control-flow graph,
@@ -87,6 +88,8 @@ def cases():
     usa = _usa_ints()  # USA at beta = 9 (the stiff ensembles): the difference form, autonomous
     out["gen-rodas4-f64"] = (f"generated for rodas4 and USA beta = 9 on {SHAPE[:2]} (adaptive, difference form), f64",
                              lambda: _ptx.generated_ptx("rodas4", usa, which=("adaptive",), diff=True)["adaptive"])
+    out["gen-auto-f64"] = (f"generated for auto (dopri5 / rodas4p switch) and USA beta = 9 on {SHAPE[:2]}, f64",
+                           lambda: _ptx.generated_ptx("auto", usa, which=("adaptive",), diff=True)["adaptive"])
     out["gen-dopri5-f64-loops"] = ("generated for dopri5, the number of tokens at run time (_gen.UNROLL = False)",
                                    lambda: _ptx.generated_ptx("dopri5", ints, which=("adaptive",),
                                                               unroll=False)["adaptive"])

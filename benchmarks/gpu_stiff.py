@@ -15,7 +15,9 @@ Contenders (each in its own process, as in gpu_ensemble.py):
 
 - ``riemattn-cuda-rodas4``: ``integrate(..., "rodas4", engine="cuda")`` (the generated Rosenbrock
   kernel, ``riemattn.solvers.compiled.cuda._ros``; float64);
-- ``compiled-cpu-rodas4``: the same call with ``engine="compiled"`` (every core of the machine).
+- ``compiled-cpu-rodas4``: the same call with ``engine="compiled"`` (every core of the machine);
+- ``riemattn-cuda-auto``, ``compiled-cpu-auto``: the same with ``"auto"`` (dopri5 until the stiffness
+  test switches to rodas4p: ``riemattn.solvers.compiled.cuda._autoloop`` on the GPU).
 
 Equal measured error: each finds the loosest tolerance of :data:`LADDER` whose error on the
 references is <= :data:`TARGET` (the same algorithm on both: the same tolerance), then times
@@ -33,7 +35,7 @@ import numpy as np
 BETA, L, D, SPREAD = 9.0, 10, 3, 0.3
 TARGET = 1e-7
 LADDER = (1e-5, 1e-6, 1e-7, 1e-8, 1e-9)
-CONTENDERS = ("riemattn-cuda-rodas4", "compiled-cpu-rodas4")
+CONTENDERS = ("riemattn-cuda-rodas4", "compiled-cpu-rodas4", "riemattn-cuda-auto", "compiled-cpu-auto")
 SIZES = "16,10000,100000"
 SPEEDUP, SPEEDUP_B = 5.0, 10_000
 
@@ -70,7 +72,12 @@ def references(T, n):
     return out / np.linalg.norm(out, axis=-1, keepdims=True)
 
 
-def runner(engine, T, n_ref):
+def method(name):
+    """The stepper of a contender: the last part of its name (rodas4, auto)."""
+    return name.rsplit("-", 1)[1]
+
+
+def runner(engine, T, n_ref, stepper="rodas4"):
     """run(y0, tol) -> (seconds, final tokens of the first n_ref trajectories, success)."""
     import riemattn as ra
 
@@ -78,7 +85,7 @@ def runner(engine, T, n_ref):
 
     def run(y0, tol):
         t0 = time.perf_counter()
-        sol = ra.integrate(field, y0, (0.0, T), "rodas4", rtol=tol, atol=tol, saveat=[T], engine=engine)
+        sol = ra.integrate(field, y0, (0.0, T), stepper, rtol=tol, atol=tol, saveat=[T], engine=engine)
         return time.perf_counter() - t0, np.asarray(sol.y[-1][:n_ref], dtype=float), sol.success
     return run
 
