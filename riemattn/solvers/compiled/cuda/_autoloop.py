@@ -27,7 +27,7 @@ from numba import cuda, float64, int64
 
 from . import _field, _gen, _loop, _steps
 from ._field import rhs
-from ._loop import NON_FINITE, REACHED, RUNNING, MAX_STEPS, UNDERFLOW, initial_step, next_step_size, put
+from ._loop import REACHED, RUNNING, MAX_STEPS, advance, initial_step, next_step_size, put, record
 from ._steps import dopri5_dense, fsal_next, hsum, rms_norm
 
 #: False in a probe kernel without the saving code (as _loop.SAVES)
@@ -107,7 +107,6 @@ def auto_rows(mi, ctrl, dense, b6, flat, t0, t1, rtol, atol, h_row, max_steps, i
         status = REACHED
     err_prev = 1.0
     rejected_prev = False
-    nonfinite_prev = False
     mode = 0  # 0 explicit, 1 stiff; count of steps calling for the other method; elevated explicit steps
     count = 0
     elevated = 0
@@ -173,33 +172,13 @@ def auto_rows(mi, ctrl, dense, b6, flat, t0, t1, rtol, atol, h_row, max_steps, i
                 nxt += 1
         h, err_prev = next_step_size(ctrl, alpha, k, accept, finite, en, h, h_try, last, rejected_prev, err_prev)
         rejected_prev = not accept
-        nonfinite_prev = not finite
-        if accept:
-            t = t_new
-            for p in range(n):
-                y[p] = y_new[p]
-            if has_k1:
-                for p in range(n):
-                    k1[p] = k_next[p]
-            n_steps += 1
-            if last:
-                status = REACHED
-                done = True
-        else:
-            n_rej += 1
-            if h < under_rtol * max(abs(t), 1.0):
-                status = NON_FINITE if nonfinite_prev else UNDERFLOW
-                t_fail = t
-                done = True
+        t, n_steps, n_rej, status, t_fail, done = advance(accept, last, finite, t, t_new, h, under_rtol, n, y, y_new,
+                                                          has_k1, k1, k_next, n_steps, n_rej, status, t_fail)
     while SAVES and nxt < n_save:  # the slots a stopped trajectory does not reach
         for p in range(n):
             put(saved, nxt, p, b, math.nan)
         nxt += 1
-    stats[0, b] = nfev
-    stats[1, b] = n_steps
-    stats[2, b] = n_rej
-    stats[3, b] = status
-    t_fail_out[b] = t_fail
+    record(stats, t_fail_out, b, nfev, n_steps, n_rej, status, t_fail)
 
 
 def build(m, INTS, l, d, flat, work, rhs, step, dense, saves):

@@ -93,6 +93,45 @@ def next_step_size(ctrl, alpha, k, accept, finite, en, h, h_try, last, rejected_
     return h_try * shrink, err_prev
 
 
+@cuda.jit(device=True, inline="always")  # in Numba IR: the loops' registers as before the extraction
+def advance(accept, last, finite, t, t_new, h, under_rtol, n, y, y_new, has_k1, k1, k_next, n_steps, n_rej, status,
+            t_fail):
+    """After an attempt, with the next step size h already chosen: an accepted step moves (t, y, and
+    k1 where kept) to its end and counts, REACHED on the last; a rejected one counts, and stops the
+    trajectory (UNDERFLOW, or NON_FINITE after a non-finite attempt) once h falls below
+    ``under_rtol max(|t|, 1)``. Returns (t, n_steps, n_rejected, status, t_fail, done). Shared by the
+    explicit, Rosenbrock and auto loops."""
+    done = False
+    if accept:
+        t = t_new
+        for p in range(n):
+            y[p] = y_new[p]
+        if has_k1:
+            for p in range(n):
+                k1[p] = k_next[p]
+        n_steps += 1
+        if last:
+            status = REACHED
+            done = True
+    else:
+        n_rej += 1
+        if h < under_rtol * max(abs(t), 1.0):
+            status = UNDERFLOW if finite else NON_FINITE
+            t_fail = t
+            done = True
+    return t, n_steps, n_rej, status, t_fail, done
+
+
+@cuda.jit(device=True, inline="always")
+def record(stats, t_fail_out, b, nfev, n_steps, n_rej, status, t_fail):
+    """The adaptive loops' statistics of trajectory b: stats[:, b] = (nfev, n_steps, n_rejected, status)."""
+    stats[0, b] = nfev
+    stats[1, b] = n_steps
+    stats[2, b] = n_rej
+    stats[3, b] = status
+    t_fail_out[b] = t_fail
+
+
 @cuda.jit
 def adaptive_kernel(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, atol, h_first, max_steps, ints,
                     floats, per_all, W, Y, K, Kx, Fd, X1, X2, Yn, Er, E3, K1, Kn, U, R, Rn, saveat, saved, stats,
@@ -153,7 +192,6 @@ def adaptive_rows(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, ato
         status = REACHED
     err_prev = 1.0
     rejected_prev = False
-    nonfinite_prev = False
     while not done:
         if n_steps + n_rej >= max_steps:
             status = MAX_STEPS
@@ -209,33 +247,13 @@ def adaptive_rows(mi, ctrl, A, bb, c, e, e3c, dense, cx, flat, t0, t1, rtol, ato
                 nxt += 1
         h, err_prev = next_step_size(ctrl, alpha, k, accept, finite, en, h, h_try, last, rejected_prev, err_prev)
         rejected_prev = not accept
-        nonfinite_prev = not finite
-        if accept:
-            t = t_new
-            for p in range(n):
-                y[p] = y_new[p]
-            if has_k1:
-                for p in range(n):
-                    k1[p] = k_next[p]
-            n_steps += 1
-            if last:
-                status = REACHED
-                done = True
-        else:
-            n_rej += 1
-            if h < under_rtol * max(abs(t), 1.0):
-                status = NON_FINITE if nonfinite_prev else UNDERFLOW
-                t_fail = t
-                done = True
+        t, n_steps, n_rej, status, t_fail, done = advance(accept, last, finite, t, t_new, h, under_rtol, n, y, y_new,
+                                                          has_k1, k1, k_next, n_steps, n_rej, status, t_fail)
     while SAVES and nxt < n_save:  # the slots a stopped trajectory does not reach
         for p in range(n):
             put(saved, nxt, p, b, math.nan)
         nxt += 1
-    stats[0, b] = nfev
-    stats[1, b] = n_steps
-    stats[2, b] = n_rej
-    stats[3, b] = status
-    t_fail_out[b] = t_fail
+    record(stats, t_fail_out, b, nfev, n_steps, n_rej, status, t_fail)
 
 
 @cuda.jit
