@@ -42,3 +42,41 @@ def interrupt_after_go(code: str, *args: str, pause: float = 1.0):
         proc.kill()
         proc.wait()
     return line, waited, proc.stderr.read()
+
+
+def numba_cuda() -> bool:
+    """Whether numba-cuda (not numba's older built-in CUDA target) is importable."""
+    try:
+        from numba import cuda
+    except ImportError:
+        return False
+    return getattr(cuda, "implementation", "") == "NVIDIA"
+
+
+def simulate_cuda(script: str, timeout: float = 600) -> list:
+    """Run ``script`` in a child process under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1: numba
+    reads it once, at import, so it must not leak into the test process); returns the JSON objects
+    it printed, one per line starting with "{"."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=str(ROOT),
+                         env=repo_env(NUMBA_ENABLE_CUDASIM=1), timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def ptx_tools():
+    """Why the CUDA kernels cannot be compiled to PTX and assembled here (None: they can): numba-cuda,
+    libNVVM and NVRTC (numba-cuda's cu12 extra) and ptxas."""
+    if not numba_cuda():
+        return "numba-cuda is not installed"
+    try:
+        from numba.cuda.cudadrv import nvrtc, nvvm
+
+        nvvm.NVVM()
+        nvrtc.get_supported_ccs()
+    except Exception as exc:  # noqa: BLE001 -- the toolkit's wheels are not installed: say so
+        return f"libNVVM or NVRTC is not available: {exc}"
+    from riemattn.solvers.compiled.cuda._ptx import tool
+
+    return None if tool("ptxas") else "ptxas not found (pip install nvidia-cuda-nvcc-cu12)"

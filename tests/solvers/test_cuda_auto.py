@@ -18,27 +18,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import riemattn as ra
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _numba_cuda():
-    try:
-        from numba import cuda
-    except ImportError:
-        return False
-    return getattr(cuda, "implementation", "") == "NVIDIA"
+from _subprocess import numba_cuda, ptx_tools, simulate_cuda
 
 
 SCRIPT = textwrap.dedent(r"""
@@ -149,13 +136,9 @@ EPS = np.finfo(float).eps
 
 @pytest.fixture(scope="module")
 def simulated():
-    if not _numba_cuda():
+    if not numba_cuda():
         pytest.skip("numba-cuda is not installed (pip install -e '.[cuda]')")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    rows = simulate_cuda(SCRIPT)
     return [r for r in rows if "raised" not in r], {r["name"]: r["raised"] for r in rows if "raised" in r}
 
 
@@ -237,7 +220,7 @@ def test_float32_and_large_tokens_raise_naming_why(simulated):
     assert raised["l d = 66"] is not None and "66" in raised["l d = 66"] and "l d <= 64" in raised["l d = 66"], raised
 
 
-@pytest.mark.skipif(not _numba_cuda(), reason="numba-cuda is not installed")
+@pytest.mark.skipif(not numba_cuda(), reason="numba-cuda is not installed")
 def test_unsupported_names_auto_and_the_size_limit():
     from riemattn.solvers.compiled.cuda import _ros
     from riemattn.solvers.compiled.cuda._engine import STEPPERS, unsupported
@@ -255,26 +238,11 @@ def test_unsupported_names_auto_and_the_size_limit():
     assert _ros.local_size(8, 8, 1, "auto") == _ros.local_size(8, 8, 1) + 7 * 64
 
 
-def _ptx_tools():
-    if not _numba_cuda():
-        return "numba-cuda is not installed"
-    try:
-        from numba.cuda.cudadrv import nvrtc, nvvm
-
-        nvvm.NVVM()
-        nvrtc.get_supported_ccs()
-    except Exception as exc:  # noqa: BLE001 -- the toolkit's wheels are not installed: say so
-        return f"libNVVM or NVRTC is not available: {exc}"
-    from riemattn.solvers.compiled.cuda._ptx import tool
-
-    return None if tool("ptxas") else "ptxas not found (pip install nvidia-cuda-nvcc-cu12)"
-
-
 @pytest.mark.slow
 def test_auto_kernel_compiles_and_assembles_for_sm90(tmp_path):
     """The simulator runs Python: the device compiler's typing (the Rosenbrock step's (nfev, |J|_inf),
     the signal of either mode) is checked here (~18 s to PTX and SASS)."""
-    why = _ptx_tools()
+    why = ptx_tools()
     if why:
         pytest.skip(why)
     from riemattn.solvers.compiled._kernel import pack_field

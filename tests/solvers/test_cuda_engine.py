@@ -26,12 +26,7 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,17 +34,10 @@ import pytest
 import riemattn as ra
 from riemattn.errors import UnsupportedByEngine
 
-
-def _numba_cuda():
-    try:
-        from numba import cuda
-    except ImportError:
-        return False
-    return getattr(cuda, "implementation", "") == "NVIDIA"
+from _subprocess import numba_cuda, simulate_cuda
 
 
-needs_numba_cuda = pytest.mark.skipif(not _numba_cuda(), reason="numba-cuda is not installed (pip install -e '.[cuda]')")
-ROOT = Path(__file__).resolve().parents[2]
+needs_numba_cuda = pytest.mark.skipif(not numba_cuda(), reason="numba-cuda is not installed (pip install -e '.[cuda]')")
 
 # Each case: the CUDA engine under the simulator against the compiled engine (same process, the
 # simulator does not change numba's CPU target). Printed as JSON lines.
@@ -194,13 +182,9 @@ SCRIPT = textwrap.dedent(r"""
 
 @pytest.fixture(scope="module")
 def simulated():
-    if not _numba_cuda():
+    if not numba_cuda():
         pytest.skip("numba-cuda is not installed (pip install -e '.[cuda]')")
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return simulate_cuda(SCRIPT)
 
 
 N_CASES = 28
@@ -319,7 +303,7 @@ def test_specialised_kernels_compile_to_ptx_for_sm90_with_the_field_fused():
     assert "ld.local" in text and "st.local" in text
 
 
-@pytest.mark.skipif(_numba_cuda() and __import__("riemattn.solvers.compiled.cuda._engine", fromlist=["why_not"]).why_not()
+@pytest.mark.skipif(numba_cuda() and __import__("riemattn.solvers.compiled.cuda._engine", fromlist=["why_not"]).why_not()
                     is None, reason="a GPU (or the simulator) is available here")
 def test_engine_cuda_without_gpu_raises_naming_why():
     field = ra.AttentionField(np.eye(3)[None])
@@ -475,11 +459,7 @@ def test_lanes_sum_in_the_compiled_engines_order_and_agree_on_non_finite_steps()
     another order rounds differently); an infinite component in one token makes the RMS error norm
     NaN and the fixed-step loop's step non-finite in every lane of that trajectory and of no other
     (so all lanes of a trajectory take the same decision)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", LANE_PARTS], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout.splitlines()[-1])
+    r = simulate_cuda(LANE_PARTS, timeout=300)[-1]
     terms = np.array(r["terms"])
     for g in range(8):
         seq = 0.0

@@ -20,16 +20,12 @@ numba.cuda's API, which the script below counts:
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from _subprocess import numba_cuda, simulate_cuda
+
 
 SCRIPT = textwrap.dedent(r"""
     import gc, json, weakref
@@ -139,23 +135,12 @@ SCRIPT = textwrap.dedent(r"""
 """)
 
 
-def _numba_cuda():
-    try:
-        from numba import cuda
-    except ImportError:
-        return False
-    return getattr(cuda, "implementation", "") == "NVIDIA"
-
-
-pytestmark = pytest.mark.skipif(not _numba_cuda(), reason="numba-cuda is not installed (pip install -e '.[cuda]')")
+pytestmark = pytest.mark.skipif(not numba_cuda(), reason="numba-cuda is not installed (pip install -e '.[cuda]')")
 
 
 @pytest.fixture(scope="module")
 def report():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return simulate_cuda(SCRIPT)[-1]
 
 
 def test_a_repeated_call_copies_the_state_in_and_the_results_out_only(report):
